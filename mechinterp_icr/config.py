@@ -1,0 +1,321 @@
+"""Configuration: frozen dataclasses, validation in one place, JSON round-trip, dotted overrides.
+
+Every config class is a frozen dataclass whose ``__post_init__`` calls :func:`check` for each
+field; a bad value raises :class:`ConfigError` naming the field, the value and what is allowed,
+before any work is done and before anything is written.
+
+Task configs register themselves with :func:`register_task` under a ``kind`` string so that a
+``RunConfig`` can hold the config of any task and still round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = [
+    "ConfigError",
+    "check",
+    "check_choice",
+    "check_range",
+    "ModelConfig",
+    "TrainConfig",
+    "RunConfig",
+    "register_task",
+    "task_config_class",
+    "to_dict",
+    "from_dict",
+    "apply_overrides",
+    "parse_overrides",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is not allowed. The message names field, value and what is allowed."""
+
+
+def check(ok: bool, name: str, value: Any, allowed: str) -> None:
+    """Raise ConfigError('<name> = <value!r> is not allowed; expected <allowed>') unless ok."""
+    if not ok:
+        raise ConfigError(f"{name} = {value!r} is not allowed; expected {allowed}")
+
+
+def check_range(name: str, value: Any, lo=None, hi=None, *, integer: bool = False,
+                lo_open: bool = False, hi_open: bool = False) -> None:
+    """Check a number lies in [lo, hi] (open ends with lo_open/hi_open)."""
+    kind = "an integer" if integer else "a number"
+    lo_s = "(" if lo_open else "["
+    hi_s = ")" if hi_open else "]"
+    rng = f"{lo_s}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{hi_s}"
+    is_num = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not is_num:
+        raise ConfigError(f"{name} = {value!r} is not allowed; expected {kind} in {rng}")
+    ok = True
+    if lo is not None:
+        ok &= value > lo if lo_open else value >= lo
+    if hi is not None:
+        ok &= value < hi if hi_open else value <= hi
+    check(ok, name, value, f"{kind} in {rng}")
+
+
+def check_choice(name: str, value: Any, choices) -> None:
+    check(value in tuple(choices), name, value, f"one of {list(choices)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Task registry
+# --------------------------------------------------------------------------------------------
+_TASKS: dict[str, type] = {}
+
+
+def register_task(kind: str) -> Callable[[type], type]:
+    """Class decorator: make a task config class loadable from JSON by its ``kind``."""
+
+    def deco(cls: type) -> type:
+        _TASKS[kind] = cls
+        cls.kind = kind  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def task_config_class(kind: str) -> type:
+    _ensure_tasks_imported()
+    if kind not in _TASKS:
+        raise ConfigError(f"task.kind = {kind!r} is not allowed; expected one of {sorted(_TASKS)}")
+    return _TASKS[kind]
+
+
+def _ensure_tasks_imported() -> None:
+    # Importing the task package registers every task config class.
+    import mechinterp_icr.tasks  # noqa: F401
+
+
+# --------------------------------------------------------------------------------------------
+# Model and training configs
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a HookedTransformer. ``d_vocab`` and ``n_ctx`` are normally set by the task."""
+
+    n_layers: int = 2
+    n_heads: int = 1
+    d_model: int = 64
+    d_head: int = 64
+    d_mlp: int = 256
+    attn_only: bool = False
+    normalization: str = "none"  # "none" | "LN" | "LNPre"
+    act_fn: str = "relu"
+    positional_embedding: str = "standard"  # "standard" | "none"
+    init_range: float = 0.0  # std of weight init; 0 = TransformerLens default 0.8/sqrt(d_model)
+    d_vocab: int = 0  # 0 = take from the task
+    n_ctx: int = 0  # 0 = take from the task
+
+    def __post_init__(self) -> None:
+        check_range("model.n_layers", self.n_layers, 1, 64, integer=True)
+        check_range("model.n_heads", self.n_heads, 1, 64, integer=True)
+        check_range("model.d_model", self.d_model, 1, 8192, integer=True)
+        check_range("model.d_head", self.d_head, 1, 8192, integer=True)
+        check_range("model.d_mlp", self.d_mlp, 1, 65536, integer=True)
+        check(isinstance(self.attn_only, bool), "model.attn_only", self.attn_only, "true or false")
+        check_choice("model.normalization", self.normalization, ["none", "LN", "LNPre"])
+        check_choice("model.act_fn", self.act_fn, ["relu", "gelu", "silu"])
+        check_choice("model.positional_embedding", self.positional_embedding,
+                     ["standard", "none"])
+        check_range("model.init_range", self.init_range, 0, 10)
+        check_range("model.d_vocab", self.d_vocab, 0, 10_000_000, integer=True)
+        check_range("model.n_ctx", self.n_ctx, 0, 100_000, integer=True)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training phase (pretraining or a finetuning branch)."""
+
+    steps: int = 1000
+    batch_size: int = 64
+    optimizer: str = "adamw"  # "adamw" | "sgd"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    momentum: float = 0.0
+    grad_clip: float = 1.0  # 0 disables clipping
+    warmup_steps: int = 0
+    decay: str = "constant"  # "constant" | "cosine" | "linear"
+    min_lr_ratio: float = 0.1
+    trainable: str = "all"  # preset name or comma-separated parameter-name patterns
+    eval_every: int = 100
+    eval_batch_size: int = 512
+    checkpoint_schedule: str = "log"  # "log" | "linear" | "none"
+    checkpoint_every: int = 100  # linear schedule spacing / late spacing of the log schedule
+    checkpoint_dense_until: int = 0  # log schedule: every step <= this is a checkpoint
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_range("train.steps", self.steps, 0, 10_000_000, integer=True)
+        check_range("train.batch_size", self.batch_size, 1, 1_000_000, integer=True)
+        check_choice("train.optimizer", self.optimizer, ["adamw", "sgd"])
+        check_range("train.lr", self.lr, 0, 1e4, lo_open=True)
+        check_range("train.weight_decay", self.weight_decay, 0, 10)
+        betas = tuple(self.betas)
+        check(len(betas) == 2 and all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas),
+              "train.betas", self.betas, "two numbers in [0, 1)")
+        object.__setattr__(self, "betas", tuple(float(b) for b in betas))
+        check_range("train.momentum", self.momentum, 0, 1, hi_open=True)
+        check_range("train.grad_clip", self.grad_clip, 0, 1e6)
+        check_range("train.warmup_steps", self.warmup_steps, 0, 10_000_000, integer=True)
+        check_choice("train.decay", self.decay, ["constant", "cosine", "linear"])
+        check_range("train.min_lr_ratio", self.min_lr_ratio, 0, 1)
+        check(isinstance(self.trainable, str) and self.trainable.strip() != "",
+              "train.trainable", self.trainable,
+              "a preset (all, attention, attention_only, no_embed, qk, wkq_pos) "
+              "or comma-separated parameter-name patterns")
+        check_range("train.eval_every", self.eval_every, 0, 10_000_000, integer=True)
+        check_range("train.eval_batch_size", self.eval_batch_size, 1, 10_000_000, integer=True)
+        check_choice("train.checkpoint_schedule", self.checkpoint_schedule,
+                     ["log", "linear", "none"])
+        check_range("train.checkpoint_every", self.checkpoint_every, 1, 10_000_000, integer=True)
+        check_range("train.checkpoint_dense_until", self.checkpoint_dense_until, 0,
+                    10_000_000, integer=True)
+        check(isinstance(self.progress, bool), "train.progress", self.progress, "true or false")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs: the task (any registered kind), the model, training phases."""
+
+    name: str = "run"
+    seed: int = 0
+    task: Any = None  # an instance of a registered task config class
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.name, str) and self.name != "" and "/" not in self.name,
+              "name", self.name, "a non-empty string without '/'")
+        check_range("seed", self.seed, 0, 2**31 - 1, integer=True)
+        if self.task is not None:
+            check(hasattr(type(self.task), "kind"), "task", self.task,
+                  "a registered task config")
+
+
+# --------------------------------------------------------------------------------------------
+# Dict / JSON round trip
+# --------------------------------------------------------------------------------------------
+def to_dict(cfg: Any) -> Any:
+    """Dataclass -> plain JSON-able dict (task configs carry their ``kind``)."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        out = {}
+        if hasattr(type(cfg), "kind"):
+            out["kind"] = type(cfg).kind
+        for f in dataclasses.fields(cfg):
+            out[f.name] = to_dict(getattr(cfg, f.name))
+        return out
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(x) for x in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def _coerce(tp: Any, value: Any, name: str) -> Any:
+    """Best-effort type coercion from JSON / command-line values to a field's type."""
+    origin = typing.get_origin(tp)
+    if tp in (Any, None) or isinstance(tp, str):
+        return value
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        check(isinstance(value, dict), name, value, "a mapping")
+        return from_dict(tp, value, prefix=name)
+    if tp is tuple or origin is tuple:
+        check(isinstance(value, (list, tuple)), name, value, "a list")
+        return tuple(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """Build a config dataclass from a dict, rejecting unknown keys by name."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or cls.__name__} = {data!r} is not allowed; expected a mapping")
+    data = dict(data)
+    if cls is RunConfig and isinstance(data.get("task"), dict):
+        tdata = dict(data["task"])
+        kind = tdata.pop("kind", None)
+        tcls = task_config_class(kind)
+        data["task"] = from_dict(tcls, tdata, prefix="task")
+    if hasattr(cls, "kind"):
+        kind = data.pop("kind", cls.kind)
+        check(kind == cls.kind, f"{prefix}.kind" if prefix else "kind", kind, repr(cls.kind))
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        full = f"{prefix}.{k}" if prefix else k
+        check(k in names, full, data[k], f"a known field of {cls.__name__}: {sorted(names)}")
+    kwargs = {}
+    for k, v in data.items():
+        full = f"{prefix}.{k}" if prefix else k
+        kwargs[k] = _coerce(hints.get(k, Any), v, full)
+    return cls(**kwargs)
+
+
+def dumps(cfg: Any) -> str:
+    return json.dumps(to_dict(cfg), indent=2, sort_keys=True)
+
+
+def loads(cls: type, text: str) -> Any:
+    return from_dict(cls, json.loads(text))
+
+
+# --------------------------------------------------------------------------------------------
+# Dotted overrides: --set model.d_model=64 --set task.lam=0.5
+# --------------------------------------------------------------------------------------------
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return text
+
+
+def parse_overrides(items) -> dict[str, Any]:
+    """['a.b=1', 'c=x'] -> {'a.b': 1, 'c': 'x'} with JSON-parsed values where possible."""
+    out: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} is not allowed; expected key=value, e.g. "
+                              "model.d_model=64")
+        key, _, val = item.partition("=")
+        key = key.strip()
+        check(key != "", "--set", item, "key=value with a non-empty key")
+        out[key] = _parse_value(val.strip())
+    return out
+
+
+def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:
+    """Return a copy of the dataclass tree ``cfg`` with dotted keys replaced (validated)."""
+    if isinstance(overrides, (list, tuple)):
+        overrides = parse_overrides(overrides)
+    data = to_dict(cfg)
+    for key, value in overrides.items():
+        node = data
+        parts = key.split(".")
+        for i, p in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or p not in node:
+                raise ConfigError(f"--set {key} is not allowed; "
+                                  f"'{'.'.join(parts[:i + 1])}' is not a config section; "
+                                  f"known: {sorted(node) if isinstance(node, dict) else []}")
+            node = node[p]
+        leaf = parts[-1]
+        if not isinstance(node, dict) or leaf not in node:
+            known = sorted(node) if isinstance(node, dict) else []
+            raise ConfigError(f"--set {key} is not allowed; '{leaf}' is not a known field; "
+                              f"known fields here: {known}")
+        node[leaf] = value
+    return from_dict(type(cfg), data)

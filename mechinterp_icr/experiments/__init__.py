@@ -1,0 +1,2 @@
+"""Paper reproductions as pipelines. Each target module exposes
+``reproduce(profile: str, out_dir: Path, seeds: list[int], overrides: list[str]) -> Summary``."""

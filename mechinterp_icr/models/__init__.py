@@ -1,0 +1,1 @@
+"""Model construction (the only place touching TransformerLens construction) and constructions."""

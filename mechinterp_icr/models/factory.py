@@ -1,0 +1,109 @@
+"""The one module that constructs TransformerLens models.
+
+``HookedTransformerConfig(seed=...)`` reseeds the global torch/numpy/random RNGs as a side
+effect, and TransformerLens' own initialisation draws from the global torch RNG. We build the
+config with ``seed=None, init_weights=False`` and initialise every parameter ourselves from an
+explicit ``torch.Generator``: the same seed gives identical weights and the global RNG state is
+untouched. A later move to TransformerLens 4.x (``TransformerBridge.boot_native``) only touches
+this file.
+"""
+
+from __future__ import annotations
+
+
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from mechinterp_icr.config import ConfigError, ModelConfig
+
+__all__ = ["default_device", "hooked_config", "build_model", "init_weights_", "model_config_from"]
+
+
+def default_device() -> str:
+    """``cuda`` when available, else ``cpu``; nothing requires a GPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def hooked_config(cfg: ModelConfig, device: str | None = None) -> HookedTransformerConfig:
+    if cfg.d_vocab <= 0 or cfg.n_ctx <= 0:
+        raise ConfigError(
+            f"model.d_vocab = {cfg.d_vocab!r} / model.n_ctx = {cfg.n_ctx!r} are not allowed here; "
+            "expected positive values (they are normally filled in from the task config)")
+    norm = None if cfg.normalization == "none" else cfg.normalization
+    return HookedTransformerConfig(
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        d_model=cfg.d_model,
+        d_head=cfg.d_head,
+        d_mlp=None if cfg.attn_only else cfg.d_mlp,
+        d_vocab=cfg.d_vocab,
+        n_ctx=cfg.n_ctx,
+        act_fn=cfg.act_fn,
+        attn_only=cfg.attn_only,
+        normalization_type=norm,
+        positional_embedding_type=cfg.positional_embedding if cfg.positional_embedding != "none"
+        else "standard",
+        initializer_range=cfg.init_range if cfg.init_range > 0 else -1.0,
+        init_weights=False,
+        seed=None,
+        device=device or default_device(),
+        default_prepend_bos=False,
+    )
+
+
+@torch.no_grad()
+def init_weights_(model: HookedTransformer, seed: int, init_range: float | None = None) -> None:
+    """Deterministic init from ``seed``: weights ~ N(0, init_range), biases 0, norm scales 1.
+
+    Parameters are visited in sorted-name order so the result does not depend on module order.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    std = float(model.cfg.initializer_range if init_range is None else init_range)
+    for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf.startswith("b_") or leaf == "b":
+            p.zero_()
+        elif leaf == "w" and (".ln" in name or name.startswith("ln_final")):
+            p.fill_(1.0)
+        else:
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p) * std)
+
+
+def build_model(cfg: ModelConfig, seed: int = 0, device: str | None = None) -> HookedTransformer:
+    """A HookedTransformer of shape ``cfg`` initialised deterministically from ``seed``."""
+    model = HookedTransformer(hooked_config(cfg, device), move_to_device=True)
+    init_weights_(model, seed)
+    if cfg.positional_embedding == "none":
+        # No positional information: zero and freeze the position embedding.
+        model.pos_embed.W_pos.data.zero_()
+        model.pos_embed.W_pos.requires_grad_(False)
+    model.eval()
+    return model
+
+
+def model_config_from(model: HookedTransformer, base: ModelConfig | None = None) -> ModelConfig:
+    """ModelConfig describing an existing HookedTransformer (used to check checkpoints)."""
+    c = model.cfg
+    norm = "none" if c.normalization_type is None else c.normalization_type
+    return ModelConfig(
+        n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head,
+        d_mlp=(c.d_mlp or (base.d_mlp if base else 1)), attn_only=c.attn_only,
+        normalization=norm, act_fn=c.act_fn,
+        positional_embedding=base.positional_embedding if base else "standard",
+        init_range=base.init_range if base else c.initializer_range,
+        d_vocab=c.d_vocab, n_ctx=c.n_ctx,
+    )
+
+
+def count_params(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_token(cfg: ModelConfig) -> float:
+    """Approximate training FLOPs per token (6 x non-embedding params + attention)."""
+    per_layer = 4 * cfg.d_model * cfg.n_heads * cfg.d_head
+    if not cfg.attn_only:
+        per_layer += 2 * cfg.d_model * cfg.d_mlp
+    n = cfg.n_layers * per_layer + cfg.d_model * cfg.d_vocab
+    attn = cfg.n_layers * 2 * cfg.n_ctx * cfg.n_heads * cfg.d_head
+    return 6.0 * n + 6.0 * attn

@@ -1,0 +1,1 @@
+"""Training: masked-loss loop, schedules, checkpoints (save/load/resume), PGD."""

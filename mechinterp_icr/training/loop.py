@@ -1,0 +1,274 @@
+"""Our own training loop (not ``transformer_lens.train``).
+
+- Loss only where the batch's ``targets`` are not ``IGNORE`` (answer-position masks).
+- AdamW or SGD, gradient clipping, warmup then constant / cosine / linear decay; the learning
+  rate is a pure function of the step, so nothing about the schedule needs saving.
+- Freezing by parameter-name patterns (presets in :data:`TRAINABLE_PRESETS`) and gradient masks
+  (a trainable sub-block of a weight: the gradient is multiplied by a 0/1 mask).
+- The batch of step ``t`` is drawn from ``numpy.random.default_rng([seed, phase_id, t])``: a pure
+  function of the seed, the phase and the step. Together with the saved optimizer state this
+  makes resuming from any checkpoint end with the same weights as an uninterrupted run.
+- Deterministic algorithms are switched on for the phase, so runs are bit-reproducible.
+- Held-out evaluation every ``eval_every`` steps and at every checkpoint (``eval_fn(model)``),
+  ``metrics.jsonl``, checkpoints on a linear or log-spaced schedule, and a progress bar.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, to_dict
+from mechinterp_icr.runs import RunDir
+from mechinterp_icr.tasks.base import IGNORE, Batch
+from mechinterp_icr.training.checkpoint import load_checkpoint, save_checkpoint
+
+__all__ = ["TRAINABLE_PRESETS", "resolve_trainable", "masked_loss", "masked_accuracy",
+           "checkpoint_steps", "lr_at", "train_phase", "PhaseResult", "batch_rng"]
+
+TRAINABLE_PRESETS: dict[str, list[str]] = {
+    "all": ["*"],
+    "attention": ["blocks.*.attn.*"],
+    "attention_only": ["blocks.*.attn.*"],
+    "no_embed": ["blocks.*", "ln_final.*"],
+    "mlp": ["blocks.*.mlp.*"],
+    "qk": ["blocks.*.attn.W_Q", "blocks.*.attn.W_K", "blocks.*.attn.b_Q", "blocks.*.attn.b_K"],
+    "ov": ["blocks.*.attn.W_V", "blocks.*.attn.W_O", "blocks.*.attn.b_V", "blocks.*.attn.b_O"],
+}
+
+
+def resolve_trainable(model: torch.nn.Module, spec: str) -> list[str]:
+    """Names of the parameters that ``spec`` (a preset or comma-separated globs) makes trainable.
+
+    A ``!pattern`` entry excludes matches. Raises ConfigError when nothing matches.
+    """
+    names = [n for n, _ in model.named_parameters()]
+    pats: list[str] = []
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        pats.extend(TRAINABLE_PRESETS.get(part, [part]))
+    incl = [p for p in pats if not p.startswith("!")]
+    excl = [p[1:] for p in pats if p.startswith("!")]
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in incl)
+              and not any(fnmatch.fnmatchcase(n, p) for p in excl)]
+    if not chosen:
+        raise ConfigError(f"train.trainable = {spec!r} is not allowed; it matches no parameter. "
+                          f"Presets: {sorted(TRAINABLE_PRESETS)}; parameter names: {names}")
+    return chosen
+
+
+def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose target is not IGNORE."""
+    # logits (B, T, V), targets (B, T)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                           ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def masked_accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    mask = targets != IGNORE
+    if not mask.any():
+        return float("nan")
+    return float((logits.argmax(-1)[mask] == targets[mask]).float().mean())
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate used for update number ``step`` (0-based)."""
+    if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if cfg.decay == "constant" or cfg.steps <= cfg.warmup_steps:
+        return cfg.lr
+    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    lo = cfg.lr * cfg.min_lr_ratio
+    if cfg.decay == "cosine":
+        return lo + (cfg.lr - lo) * 0.5 * (1 + math.cos(math.pi * frac))
+    return cfg.lr - (cfg.lr - lo) * frac
+
+
+def checkpoint_steps(cfg: TrainConfig) -> list[int]:
+    """Steps (number of updates done) at which a checkpoint is written; always 0 and the end.
+
+    ``log``: every step up to ``checkpoint_dense_until``, then about 8 per decade, plus every
+    multiple of ``checkpoint_every``. ``linear``: every multiple of ``checkpoint_every``.
+    ``none``: only the start and the end (still needed to resume and to analyse).
+    """
+    steps = {0, cfg.steps}
+    if cfg.checkpoint_schedule in ("log", "linear"):
+        steps.update(range(0, cfg.steps + 1, cfg.checkpoint_every))
+    if cfg.checkpoint_schedule == "log":
+        steps.update(range(0, min(cfg.checkpoint_dense_until, cfg.steps) + 1))
+        if cfg.steps > 0:
+            for s in np.unique(np.round(np.logspace(0, math.log10(cfg.steps),
+                                                    8 * max(1, int(math.log10(cfg.steps)) + 1)))):
+                steps.add(int(s))
+    return sorted(s for s in steps if 0 <= s <= cfg.steps)
+
+
+def phase_id(phase: str) -> int:
+    return zlib.crc32(phase.encode()) & 0x7FFFFFFF
+
+
+def batch_rng(seed: int, phase: str, step: int) -> np.random.Generator:
+    """The generator the batch of ``step`` in ``phase`` is drawn from."""
+    return np.random.default_rng([int(seed), phase_id(phase), int(step)])
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig, names: list[str]):
+    params = dict(model.named_parameters())
+    group = [params[n] for n in names]
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(group, lr=cfg.lr, betas=cfg.betas,
+                                 weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(group, lr=cfg.lr, momentum=cfg.momentum,
+                           weight_decay=cfg.weight_decay)
+
+
+@dataclass
+class PhaseResult:
+    phase: str
+    steps: int
+    final_loss: float
+    final_metrics: dict[str, Any]
+    checkpoints: list[str] = field(default_factory=list)
+    resumed_from: int | None = None
+    seconds: float = 0.0
+
+
+def train_phase(
+    model: torch.nn.Module,
+    sample: Callable[[np.random.Generator, int], Batch],
+    cfg: TrainConfig,
+    run: RunDir | None,
+    phase: str,
+    seed: int,
+    *,
+    run_config: RunConfig | None = None,
+    eval_fn: Callable[[torch.nn.Module], dict[str, Any]] | None = None,
+    grad_masks: dict[str, torch.Tensor] | None = None,
+    phase_order: int = 0,
+    resume: bool = True,
+    stop_after: int | None = None,
+    extra_meta: dict[str, Any] | None = None,
+) -> PhaseResult:
+    """Train ``model`` for ``cfg.steps`` updates of ``phase``; checkpoint into ``run``.
+
+    ``sample(rng, batch_size)`` returns a Batch. With ``resume`` and an existing checkpoint of
+    this phase in ``run``, training continues from the latest one. ``stop_after`` stops after
+    that many total updates (to simulate an interruption in tests).
+    """
+    t_start = time.perf_counter()
+    device = next(model.parameters()).device
+    # The embedding backward (index_put with accumulate) sums in a thread-dependent order on
+    # CPU; deterministic algorithms make a run, and so a resumed run, bit-identical.
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    prev = {n: p.requires_grad for n, p in model.named_parameters()}
+    # parameters frozen by construction (requires_grad False before the phase) stay frozen
+    names = [n for n in resolve_trainable(model, cfg.trainable) if prev[n]]
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    masks = {}
+    for n, m in (grad_masks or {}).items():
+        if n not in names:
+            raise ConfigError(f"gradient mask given for {n!r}, which is not trainable under "
+                              f"train.trainable = {cfg.trainable!r}")
+        masks[n] = m.to(device)
+    opt = make_optimizer(model, cfg, names)
+    params = dict(model.named_parameters())
+    ck_steps = set(checkpoint_steps(cfg))
+    meta_base = {"phase": phase, "phase_order": phase_order, "seed": seed,
+                 "trainable": names, "config": to_dict(run_config) if run_config else None,
+                 "train": to_dict(cfg), **(extra_meta or {})}
+    from mechinterp_icr.experiments.summary import git_revision, package_versions
+
+    versions, rev = package_versions(), git_revision()
+
+    start = 0
+    resumed_from = None
+    if run is not None and resume:
+        last = run.latest(phase)
+        if last is not None:
+            load_checkpoint(last.stem, model, opt)
+            start = last.step
+            resumed_from = start
+    saved: list[str] = []
+
+    def evaluate() -> dict[str, Any]:
+        if eval_fn is None:
+            return {}
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            out = eval_fn(model)
+        model.train(was)
+        return out
+
+    def save(step: int, metrics: dict[str, Any]) -> None:
+        if run is None:
+            return
+        stem = run.checkpoint_stem(phase, step)
+        meta = {**meta_base, "step": step, "metrics": metrics, "versions": versions,
+                "git_revision": rev}
+        save_checkpoint(stem, model, meta, opt)
+        saved.append(stem.name)
+
+    if start == 0 and 0 in ck_steps:
+        m0 = evaluate()
+        if run is not None:
+            run.log_metrics({"phase": phase, "step": 0, **m0})
+        save(0, m0)
+
+    bar = None
+    if cfg.progress and cfg.steps > start:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=start, desc=phase, leave=False, mininterval=1.0)
+    model.train()
+    loss_v, acc_v, metrics = float("nan"), float("nan"), {}
+    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    for step in range(start, end):
+        batch = sample(batch_rng(seed, phase, step), cfg.batch_size).to(device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, step)
+        logits = model(batch.tokens)  # (B, T, V)
+        loss = masked_loss(logits, batch.targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for n, m in masks.items():
+            if params[n].grad is not None:
+                params[n].grad.mul_(m)
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_([params[n] for n in names], cfg.grad_clip)
+        opt.step()
+        done = step + 1
+        loss_v = float(loss.detach())
+        acc_v = masked_accuracy(logits.detach(), batch.targets)
+        is_ck = done in ck_steps
+        is_eval = cfg.eval_every > 0 and done % cfg.eval_every == 0
+        if is_ck or is_eval or done == cfg.steps:
+            metrics = {"train_loss": loss_v, "train_acc": acc_v, "lr": lr_at(cfg, step)}
+            if is_eval or done == cfg.steps or (is_ck and eval_fn is not None):
+                metrics.update(evaluate())
+            if run is not None:
+                run.log_metrics({"phase": phase, "step": done, **metrics})
+            if is_ck:
+                save(done, metrics)
+        if bar is not None:
+            bar.update(1)
+            if done % 20 == 0:
+                bar.set_postfix(loss=f"{loss_v:.3f}", acc=f"{acc_v:.3f}")
+    if bar is not None:
+        bar.close()
+    model.eval()
+    for n, p in model.named_parameters():
+        p.requires_grad_(prev[n])
+    torch.use_deterministic_algorithms(prev_det, warn_only=True)
+    return PhaseResult(phase, end, loss_v, metrics, saved, resumed_from,
+                       time.perf_counter() - t_start)
