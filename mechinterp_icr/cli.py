@@ -1,0 +1,183 @@
+"""``icr``: the command line. Thin: parses, validates, calls the library.
+
+    icr train --task induction --out runs/demo --set train.steps=300
+    icr eval runs/demo --checkpoints last
+    icr checkpoints runs/demo
+    icr reproduce cr --profile quick --out out/ --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from mechinterp_icr.config import ConfigError
+
+warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
+warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
+
+REPRODUCE_TARGETS = ("cr", "ir")
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds = {text!r} is not allowed; expected comma-separated integers "
+                          "such as 0,1,2") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds = {text!r} is not allowed; expected distinct non-negative "
+                          "integers such as 0,1,2")
+    return seeds
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """mechinterp_icr: train small HookedTransformers on in-context recall tasks, checkpoint
+    them, and take them apart (attention, OV/QK circuits, patching, task vectors, probes).
+
+    Start with `icr reproduce all --profile quick --out out/` (what `make reproduce` runs), or
+    `icr train --help` for a single run. Every command takes a run directory; analyses take
+    `--checkpoints all|last|first|phase:NAME|phase:NAME:last|steps:A-B|<name>`.
+    """
+
+
+@main.command()
+@click.option("--task", "task_kind", default="induction", show_default=True,
+              help="Task kind (registered task config), e.g. induction, cr, ir.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Run directory to create (or resume).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Dotted override, e.g. --set model.d_model=64 --set train.steps=500.")
+@click.option("--phase", default="train", show_default=True, help="Phase name for checkpoints.")
+def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase: str) -> None:
+    """Train one phase of a model on a task, with checkpoints and metrics in OUT.
+
+    Re-running the same command resumes from the last checkpoint.
+    """
+    from mechinterp_icr.pipeline import train_single_phase, resolve_run_config
+
+    try:
+        cfg = resolve_run_config(task_kind, seed, list(overrides), name=Path(out).name)
+    except ConfigError as e:
+        _fail(str(e))
+    res = train_single_phase(cfg, Path(out), phase=phase)
+    click.echo(f"trained {res.steps} steps of {phase!r} in {res.seconds:.1f}s; "
+               f"final loss {res.final_loss:.4f}; {len(res.checkpoints)} checkpoints in "
+               f"{Path(out) / 'checkpoints'}")
+
+
+@main.command(name="eval")
+@click.argument("run", type=click.Path())
+@click.option("--checkpoints", "selection", default="last", show_default=True,
+              help="Which checkpoints: all, last, first, phase:NAME, steps:A-B, a name.")
+@click.option("--batches", default=4, show_default=True, type=int,
+              help="Held-out batches per checkpoint.")
+def eval_cmd(run: str, selection: str, batches: int) -> None:
+    """Evaluate checkpoints of RUN on held-out data; prints a table and writes
+    RUN/analyses/eval.json."""
+    from mechinterp_icr.pipeline import evaluate_run
+    from mechinterp_icr.runs import RunError
+    from mechinterp_icr.training.checkpoint import CheckpointError
+
+    try:
+        rows, path = evaluate_run(Path(run), selection, batches)
+    except (RunError, CheckpointError, ConfigError) as e:
+        _fail(str(e))
+    keys = sorted({k for r in rows for k in r if k not in ("checkpoint",)})
+    click.echo("checkpoint".ljust(26) + "  ".join(k[:18].ljust(18) for k in keys))
+    for r in rows:
+        click.echo(r["checkpoint"].ljust(26) + "  ".join(
+            (f"{r[k]:.4f}" if isinstance(r.get(k), float) else str(r.get(k, ""))).ljust(18)
+            for k in keys))
+    click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def checkpoints(run: str, as_json: bool) -> None:
+    """List the checkpoints of RUN (phase, step, metrics at that step)."""
+    from mechinterp_icr.runs import RunDir, RunError
+    from mechinterp_icr.training.checkpoint import CheckpointError
+
+    try:
+        rd = RunDir(run)
+        cks = rd.checkpoints()
+        rows = []
+        for c in cks:
+            side = c.sidecar()
+            rows.append({"name": c.name, "phase": c.phase, "step": c.step,
+                         "metrics": side.get("metrics", {})})
+    except (RunError, CheckpointError) as e:
+        _fail(str(e))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"{run}: no checkpoints")
+        return
+    click.echo(f"{'name':28} {'phase':18} {'step':>8}  metrics")
+    for r in rows:
+        m = ", ".join(f"{k}={v:.3g}" for k, v in list(r["metrics"].items())[:4]
+                      if isinstance(v, (int, float)))
+        click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")
+
+
+@main.command()
+@click.argument("target", type=click.Choice(REPRODUCE_TARGETS + ("all",)))
+@click.option("--profile", default="quick", show_default=True,
+              type=click.Choice(["quick", "paper"]), help="quick: minutes on a laptop CPU.")
+@click.option("--out", "out", default="out", show_default=True, type=click.Path(file_okay=False),
+              help="Output directory: summary.json, runs/, figures.")
+@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Dotted override of the target's profile config.")
+def reproduce(target: str, profile: str, out: str, seeds: str,
+              overrides: tuple[str, ...]) -> None:
+    """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
+    with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
+    and prints the claim table."""
+    from mechinterp_icr.experiments.summary import format_claim_table
+
+    try:
+        seed_list = _seeds(seeds)
+    except ConfigError as e:
+        _fail(str(e))
+    targets = REPRODUCE_TARGETS if target == "all" else (target,)
+    out_dir = Path(out)
+    for t in targets:
+        mod = importlib.import_module(f"mechinterp_icr.experiments.{t}")
+        try:
+            mod.validate(profile, seed_list, list(overrides))
+        except ConfigError as e:
+            _fail(str(e))
+    for t in targets:
+        mod = importlib.import_module(f"mechinterp_icr.experiments.{t}")
+        summary = mod.reproduce(profile, out_dir, seed_list, list(overrides))
+        summary.write(out_dir)
+    data = json.loads((out_dir / "summary.json").read_text())
+    if target == "all":
+        try:
+            from mechinterp_icr.viz.report import write_report
+        except ImportError:
+            write_report = None
+        if write_report is not None:
+            click.echo(f"report: {write_report(out_dir)}")
+    click.echo("\n" + format_claim_table(data["claims"]))
+    click.echo(f"\nsummary: {out_dir / 'summary.json'}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

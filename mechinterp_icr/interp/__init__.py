@@ -1,0 +1,1 @@
+"""Interpretability toolkit: caching, attention roles, circuits, patching, task vectors, probes."""

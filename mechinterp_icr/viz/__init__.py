@@ -1,0 +1,1 @@
+"""Figures (plotly), offline circuitsvis views and the HTML report."""

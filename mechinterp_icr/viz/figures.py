@@ -1,0 +1,71 @@
+"""Writing plotly figures: HTML that works offline, plus PNG when a browser is available.
+
+``save_figure(fig, stem)`` writes ``stem.html`` referencing one ``plotly.min.js`` copied next to
+it (written once per folder, so no CDN and no 4.8 MB per figure) and ``stem.png`` through
+kaleido when Debian's Chromium is installed (kaleido would otherwise try to download a browser,
+which fails offline). PNG export can be switched off with ``MECHINTERP_ICR_NO_PNG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["save_figure", "png_available", "PLOTLY_JS"]
+
+PLOTLY_JS = "plotly.min.js"
+_CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+def chromium_path() -> str | None:
+    for c in _CHROMIUM_CANDIDATES:
+        if os.path.exists(c):
+            return c
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def png_available() -> bool:
+    if os.environ.get("MECHINTERP_ICR_NO_PNG"):
+        return False
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return False
+    return chromium_path() is not None
+
+
+def _ensure_plotly_js(folder: Path) -> None:
+    target = folder / PLOTLY_JS
+    if target.exists():
+        return
+    from plotly.offline import get_plotlyjs
+
+    tmp = folder / f".{PLOTLY_JS}.tmp{os.getpid()}"
+    tmp.write_text(get_plotlyjs())
+    os.replace(tmp, target)
+
+
+def save_figure(fig, stem: str | Path, png: bool = True, width: int = 900,
+                height: int = 520) -> dict[str, str]:
+    """Write ``stem.html`` (offline, shared plotly.min.js) and ``stem.png`` when possible.
+
+    Returns the paths written, keyed by format.
+    """
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    _ensure_plotly_js(stem.parent)
+    fig.update_layout(template="plotly_white", width=width, height=height)
+    out = {}
+    html = stem.with_suffix(".html")
+    fig.write_html(str(html), include_plotlyjs=PLOTLY_JS, full_html=True)
+    out["html"] = str(html)
+    if png and png_available():
+        os.environ.setdefault("BROWSER_PATH", chromium_path() or "")
+        png_path = stem.with_suffix(".png")
+        try:
+            fig.write_image(str(png_path), width=width, height=height, scale=1.5)
+            out["png"] = str(png_path)
+        except Exception as e:  # kaleido/chromium failures must not kill a reproduction
+            out["png_error"] = f"{type(e).__name__}: {e}"
+    return out
