@@ -11,6 +11,8 @@ this file.
 from __future__ import annotations
 
 
+import warnings
+
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
@@ -71,7 +73,9 @@ def init_weights_(model: HookedTransformer, seed: int, init_range: float | None 
 
 def build_model(cfg: ModelConfig, seed: int = 0, device: str | None = None) -> HookedTransformer:
     """A HookedTransformer of shape ``cfg`` initialised deterministically from ``seed``."""
-    model = HookedTransformer(hooked_config(cfg, device), move_to_device=True)
+    with warnings.catch_warnings():  # TL 3.9 warns that HookedTransformer goes away in 4.0
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
+        model = HookedTransformer(hooked_config(cfg, device), move_to_device=True)
     init_weights_(model, seed)
     if cfg.positional_embedding == "none":
         # No positional information: zero and freeze the position embedding.

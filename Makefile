@@ -1,0 +1,49 @@
+# Two commands do all set-up on a fresh machine:
+#   make reproduce   -> sets up .venv, then `icr reproduce all --profile quick --out out`
+#   make test        -> sets up .venv, then runs the default (fast) test suite
+# The venv is rebuilt only when pyproject.toml changes (stamp file).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+OUT ?= out
+PROFILE ?= quick
+SEEDS ?= 0,1,2
+
+.PHONY: reproduce test test-slow chromium figures lint clean-venv
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+# Debian's Chromium renders PNG figures (kaleido) and runs the browser test. Installed when
+# missing and possible (root with apt-get); without it figures are written as HTML only.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian chromium (about 1.5 min)"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: chromium could not be installed; PNG export and browser test skipped"; \
+	  else echo "warning: chromium missing and not installable here; PNG export skipped"; fi; }
+
+reproduce: $(STAMP) chromium
+	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS)
+
+test: $(STAMP) chromium
+	$(PY) -m pytest -q; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
+
+test-slow: $(STAMP) chromium
+	$(PY) -m pytest -q -m slow; rc=$$?; if [ $$rc = 5 ]; then echo 'no slow tests collected'; exit 0; fi; exit $$rc
+
+# Regenerate the committed figures/ from the default reproduction.
+figures: reproduce
+	$(PY) -m mechinterp_icr.viz.publish $(OUT) figures
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check mechinterp_icr tests
+
+clean-venv:
+	rm -rf $(VENV)
