@@ -108,7 +108,7 @@ class ModelConfig:
     d_mlp: int = 256
     attn_only: bool = False
     normalization: str = "none"  # "none" | "LN" | "LNPre"
-    act_fn: str = "relu"
+    act_fn: str = "relu"  # "relu" | "gelu" | "silu" | "relu2" (relu(x)**2, convex)
     positional_embedding: str = "standard"  # "standard" | "none"
     init_range: float = 0.0  # std of weight init; 0 = TransformerLens default 0.8/sqrt(d_model)
     d_vocab: int = 0  # 0 = take from the task
@@ -122,7 +122,7 @@ class ModelConfig:
         check_range("model.d_mlp", self.d_mlp, 1, 65536, integer=True)
         check(isinstance(self.attn_only, bool), "model.attn_only", self.attn_only, "true or false")
         check_choice("model.normalization", self.normalization, ["none", "LN", "LNPre"])
-        check_choice("model.act_fn", self.act_fn, ["relu", "gelu", "silu"])
+        check_choice("model.act_fn", self.act_fn, ["relu", "gelu", "silu", "relu2"])
         check_choice("model.positional_embedding", self.positional_embedding,
                      ["standard", "none"])
         check_range("model.init_range", self.init_range, 0, 10)
