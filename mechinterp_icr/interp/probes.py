@@ -1,0 +1,298 @@
+"""Linear probes for the attribute type, with splits fixed before fitting and controls.
+
+A probe is a multinomial logistic regression (sklearn, lbfgs, L2) on task vectors. Three
+feature maps, each fitted on the TRAINING split only:
+
+- ``pca``: the top ``n_pc`` principal components of the training vectors (the CR-4 probe: is
+  the type in a *low-dimensional*, high-variance subspace?);
+- ``full``: all d_model dimensions, standardised;
+- ``random``: ``n_pc`` random orthonormal directions (the random-direction control: are the
+  top PCs special, or would any ``n_pc`` directions do?).
+
+Controls: the label-shuffle control fits the same probe on permuted training labels and
+tests on the true labels (it must sit at chance); the random-direction control above.
+
+Splits (:class:`Split`) are made before any fitting and are checked for leaks by
+:func:`check_no_leak`: by prompt (identical token sequences are one prompt and never straddle
+the split) or by subject (no subject, query or demonstration, appears on both sides).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from mechinterp_icr.config import check, check_choice, check_range
+
+__all__ = ["ProbeLeakError", "Split", "split_by_prompt", "split_by_subject", "split_from_sets",
+           "check_no_leak", "LinearProbe", "fit_probe", "probe_accuracy", "evaluate_probes",
+           "probe_layers", "wilson_ci", "random_orthonormal", "choose_boundary"]
+
+
+class ProbeLeakError(AssertionError):
+    """Train and test share a prompt (or a subject, for a by-subject split)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Splits
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Split:
+    """Indices into one array of prompts: ``train``, ``test`` (and optionally ``dev``)."""
+
+    train: np.ndarray
+    test: np.ndarray
+    kind: str  # "prompt" | "subject" | "sets"
+    dev: np.ndarray | None = None
+    seed: int = 0
+
+    def sizes(self) -> dict[str, int]:
+        out = {"train": int(len(self.train)), "test": int(len(self.test))}
+        if self.dev is not None:
+            out["dev"] = int(len(self.dev))
+        return out
+
+
+def _subject_matrix(query_subject, demo_subjects=None) -> np.ndarray:
+    q = np.asarray(query_subject).reshape(-1, 1)
+    if demo_subjects is None:
+        return q
+    d = np.asarray(demo_subjects)
+    d = d.reshape(len(q), -1)
+    return np.concatenate([q, d], axis=1)
+
+
+def check_no_leak(split: Split, prompt_ids, subjects=None) -> None:
+    """Raise ProbeLeakError if a prompt id (or, given ``subjects`` (N, S) with -1 padding, a
+    subject) occurs in two of train / dev / test."""
+    prompt_ids = np.asarray(prompt_ids)
+    parts = {"train": split.train, "test": split.test}
+    if split.dev is not None:
+        parts["dev"] = split.dev
+    names = list(parts)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ia, ib = np.asarray(parts[a]), np.asarray(parts[b])
+            if np.intersect1d(ia, ib).size:
+                raise ProbeLeakError(f"{a} and {b} share row indices")
+            shared = np.intersect1d(prompt_ids[ia], prompt_ids[ib])
+            if shared.size:
+                raise ProbeLeakError(f"{a} and {b} share {shared.size} prompt(s) "
+                                     f"(e.g. prompt id {int(shared[0])})")
+            if subjects is not None:
+                S = np.asarray(subjects)
+                sa, sb = np.unique(S[ia]), np.unique(S[ib])
+                sa, sb = sa[sa >= 0], sb[sb >= 0]
+                both = np.intersect1d(sa, sb)
+                if both.size:
+                    raise ProbeLeakError(f"{a} and {b} share {both.size} subject(s) "
+                                         f"(e.g. subject {int(both[0])})")
+
+
+def split_by_prompt(prompt_ids, test_fraction: float = 0.3, dev_fraction: float = 0.0,
+                    seed: int = 0) -> Split:
+    """Random split of distinct prompts (rows with the same prompt id stay together)."""
+    check_range("test_fraction", test_fraction, 0, 1, lo_open=True, hi_open=True)
+    check_range("dev_fraction", dev_fraction, 0, 1, hi_open=True)
+    check(test_fraction + dev_fraction < 1, "test_fraction + dev_fraction",
+          test_fraction + dev_fraction, "less than 1 (something must be left to train on)")
+    prompt_ids = np.asarray(prompt_ids)
+    uniq = np.unique(prompt_ids)
+    check(len(uniq) >= 3, "prompts", len(uniq), "at least 3 distinct prompts")
+    perm = np.random.default_rng([int(seed), 0x5B17]).permutation(uniq)
+    n_test = max(1, int(round(test_fraction * len(uniq))))
+    n_dev = int(round(dev_fraction * len(uniq)))
+    if dev_fraction > 0:
+        n_dev = max(1, n_dev)
+    test_ids, dev_ids = perm[:n_test], perm[n_test:n_test + n_dev]
+    train_ids = perm[n_test + n_dev:]
+    check(len(train_ids) > 0, "prompts", len(uniq), "enough prompts to leave a training split")
+    rows = np.arange(len(prompt_ids))
+    split = Split(rows[np.isin(prompt_ids, train_ids)], rows[np.isin(prompt_ids, test_ids)],
+                  "prompt", rows[np.isin(prompt_ids, dev_ids)] if n_dev else None, seed)
+    check_no_leak(split, prompt_ids)
+    return split
+
+
+def split_by_subject(query_subject, demo_subjects=None, test_fraction: float = 0.5,
+                     seed: int = 0, prompt_ids=None) -> Split:
+    """Partition the subjects at random, then keep prompts whose subjects (query and demos)
+    all fall on one side; prompts mixing both sides are dropped."""
+    check_range("test_fraction", test_fraction, 0, 1, lo_open=True, hi_open=True)
+    S = _subject_matrix(query_subject, demo_subjects)
+    subj = np.unique(S[S >= 0])
+    check(len(subj) >= 2, "subjects", len(subj), "at least 2 distinct subjects")
+    perm = np.random.default_rng([int(seed), 0x5B18]).permutation(subj)
+    n_test = min(len(subj) - 1, max(1, int(round(test_fraction * len(subj)))))
+    test_s = perm[:n_test]
+    valid = S >= 0
+    in_test = np.where(valid, np.isin(S, test_s), True).all(1)
+    in_train = np.where(valid, ~np.isin(S, test_s), True).all(1)
+    rows = np.arange(len(S))
+    split = Split(rows[in_train], rows[in_test], "subject", None, seed)
+    check(len(split.train) > 0 and len(split.test) > 0, "split_by_subject", split.sizes(),
+          "prompts on both sides; use fewer demonstrations or generate the two sides "
+          "from disjoint subject sets (split_from_sets)")
+    check_no_leak(split, np.arange(len(S)) if prompt_ids is None else prompt_ids, S)
+    return split
+
+
+def split_from_sets(n_train: int, n_test: int, prompt_ids=None, subjects=None,
+                    kind: str = "sets") -> Split:
+    """Rows [0, n_train) train, [n_train, n_train + n_test) test: for two prompt sets made
+    apart (e.g. finetune-subject prompts vs held-out-subject prompts). Checked for leaks."""
+    split = Split(np.arange(n_train), np.arange(n_train, n_train + n_test), kind)
+    ids = np.arange(n_train + n_test) if prompt_ids is None else np.asarray(prompt_ids)
+    check_no_leak(split, ids, subjects)
+    return split
+
+
+# --------------------------------------------------------------------------------------------
+# Probes
+# --------------------------------------------------------------------------------------------
+def random_orthonormal(d: int, k: int, seed: int = 0) -> np.ndarray:
+    """(d, k) matrix with orthonormal columns, a pure function of ``seed``."""
+    check_range("k", k, 1, d, integer=True)
+    g = np.random.default_rng([int(seed), 0xD12]).standard_normal((d, k))
+    q, r = np.linalg.qr(g)
+    return q * np.sign(np.diag(r))[None, :]
+
+
+@dataclass
+class LinearProbe:
+    kind: str
+    mean: np.ndarray  # (d,)
+    projection: np.ndarray | None  # (d, k) or None for the full probe
+    scale_mean: np.ndarray
+    scale_std: np.ndarray
+    clf: Any
+
+    def features(self, X) -> np.ndarray:
+        Z = np.asarray(X, dtype=np.float64) - self.mean
+        if self.projection is not None:
+            Z = Z @ self.projection
+        return (Z - self.scale_mean) / self.scale_std
+
+    def predict(self, X) -> np.ndarray:
+        return self.clf.predict(self.features(X))
+
+    def accuracy(self, X, y) -> float:
+        y = np.asarray(y)
+        return float((self.predict(X) == y).mean()) if len(y) else float("nan")
+
+
+def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int = 0,
+              max_iter: int = 1000) -> LinearProbe:
+    """Multinomial logistic regression on the feature map ``kind`` fitted on (X, y) only."""
+    from sklearn.linear_model import LogisticRegression
+
+    check_choice("kind", kind, ["pca", "full", "random"])
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y)
+    check(X.ndim == 2 and len(X) == len(y) and len(X) >= 2, "X", X.shape,
+          f"an (n, d) array with n = len(y) = {len(y)} >= 2")
+    check(len(np.unique(y)) >= 2, "y", np.unique(y).tolist(), "at least two classes")
+    mean = X.mean(0)
+    Xc = X - mean
+    proj = None
+    if kind == "pca":
+        check_range("n_pc", n_pc, 1, min(X.shape), integer=True)
+        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
+        proj = vt[:n_pc].T  # (d, n_pc)
+    elif kind == "random":
+        proj = random_orthonormal(X.shape[1], n_pc, seed)
+    Z = Xc if proj is None else Xc @ proj
+    mu, sd = Z.mean(0), Z.std(0)
+    sd = np.where(sd > 1e-12, sd, 1.0)
+    clf = LogisticRegression(C=C, max_iter=max_iter)
+    # these problems are tiny: BLAS threads only add overhead (and contend on a shared CPU)
+    from threadpoolctl import threadpool_limits
+
+    with warnings.catch_warnings(), threadpool_limits(1):
+        warnings.simplefilter("ignore")  # ConvergenceWarning on separable data is harmless
+        clf.fit((Z - mu) / sd, y)
+    return LinearProbe(kind, mean, proj, mu, sd, clf)
+
+
+def probe_accuracy(X, y, split: Split, kind: str = "pca", n_pc: int = 3, seed: int = 0,
+                   shuffle_labels: bool = False, on: str = "test", n_shuffles: int = 16) -> float:
+    """Fit on ``split.train``, score on ``on`` (``test`` or ``dev``).
+
+    With ``shuffle_labels`` the training labels are permuted (the label-shuffle control) and
+    the accuracy is averaged over ``n_shuffles`` permutations: on clustered data one
+    permutation maps whole clusters to a label at random, so a single draw is very noisy
+    (its mean is chance, its spread about 0.2 with 4 clusters).
+    """
+    X = np.asarray(X)
+    y = np.asarray(y)
+    rows = split.test if on == "test" else split.dev
+    check(rows is not None, "on", on, "a part the split has (test, or dev when made)")
+    ytr = y[split.train]
+    if not shuffle_labels:
+        return fit_probe(X[split.train], ytr, kind, n_pc, seed=seed).accuracy(X[rows], y[rows])
+    check_range("n_shuffles", n_shuffles, 1, 10_000, integer=True)
+    accs = []
+    for i in range(n_shuffles):
+        yp = np.random.default_rng([int(seed), 0x5AFF, i]).permutation(ytr)
+        accs.append(fit_probe(X[split.train], yp, kind, n_pc, seed=seed).accuracy(X[rows],
+                                                                               y[rows]))
+    return float(np.mean(accs))
+
+
+def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
+                    on: str = "test", n_shuffles: int = 16) -> dict[str, float]:
+    """Top-PC probe, full probe, and the two controls on one split."""
+    y = np.asarray(y)
+    rows = split.test if on == "test" else split.dev
+    n_classes = len(np.unique(y))
+    test_y = y[rows]
+    majority = float(np.bincount(np.searchsorted(np.unique(y), test_y)).max() / len(test_y))
+    return {
+        "acc_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, on=on),
+        "acc_full": probe_accuracy(X, y, split, "full", n_pc, seed, on=on),
+        "acc_shuffle_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, True, on, n_shuffles),
+        "acc_shuffle_full": probe_accuracy(X, y, split, "full", n_pc, seed, True, on,
+                                           n_shuffles),
+        "acc_random_dir": probe_accuracy(X, y, split, "random", n_pc, seed, on=on),
+        "chance": 1.0 / n_classes,
+        "majority": majority,
+        "n_train": int(len(split.train)),
+        "n_test": int(len(rows)),
+    }
+
+
+def probe_layers(vectors: np.ndarray, y, split: Split, layer_names: Sequence[str],
+                 n_pc: int = 3, seed: int = 0, on: str = "test",
+                 controls: bool = True) -> list[dict[str, Any]]:
+    """One row per boundary: probes (and controls) on ``vectors[:, b]`` (N, B, d)."""
+    rows = []
+    for b, name in enumerate(layer_names):
+        X = vectors[:, b]
+        if controls:
+            r = evaluate_probes(X, y, split, n_pc, seed, on)
+        else:
+            r = {"acc_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, on=on)}
+        rows.append({"boundary": b, "hook": name, **r})
+    return rows
+
+
+def choose_boundary(rows: Sequence[dict[str, Any]], metric: str = "acc_pc") -> int:
+    """Boundary with the best ``metric`` (ties: the earliest), from rows scored on a dev set."""
+    check(len(rows) > 0, "rows", rows, "at least one boundary row")
+    vals = [r[metric] for r in rows]
+    return int(rows[int(np.argmax(vals))]["boundary"])
+
+
+def wilson_ci(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion k/n."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -1,0 +1,424 @@
+"""Task vectors: the residual stream at the query position, at every layer boundary.
+
+For an ICL prompt ``[BOS] s1 a1 [SEP] ... sK aK [SEP] sq`` the *task vector* (Hendel et al.)
+is the hidden state at the position that predicts the answer (the query subject ``sq``, the
+last token). We read it at every layer boundary of a HookedTransformer:
+
+    boundary 0      blocks.0.hook_resid_pre   (= hook_embed + hook_pos_embed)  # (B, T, d_model)
+    boundary l+1    blocks.{l}.hook_resid_post                                 # (B, T, d_model)
+
+so a model with ``n_layers`` layers has ``n_layers + 1`` boundaries. Extraction is one batched
+``run_with_cache`` per chunk of prompts with a names filter (only these hooks are stored).
+
+Geometry (all deterministic, numpy only on the quick path): PCA by SVD with a fixed sign
+convention, explained variance, participation ratio, number of components for 90% variance,
+within- vs between-type cosine similarity, silhouette, and the fraction of variance explained
+by the type (``type_variance_fraction``, the between-type share of the total variance; the
+scalar "separation" used by the K and ``lam`` sweeps). UMAP is optional (``umap_embed``) and
+never imported on the quick path.
+
+Causal check (``transplant_accuracy``): add the difference of mean task vectors (type ``l'``
+minus type ``l``; ``mode='add'``) or write the mean task vector of ``l'`` (``mode='replace'``)
+into a type-``l`` prompt at one layer boundary of the query position, and count how often
+the answer becomes the query subject's ``l'`` attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from mechinterp_icr.config import ConfigError, check, check_choice, check_range
+
+__all__ = [
+    "boundary_names", "boundary_labels", "TaskVectorSet", "extract_task_vectors",
+    "icl_task_vectors", "iter_checkpoint_task_vectors", "pca", "participation_ratio",
+    "n_components_for", "type_variance_fraction", "cosine_within_between", "silhouette",
+    "geometry", "umap_embed", "class_means", "transplant_accuracy", "prompt_keys",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Layer boundaries
+# --------------------------------------------------------------------------------------------
+def boundary_names(n_layers: int) -> list[str]:
+    """Hook names of the ``n_layers + 1`` residual-stream boundaries, embedding first."""
+    check_range("n_layers", n_layers, 1, 10_000, integer=True)
+    return ["blocks.0.hook_resid_pre"] + [f"blocks.{l}.hook_resid_post" for l in range(n_layers)]
+
+
+def boundary_labels(n_layers: int) -> list[str]:
+    """Readable names of the boundaries: ``embed``, ``L0``, ``L1``, ... (after block l)."""
+    return ["embed"] + [f"L{l}" for l in range(n_layers)]
+
+
+def prompt_keys(tokens: np.ndarray) -> np.ndarray:
+    """One integer id per distinct token sequence (identical prompts share an id)."""
+    tokens = np.ascontiguousarray(np.asarray(tokens))
+    _, inv = np.unique(tokens, axis=0, return_inverse=True)
+    return np.asarray(inv).reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Extraction
+# --------------------------------------------------------------------------------------------
+@dataclass
+class TaskVectorSet:
+    """Task vectors of N prompts at every boundary, with the labels of each prompt.
+
+    ``vectors[n, b]`` is the residual stream of prompt n at boundary b at its query position.
+    """
+
+    vectors: np.ndarray  # (N, n_boundaries, d_model) float32
+    layer_names: list[str]
+    types: np.ndarray  # (N,) attribute type of the prompt
+    query_subject: np.ndarray  # (N,) subject index of the query
+    demo_subjects: np.ndarray  # (N, K) subject indices of the demonstrations
+    answer: np.ndarray  # (N,) answer token id
+    pred: np.ndarray  # (N,) argmax token id of the model at the query position
+    tokens: np.ndarray  # (N, T) prompts (to detect duplicates across splits)
+    K: int = 0
+    checkpoint: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.vectors.shape[0])
+
+    @property
+    def n_boundaries(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def at(self, boundary: int | str) -> np.ndarray:
+        """(N, d_model) task vectors at one boundary (index or hook name)."""
+        if isinstance(boundary, str):
+            check(boundary in self.layer_names, "boundary", boundary,
+                  f"one of {self.layer_names}")
+            boundary = self.layer_names.index(boundary)
+        check_range("boundary", boundary, -self.n_boundaries, self.n_boundaries - 1,
+                    integer=True)
+        return self.vectors[:, boundary]
+
+    @property
+    def accuracy(self) -> float:
+        """Exact accuracy of the model's own answer at the query position."""
+        return float((self.pred == self.answer).mean()) if len(self) else float("nan")
+
+    def prompt_ids(self) -> np.ndarray:
+        return prompt_keys(self.tokens)
+
+    def subset(self, idx) -> "TaskVectorSet":
+        idx = np.asarray(idx)
+        return TaskVectorSet(self.vectors[idx], list(self.layer_names), self.types[idx],
+                             self.query_subject[idx], self.demo_subjects[idx], self.answer[idx],
+                             self.pred[idx], self.tokens[idx], self.K, self.checkpoint,
+                             dict(self.meta))
+
+    @staticmethod
+    def concat(sets: Sequence["TaskVectorSet"]) -> "TaskVectorSet":
+        check(len(sets) > 0, "sets", sets, "at least one TaskVectorSet")
+        T = max(s.tokens.shape[1] for s in sets)
+        toks = [np.pad(s.tokens, ((0, 0), (0, T - s.tokens.shape[1]))) for s in sets]
+        Kd = max(s.demo_subjects.shape[1] for s in sets)
+        demos = [np.pad(s.demo_subjects, ((0, 0), (0, Kd - s.demo_subjects.shape[1])),
+                        constant_values=-1) for s in sets]
+        return TaskVectorSet(
+            np.concatenate([s.vectors for s in sets]), list(sets[0].layer_names),
+            np.concatenate([s.types for s in sets]),
+            np.concatenate([s.query_subject for s in sets]), np.concatenate(demos),
+            np.concatenate([s.answer for s in sets]), np.concatenate([s.pred for s in sets]),
+            np.concatenate(toks), sets[0].K, sets[0].checkpoint, dict(sets[0].meta))
+
+
+@torch.no_grad()
+def extract_task_vectors(model, tokens: torch.Tensor, query_pos: torch.Tensor,
+                         names: Sequence[str] | None = None,
+                         batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Residual stream at ``query_pos`` for every hook in ``names`` (default: all boundaries).
+
+    Returns ``(vectors (N, len(names), d_model) float32, pred (N,) argmax token at query_pos)``.
+    One ``run_with_cache`` per chunk of ``batch_size`` prompts, caching only ``names``.
+    """
+    names = list(names or boundary_names(model.cfg.n_layers))
+    check(tokens.ndim == 2, "tokens", tuple(tokens.shape), "a (batch, pos) tensor")
+    check(query_pos.shape == (tokens.shape[0],), "query_pos", tuple(query_pos.shape),
+          f"shape ({tokens.shape[0]},), one position per prompt")
+    check(bool((query_pos >= 0).all() and (query_pos < tokens.shape[1]).all()), "query_pos",
+          "out of range", f"positions in [0, {tokens.shape[1] - 1}]")
+    name_set = set(names)
+    dev = next(model.parameters()).device
+    outs, preds = [], []
+    for i in range(0, tokens.shape[0], batch_size):
+        tok = tokens[i:i + batch_size].to(dev)  # (b, T)
+        qp = query_pos[i:i + batch_size].to(dev).long()  # (b,)
+        logits, cache = model.run_with_cache(tok, names_filter=lambda n: n in name_set)
+        rows = torch.arange(tok.shape[0], device=dev)
+        outs.append(torch.stack([cache[n][rows, qp] for n in names], dim=1).float().cpu())
+        preds.append(logits[rows, qp].argmax(-1).cpu())  # (b,)
+    return torch.cat(outs).numpy(), torch.cat(preds).numpy()
+
+
+def _sample_icl(task, rng, n, K, subjects, types, grammar):
+    kw = dict(K=K, subjects=subjects, grammar=grammar)
+    if types is not None:
+        kw["types"] = types
+    return task.sample_icl(rng, n, **kw)
+
+
+def icl_task_vectors(model, task, n: int, K: int | None = None, subjects=None, seed: int = 0,
+                     types=None, grammar: bool = False, batch_size: int = 512,
+                     checkpoint: str = "") -> TaskVectorSet:
+    """Task vectors of ``n`` fresh ICL prompts of ``task`` (all types unless ``types``).
+
+    ``subjects`` restricts demos and query (e.g. ``task.heldout_subjects``); the prompts are
+    a pure function of ``seed``, so two checkpoints see the same prompts.
+    """
+    check_range("n", n, 1, 10_000_000, integer=True)
+    rng = np.random.default_rng([int(seed), 0x7A5C])
+    b = _sample_icl(task, rng, n, K, subjects, types, grammar)
+    meta = b.meta
+    qp = torch.as_tensor(meta["query_pos"]).long()
+    vecs, pred = extract_task_vectors(model, b.tokens, qp, batch_size=batch_size)
+    demos = torch.as_tensor(meta["demo_subjects"]).long().numpy()
+    if demos.ndim == 1:
+        demos = demos[:, None]
+    return TaskVectorSet(
+        vectors=vecs, layer_names=boundary_names(model.cfg.n_layers),
+        types=torch.as_tensor(meta["type"]).long().numpy(),
+        query_subject=torch.as_tensor(meta["query_subject"]).long().numpy(),
+        demo_subjects=demos, answer=torch.as_tensor(meta["answer"]).long().numpy(),
+        pred=pred, tokens=b.tokens.cpu().numpy(), K=int(K if K is not None else demos.shape[1]),
+        checkpoint=checkpoint, meta={"grammar": grammar, "seed": seed})
+
+
+def iter_checkpoint_task_vectors(run, selection: str, n: int, K: int | None = None,
+                                 subjects: str | Sequence[int] = "heldout", seed: int = 0,
+                                 grammar: bool = False) -> Iterator[tuple[Any, TaskVectorSet]]:
+    """(checkpoint, TaskVectorSet) for every checkpoint of ``run`` in ``selection``.
+
+    ``subjects``: ``heldout``, ``finetune``, ``all`` or explicit subject indices. The same
+    prompts (same seed) are used at every checkpoint.
+    """
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    _, task, build = load_run_model(run)
+    subj = resolve_subjects(task, subjects)
+    for ck, model in run.iter_models(selection, build):
+        yield ck, icl_task_vectors(model, task, n, K=K, subjects=subj, seed=seed,
+                                   grammar=grammar, checkpoint=ck.name)
+
+
+def resolve_subjects(task, subjects):
+    if isinstance(subjects, str):
+        check_choice("subjects", subjects, ["heldout", "finetune", "all"])
+        if subjects == "heldout":
+            return np.asarray(task.heldout_subjects)
+        if subjects == "finetune":
+            return np.asarray(task.finetune_subjects)
+        return None
+    return None if subjects is None else np.asarray(subjects)
+
+
+# --------------------------------------------------------------------------------------------
+# Geometry
+# --------------------------------------------------------------------------------------------
+def _as2d(X) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    check(X.ndim == 2 and X.shape[0] >= 2, "X", X.shape, "an (n >= 2, d) array")
+    return X
+
+
+@dataclass
+class PCA:
+    """Deterministic PCA by SVD: components' signs fixed so the largest |loading| is positive."""
+
+    mean: np.ndarray  # (d,)
+    components: np.ndarray  # (k, d) orthonormal rows
+    explained_variance: np.ndarray  # (k,)
+    explained_variance_ratio: np.ndarray  # (k,)
+
+    def transform(self, X) -> np.ndarray:
+        return (np.asarray(X, dtype=np.float64) - self.mean) @ self.components.T
+
+
+def pca(X, k: int | None = None) -> PCA:
+    """PCA of the rows of X (centred); ``k`` components (default all)."""
+    X = _as2d(X)
+    mean = X.mean(0)
+    Xc = X - mean
+    _, s, vt = np.linalg.svd(Xc, full_matrices=False)
+    var = s ** 2 / max(1, X.shape[0] - 1)
+    total = var.sum()
+    k = len(s) if k is None else int(k)
+    check_range("k", k, 1, len(s), integer=True)
+    comps = vt[:k].copy()
+    idx = np.abs(comps).argmax(1)
+    signs = np.sign(comps[np.arange(k), idx])
+    signs[signs == 0] = 1.0
+    comps *= signs[:, None]
+    ratio = var[:k] / total if total > 0 else np.zeros(k)
+    return PCA(mean, comps, var[:k], ratio)
+
+
+def participation_ratio(X) -> float:
+    """(sum lambda)^2 / sum lambda^2 over the covariance eigenvalues: effective dimension."""
+    X = _as2d(X)
+    s = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    lam = s ** 2
+    denom = float((lam ** 2).sum())
+    return float(lam.sum() ** 2 / denom) if denom > 0 else 0.0
+
+
+def n_components_for(X, fraction: float = 0.9) -> int:
+    """Smallest number of principal components explaining at least ``fraction`` of variance."""
+    check_range("fraction", fraction, 0, 1, lo_open=True)
+    X = _as2d(X)
+    s = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    lam = s ** 2
+    if lam.sum() <= 0:
+        return 0
+    cum = np.cumsum(lam) / lam.sum()
+    return int(np.searchsorted(cum, fraction - 1e-12) + 1)
+
+
+def class_means(X, labels) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, means (n_classes, d))."""
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    return classes, np.stack([X[labels == c].mean(0) for c in classes])
+
+
+def type_variance_fraction(X, labels) -> float:
+    """Share of the total variance explained by the class means (eta squared), in [0, 1]."""
+    X = _as2d(X)
+    labels = np.asarray(labels)
+    mu = X.mean(0)
+    total = float(((X - mu) ** 2).sum())
+    if total <= 0:
+        return 0.0
+    between = 0.0
+    for c in np.unique(labels):
+        m = labels == c
+        between += m.sum() * float(((X[m].mean(0) - mu) ** 2).sum())
+    return between / total
+
+
+def cosine_within_between(X, labels, center: bool = True, max_n: int = 2000,
+                          seed: int = 0) -> dict[str, float]:
+    """Mean pairwise cosine similarity within a type and between types (pairs i != j).
+
+    With ``center`` the global mean is removed first (otherwise a shared offset makes every
+    pair similar). Above ``max_n`` rows a fixed random subset is used.
+    """
+    X = _as2d(X)
+    labels = np.asarray(labels)
+    if X.shape[0] > max_n:
+        idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], max_n, replace=False))
+        X, labels = X[idx], labels[idx]
+    if center:
+        X = X - X.mean(0)
+    nrm = np.linalg.norm(X, axis=1, keepdims=True)
+    U = X / np.where(nrm > 0, nrm, 1.0)
+    S = U @ U.T
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(len(labels), dtype=bool)
+    w = S[same & off]
+    b = S[~same]
+    within = float(w.mean()) if w.size else float("nan")
+    between = float(b.mean()) if b.size else float("nan")
+    return {"cos_within": within, "cos_between": between, "cos_gap": within - between}
+
+
+def silhouette(X, labels, max_n: int = 2000, seed: int = 0) -> float:
+    """Euclidean silhouette score (sklearn) on at most ``max_n`` rows; nan for < 2 classes."""
+    from sklearn.metrics import silhouette_score
+
+    X = _as2d(X)
+    labels = np.asarray(labels)
+    if len(np.unique(labels)) < 2:
+        return float("nan")
+    if X.shape[0] > max_n:
+        idx = np.sort(np.random.default_rng(seed).choice(X.shape[0], max_n, replace=False))
+        X, labels = X[idx], labels[idx]
+    return float(silhouette_score(X, labels))
+
+
+def geometry(X, labels, n_pc: int = 3) -> dict[str, float]:
+    """All separation / dimension numbers of one (N, d) set of task vectors."""
+    X = _as2d(X)
+    p = pca(X, min(n_pc, min(X.shape)))
+    Z = p.transform(X)
+    return {
+        "type_variance_fraction": type_variance_fraction(X, labels),
+        "type_variance_fraction_pc": type_variance_fraction(Z, labels),
+        "silhouette": silhouette(X, labels),
+        "silhouette_pc": silhouette(Z, labels),
+        **cosine_within_between(X, labels),
+        "participation_ratio": participation_ratio(X),
+        "n_components_90": n_components_for(X, 0.9),
+        "top_pc_variance": float(p.explained_variance_ratio.sum()),
+    }
+
+
+def umap_embed(X, n_components: int = 2, seed: int = 0, **kwargs) -> np.ndarray:
+    """Optional UMAP view (slow first call: numba compilation). Not used on the quick path."""
+    try:
+        import umap  # noqa: WPS433
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ConfigError("umap = 'requested' is not allowed here; expected umap-learn to be "
+                          f"installed ({e}); use PCA (the default)") from None
+    reducer = umap.UMAP(n_components=n_components, random_state=seed, **kwargs)
+    return np.asarray(reducer.fit_transform(np.asarray(X, dtype=np.float32)))
+
+
+# --------------------------------------------------------------------------------------------
+# Causal check: transplant a mean task vector
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def transplant_accuracy(model, tokens: torch.Tensor, query_pos: torch.Tensor,
+                        source_types: np.ndarray, target_types: np.ndarray,
+                        target_answers: np.ndarray, means: np.ndarray, hook_name: str,
+                        mode: str = "add", scale: float = 1.0, original_answers=None,
+                        batch_size: int = 512) -> dict[str, float]:
+    """Patch the query-position residual at ``hook_name`` towards type ``target_types``.
+
+    ``means`` is (n_types, d_model), the mean task vector per type at ``hook_name``.
+    ``mode='add'`` adds ``scale * (means[t'] - means[t])`` (t = the prompt's own type),
+    ``mode='replace'`` writes ``means[t']``. Returns the fraction of prompts whose answer
+    becomes ``target_answers`` (the query subject's attribute of type t') and, when
+    ``original_answers`` is given, the fraction that keep their original answer.
+    """
+    check_choice("mode", mode, ["add", "replace"])
+    dev = next(model.parameters()).device
+    means_t = torch.as_tensor(np.asarray(means), dtype=torch.float32, device=dev)
+    hits, keeps, n = 0, 0, 0
+    for i in range(0, tokens.shape[0], batch_size):
+        tok = tokens[i:i + batch_size].to(dev)
+        qp = torch.as_tensor(query_pos[i:i + batch_size]).long().to(dev)
+        src = torch.as_tensor(source_types[i:i + batch_size]).long().to(dev)
+        tgt = torch.as_tensor(target_types[i:i + batch_size]).long().to(dev)
+        rows = torch.arange(tok.shape[0], device=dev)
+
+        def hook(resid, hook):  # resid (b, T, d_model)
+            resid = resid.clone()
+            if mode == "add":
+                resid[rows, qp] += scale * (means_t[tgt] - means_t[src])
+            else:
+                resid[rows, qp] = means_t[tgt]
+            return resid
+
+        logits = model.run_with_hooks(tok, fwd_hooks=[(hook_name, hook)])
+        pred = logits[rows, qp].argmax(-1).cpu().numpy()
+        hits += int((pred == np.asarray(target_answers[i:i + batch_size])).sum())
+        if original_answers is not None:
+            keeps += int((pred == np.asarray(original_answers[i:i + batch_size])).sum())
+        n += tok.shape[0]
+    out = {"transplant_success": hits / max(1, n), "n": n}
+    if original_answers is not None:
+        out["kept_original"] = keeps / max(1, n)
+    return out
