@@ -8,9 +8,9 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -66,7 +66,7 @@ def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase
 
     Re-running the same command resumes from the last checkpoint.
     """
-    from mechinterp_icr.pipeline import train_single_phase, resolve_run_config
+    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
 
     try:
         cfg = resolve_run_config(task_kind, seed, list(overrides), name=Path(out).name)
@@ -155,28 +155,31 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
         seed_list = _seeds(seeds)
     except ConfigError as e:
         _fail(str(e))
+    from mechinterp_icr.experiments.runner import run_target, validate_target
+    from mechinterp_icr.viz.report import write_report
+
     targets = REPRODUCE_TARGETS if target == "all" else (target,)
     out_dir = Path(out)
     for t in targets:
-        mod = importlib.import_module(f"mechinterp_icr.experiments.{t}")
         try:
-            mod.validate(profile, seed_list, list(overrides))
+            validate_target(t, profile, seed_list, list(overrides))
         except ConfigError as e:
             _fail(str(e))
+    if target == "all" and (out_dir / "summary.json").exists():
+        (out_dir / "summary.json").unlink()  # a full run starts a fresh summary
+    t0 = time.perf_counter()
     for t in targets:
-        mod = importlib.import_module(f"mechinterp_icr.experiments.{t}")
-        summary = mod.reproduce(profile, out_dir, seed_list, list(overrides))
-        summary.write(out_dir)
+        run_target(t, profile, out_dir, seed_list, list(overrides))
     data = json.loads((out_dir / "summary.json").read_text())
-    if target == "all":
-        try:
-            from mechinterp_icr.viz.report import write_report
-        except ImportError:
-            write_report = None
-        if write_report is not None:
-            click.echo(f"report: {write_report(out_dir)}")
+    report = write_report(out_dir)
     click.echo("\n" + format_claim_table(data["claims"]))
-    click.echo(f"\nsummary: {out_dir / 'summary.json'}")
+    click.echo("\nstage timings (s):")
+    for tname, stages in data.get("timings_by_target", {}).items():
+        for k, v in stages.items():
+            click.echo(f"  {tname:4} {k:40} {v:8.1f}")
+    click.echo(f"wall time {time.perf_counter() - t0:.1f}s; peak memory "
+               f"{data.get('peak_memory_mb', float('nan')):.0f} MiB")
+    click.echo(f"\nsummary: {out_dir / 'summary.json'}\nreport:  {report}")
 
 
 if __name__ == "__main__":  # pragma: no cover
