@@ -182,5 +182,29 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
     click.echo(f"\nsummary: {out_dir / 'summary.json'}\nreport:  {report}")
 
 
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--checkpoint", "checkpoint", default="last", show_default=True,
+              help="One checkpoint: last, phase:NAME:last, or a name like ft-icl-0000010.")
+@click.option("--prompt", default=None, help='Space-separated tokens, e.g. "[BOS] S1 A0_3 [SEP] S2".')
+@click.option("--example", type=int, default=None,
+              help="Index of a task example (CR: held-out ICL prompts) instead of --prompt.")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False),
+              help="HTML file to write (default RUN/analyses/views/<checkpoint>-<example>.html).")
+def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
+         out: str | None) -> None:
+    """Write an offline circuitsvis attention view of one checkpoint of RUN and print its path
+    (the JS bundle is written once next to it as circuitsvis.js; no network needed)."""
+    from mechinterp_icr.runs import RunError
+    from mechinterp_icr.training.checkpoint import CheckpointError
+    from mechinterp_icr.viz.views import view_run
+
+    try:
+        path = view_run(Path(run), checkpoint, prompt=prompt, example=example, out=out)
+    except (RunError, CheckpointError, ConfigError) as e:
+        _fail(str(e))
+    click.echo(str(path))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,146 @@
+"""Head roles by activation patching (CR-5).
+
+Prompt pairs that differ in one thing only (same demo subjects, same positions):
+
+- **type pairs**: the base prompt asks type ``l``; the source prompt has the same demo subjects
+  and query subject but demos of type ``l' != l``. Patching the Relation head's output from the
+  source into the base should move the answer to ``a_{l'}(s_q)``.
+- **subject pairs**: same demos and type, the source has another query subject ``s'`` (not among
+  the demos). Patching the Subject head should move the answer to ``a_l(s')``.
+
+In patching terms the source is ``clean`` (copied in) and the base is ``corrupted`` (patched).
+Metric: logit difference ``logit[target answer] - logit[base answer]`` at the query;
+``recovery`` is the normalised recovery (0 = base, 1 = source) and ``moved`` the share of
+examples whose argmax becomes the target answer. Each head is patched at all positions
+(``z``, TransformerLens ``attn_head_out_all_pos``) and at the query position only.
+A verdict names the head with the largest type-pair recovery as the Relation head and the
+head with the largest subject-pair recovery as the Subject head (``distinct`` says whether they
+differ), next to each head's attention masses on the demo attributes and the query subject.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mechinterp_icr.interp.attention import head_role_table
+from mechinterp_icr.interp.patching import (batched_activation_patch, logit_diff_metric,
+                                            normalised_recovery)
+
+__all__ = ["make_pairs", "pair_effects", "role_verdict", "roles_across_checkpoints"]
+
+
+def make_pairs(task, rng: np.random.Generator, n: int, kind: str, subjects=None, K=None):
+    """(base batch, source batch, target answers) for ``kind`` ``"type"`` or ``"subject"``."""
+    c = task.cfg
+    K = c.n_demos if K is None else K
+    subjects = task.heldout_subjects if subjects is None else np.asarray(subjects)
+    base = task.sample_icl(rng, n, K=K, subjects=subjects)
+    demos = base.meta["demo_subjects"].numpy()
+    q = base.meta["query_subject"].numpy()
+    types = base.meta["type"].numpy()
+    if kind == "type":
+        new_t = (types + rng.integers(1, c.n_types, size=n)) % c.n_types
+        src = task.sample_icl(rng, n, K=K, subjects=subjects, types=new_t, demo_subjects=demos,
+                              query_subjects=q)
+        target = task.answer_id(q, new_t)
+    elif kind == "subject":
+        new_q = np.empty(n, dtype=np.int64)
+        for b in range(n):
+            pool = np.setdiff1d(subjects, np.append(demos[b], q[b]))
+            new_q[b] = rng.choice(pool)
+        src = task.sample_icl(rng, n, K=K, subjects=subjects, types=types, demo_subjects=demos,
+                              query_subjects=new_q)
+        target = task.answer_id(new_q, types)
+    else:
+        raise ValueError(f"kind = {kind!r}; expected 'type' or 'subject'")
+    return base, src, torch.as_tensor(target)
+
+
+@torch.no_grad()
+def pair_effects(model, base, src, target) -> list[dict]:
+    """Per head: recovery and moved share, patched at all positions and at the query."""
+    qp = base.meta["query_pos"]
+    metric = logit_diff_metric(qp, target, base.meta["answer"])
+    dev = next(model.parameters()).device
+    btok, stok = base.tokens.to(dev), src.tokens.to(dev)
+    names = {f"blocks.{l}.attn.hook_z" for l in range(model.cfg.n_layers)}
+    _, cache = model.run_with_cache(stok, names_filter=lambda n: n in names)
+    v_base = float(metric(model(btok)))
+    v_src = float(metric(model(stok)))
+    allpos = batched_activation_patch(model, btok, cache, metric, "layer_head", "z")
+    # query-position cells: query_pos is the same for every row (same K, no grammar)
+    q = int(qp[0])
+    assert bool((qp == q).all()), "pairs must share the query position"
+    cells = [(l, q, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    atq = batched_activation_patch(model, btok, cache, metric, "layer_pos_head", "z",
+                                   cells=cells)
+
+    # moved share needs the argmax: one more batched pass per head (cheap)
+    def moved(layer, head, pos=None):
+        def hook(a, hook):
+            a = a.clone()
+            if pos is None:
+                a[:, :, head] = cache[hook.name][:, :, head]
+            else:
+                a[:, pos, head] = cache[hook.name][:, pos, head]
+            return a
+
+        lg = model.run_with_hooks(btok, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook)])
+        pred = lg[torch.arange(len(qp)), qp.to(dev)].argmax(-1).cpu()
+        return float((pred == target).float().mean())
+
+    rows = []
+    i = 0
+    for l in range(model.cfg.n_layers):
+        for h in range(model.cfg.n_heads):
+            rows.append({"layer": l, "head": h,
+                         "recovery_all_pos": float(normalised_recovery(float(allpos[l, h]),
+                                                                       v_src, v_base)),
+                         "recovery_query": float(normalised_recovery(float(atq[i]), v_src,
+                                                                     v_base)),
+                         "moved_all_pos": moved(l, h), "moved_query": moved(l, h, q),
+                         "metric_base": v_base, "metric_source": v_src})
+            i += 1
+    return rows
+
+
+@torch.no_grad()
+def role_verdict(model, task, seed: int = 0, n: int = 64, subjects=None) -> dict:
+    """Relation/Subject head verdict for one model (see module doc)."""
+    rng = np.random.default_rng([seed, 0x501E])
+    t_rows = pair_effects(model, *make_pairs(task, rng, n, "type", subjects))
+    s_rows = pair_effects(model, *make_pairs(task, rng, n, "subject", subjects))
+    att = head_role_table(model, task.sample_icl(rng, n, subjects=task.heldout_subjects
+                                                 if subjects is None else subjects))
+    heads = [f"L{r['layer']}H{r['head']}" for r in t_rows]
+    rel = int(np.argmax([r["recovery_all_pos"] for r in t_rows]))
+    sub = int(np.argmax([r["recovery_all_pos"] for r in s_rows]))
+    table = []
+    for i, name in enumerate(heads):
+        table.append({"head": name,
+                      "type_recovery": t_rows[i]["recovery_all_pos"],
+                      "type_recovery_query": t_rows[i]["recovery_query"],
+                      "type_moved": t_rows[i]["moved_all_pos"],
+                      "subject_recovery": s_rows[i]["recovery_all_pos"],
+                      "subject_recovery_query": s_rows[i]["recovery_query"],
+                      "subject_moved": s_rows[i]["moved_all_pos"],
+                      "attn_demo_attribute": att[i]["demo_attribute"],
+                      "attn_query_subject": att[i]["query_subject"],
+                      "attn_demo_subject": att[i]["demo_subject"]})
+    return {"relation_head": heads[rel], "subject_head": heads[sub], "distinct": rel != sub,
+            "relation_recovery": t_rows[rel]["recovery_all_pos"],
+            "relation_moved": t_rows[rel]["moved_all_pos"],
+            "subject_recovery": s_rows[sub]["recovery_all_pos"],
+            "subject_moved": s_rows[sub]["moved_all_pos"], "heads": table}
+
+
+def roles_across_checkpoints(run, selection: str, seed: int = 0, n: int = 64) -> list[dict]:
+    """``role_verdict`` for every selected checkpoint of a CR run (one model at a time)."""
+    from mechinterp_icr.interp.cache import map_checkpoints
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    rd = run if isinstance(run, RunDir) else RunDir(run)
+    _, task, _ = load_run_model(rd)
+    return map_checkpoints(rd, selection, lambda ck, m: role_verdict(m, task, seed, n))

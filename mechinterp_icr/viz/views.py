@@ -1,0 +1,143 @@
+"""Offline interactive attention views (circuitsvis).
+
+``str(view)`` / ``show_code()`` of circuitsvis load the JavaScript from a CDN and render blank
+offline. Here the bundled ``circuitsvis/dist/cdn/iife.js`` is written **once** per folder as
+``circuitsvis.js`` and every view references it relatively (``<script src="circuitsvis.js">``),
+then calls ``CircuitsVis.render`` with the props: no network, ~1.3 MB once instead of per view.
+Token strings are the task vocabulary's readable names (``S12``, ``A2_5``, ``[SEP]``, ...).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["BUNDLE_NAME", "bundle_source", "write_bundle", "attention_view_html",
+           "write_attention_view", "view_run"]
+
+BUNDLE_NAME = "circuitsvis.js"
+
+
+def bundle_source() -> str:
+    import circuitsvis
+
+    p = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+    text = p.read_text(encoding="utf-8")
+    # drop the source-map comment (the .map file is not copied)
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("//# sourceMappingURL"))
+
+
+def write_bundle(folder: str | Path) -> Path:
+    """Write ``circuitsvis.js`` into ``folder`` once (atomic)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / BUNDLE_NAME
+    if not target.exists():
+        tmp = folder / f".{BUNDLE_NAME}.tmp{os.getpid()}"
+        tmp.write_text(bundle_source(), encoding="utf-8")
+        os.replace(tmp, target)
+    return target
+
+
+def attention_view_html(tokens: Sequence[str], patterns, head_names: Sequence[str] | None = None,
+                        title: str = "attention", component: str = "AttentionHeads",
+                        notes: str = "") -> str:
+    """A full HTML page rendering ``patterns`` (heads, T, T) over ``tokens``."""
+    pats = np.asarray(patterns.detach().cpu() if isinstance(patterns, torch.Tensor)
+                      else patterns, dtype=float)
+    props = {"attention": pats.round(5).tolist(), "tokens": [str(t) for t in tokens]}
+    if head_names is not None and component == "AttentionHeads":
+        props["headLabels"] = list(head_names)
+    div = f"circuits-vis-{uuid.uuid4().hex[:12]}"
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>
+<body style="font-family: sans-serif">
+<h3>{html.escape(title)}</h3>
+<p>{html.escape(notes)}</p>
+<div id="{div}" style="margin: 15px 0;"></div>
+<script src="{BUNDLE_NAME}"></script>
+<script>
+CircuitsVis.render("{div}", CircuitsVis.{component}, {json.dumps(props)});
+</script>
+</body></html>
+"""
+
+
+def write_attention_view(path: str | Path, tokens: Sequence[str], patterns,
+                         head_names: Sequence[str] | None = None, title: str = "attention",
+                         notes: str = "") -> Path:
+    path = Path(path)
+    write_bundle(path.parent)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(attention_view_html(tokens, patterns, head_names, title, notes=notes),
+                   encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _example_tokens(task, seed: int, n: int):
+    """Tokens (T,) of example ``n`` of the task's fixed view set (CR: held-out ICL prompts)."""
+    from mechinterp_icr.training.loop import batch_rng
+
+    rng = batch_rng(seed, "view", 0)
+    if hasattr(task, "sample_icl"):
+        b = task.sample_icl(rng, n + 1, subjects=getattr(task, "heldout_subjects", None))
+        qp = int(b.meta["query_pos"][n])
+        return b.tokens[n, :qp + 1]
+    b = task.sample(rng, n + 1, "eval")
+    return b.tokens[n]
+
+
+@torch.no_grad()
+def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = None,
+             example: int | None = None, out: str | Path | None = None) -> Path:
+    """Write the attention view of one checkpoint of ``run`` on a prompt or a task example."""
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir, RunError
+
+    rd = RunDir(run)
+    cfg, task, build = load_run_model(rd)
+    cks = rd.select(checkpoint)
+    if len(cks) != 1:
+        raise RunError(f"--checkpoint {checkpoint!r} selects {len(cks)} checkpoints; "
+                       "expected exactly one (e.g. last, phase:NAME:last or a name)")
+    if prompt is not None and example is not None:
+        raise ConfigError("--prompt and --example are not allowed together; give one")
+    if prompt is not None:
+        try:
+            ids = task.vocab.encode(prompt)
+        except ValueError as e:
+            raise ConfigError(f"--prompt = {prompt!r} is not allowed: {e}") from None
+        toks = torch.tensor(ids, dtype=torch.long)
+        label = "prompt"
+    else:
+        n = 0 if example is None else int(example)
+        if n < 0:
+            raise ConfigError(f"--example = {n} is not allowed; expected an integer >= 0")
+        toks = _example_tokens(task, cfg.seed, n)
+        label = f"example{n}"
+    if toks.numel() > cfg.model.n_ctx:
+        raise ConfigError(f"--prompt has {toks.numel()} tokens; expected at most "
+                          f"model.n_ctx = {cfg.model.n_ctx}")
+    ck = cks[0]
+    ((ck, model),) = list(rd.iter_models(ck.name, build))
+    dev = next(model.parameters()).device
+    logits, cache = model.run_with_cache(toks[None].to(dev),
+                                         names_filter=lambda n: n.endswith("hook_pattern"))
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    pats = torch.cat([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(L)], 0)
+    names = [f"L{l}H{h}" for l in range(L) for h in range(H)]
+    tok_str = task.vocab.tokens(toks.tolist())
+    pred = task.vocab.tokens([int(logits[0, -1].argmax())])[0]
+    out = Path(out) if out is not None else rd.analyses_dir / "views" / f"{ck.name}-{label}.html"
+    notes = f"run {rd.path}, checkpoint {ck.name}; prediction at the last position: {pred}"
+    return write_attention_view(out, tok_str, pats, names, title=f"{ck.name}: {label}",
+                                notes=notes)
