@@ -1,0 +1,68 @@
+"""Task vectors and type probes for the checkpoints of a CR run directory.
+
+    python probes/task_vectors.py runs/cr/seed0 --checkpoints phase:pretrain:last,phase:ft-icl:last
+    python probes/task_vectors.py out/runs/cr/seed0 --checkpoints phase:ft-icl --quick --umap
+
+Prints, per checkpoint, the boundary chosen on the dev split and the test accuracy of the
+top-PC and full probes (and, unless --quick, transfer, label-shuffle and random-direction
+controls, type variance share). Writes RUN/analyses/task_vectors.json and a PCA (or UMAP)
+scatter. All computation lives in mechinterp_icr.experiments.cr_taskvec.
+"""
+
+import argparse
+import os
+import sys
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path, help="CR run directory (config.json + checkpoints/)")
+    ap.add_argument("--checkpoints", default="phase:pretrain:last,phase:ft-icl:last",
+                    help="all | last | phase:NAME | phase:NAME:last | steps:A-B | names, "
+                         "comma-separated")
+    ap.add_argument("--profile", default="quick", choices=["quick", "paper"])
+    ap.add_argument("--n", type=int, default=None, help="held-out prompts per checkpoint")
+    ap.add_argument("--n-pc", type=int, default=None, help="principal components of the probe")
+    ap.add_argument("--seed", type=int, default=0, help="seed of prompts and splits")
+    ap.add_argument("--quick", action="store_true", help="probes only (no controls/transfer)")
+    ap.add_argument("--k-sweep", action="store_true", help="also separation vs K")
+    ap.add_argument("--umap", action="store_true", help="UMAP view instead of PCA (slow)")
+    ap.add_argument("--out", type=Path, default=None, help="figure folder (RUN/analyses)")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.experiments import cr_taskvec as ct
+    from mechinterp_icr.runs import RunError
+    from mechinterp_icr.training.checkpoint import CheckpointError
+
+    torch.set_num_threads(1)
+    try:
+        P = ct.params_for(a.profile)
+        if a.n is not None:
+            P = replace(P, n_heldout=a.n)
+        if a.n_pc is not None:
+            P = replace(P, n_pc=a.n_pc)
+        res = ct.probe_run(a.run, a.checkpoints, P, a.seed, full=not a.quick, umap=a.umap,
+                           out_dir=a.out, with_k=a.k_sweep)
+    except (ConfigError, RunError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.k_sweep:
+        for r in res["rows"]:
+            print(r["checkpoint"], " ".join(f"K={k['K']}:{k['type_variance_fraction']:.3f}"
+                                            for k in r["k_sweep"]))
+    print(f"wrote {Path(res['figures']['html']).parent / 'task_vectors.json'} and "
+          f"{res['figures']['html']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""CR-4 end to end on a tiny CR run: the claim, its per-seed metrics, tables and figures."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig
+from mechinterp_icr.experiments import cr_taskvec as ct
+from mechinterp_icr.experiments.summary import Summary
+from mechinterp_icr.interp import probes as pr
+
+TINY = ct.TaskvecParams(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
+                        ks=(1, 2, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
+                        lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30, lam_ft_steps=10,
+                        curve_max_checkpoints=2)
+
+
+def _base(seed=0):
+    from mechinterp_icr.tasks.cr import CRTaskConfig
+
+    task = CRTaskConfig(n_subjects=16, n_grammar=4, n_types=2, n_values=4, n_demos=2,
+                        max_demos=3, n_tuples=2)
+    t = task.build(seed)
+    model = ModelConfig(n_layers=1, n_heads=1, d_model=16, d_head=16, d_mlp=32,
+                        d_vocab=t.d_vocab, n_ctx=t.n_ctx)
+    return RunConfig(name=f"seed{seed}", seed=seed, task=task, model=model)
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cr4")
+    P = replace(TINY, lam_d_model=16, lam_pt_steps=40, lam_ft_steps=12)
+    paths = [ct.train_lam_run(_base(s), 0.9, root / "runs" / "cr" / f"seed{s}", P)
+             for s in (0, 1)]
+    return root, paths
+
+
+def test_add_taskvec_claim_end_to_end(tiny_runs):
+    root, paths = tiny_runs
+    s = Summary("cr", "quick", [0, 1])
+    ct.add_taskvec_claim(s, root, paths, [0, 1], "quick", params=TINY, log=None)
+    c = s.claims["CR-4"].to_dict()
+    assert c["metric"] == "ft_acc_pc" and c["threshold"]["value"] == 0.95
+    assert set(c["per_seed"]) == {"0", "1"}
+    m = c["per_seed"]["0"]
+    for k in ("ft_acc_pc", "ft_transfer_acc_pc", "pt_acc_pc", "ft_shuffle_pc",
+              "ft_random_dir", "ft_rho_k", "ft_rho_lam", "ft_transplant_success"):
+        assert k in m, k
+    assert 0.0 <= m["ft_acc_pc"] <= 1.0
+    assert "ft_rho_lam" not in c["per_seed"]["1"]  # lam sweep on the first seed only
+    assert any("transfer" in k for k in c["extra_checks"])
+    assert any("label-shuffle" in k for k in c["extra_checks"])
+    assert any("lam" in k for k in c["extra_checks"])
+    for stem in ("cr4_pca_scatter", "cr4_separation_vs_k", "cr4_separation_vs_lam",
+                 "cr4_probe_layers"):
+        assert (root / "figures" / f"{stem}.html").exists(), stem
+    assert (root / "runs" / "cr-taskvec" / "lam0" / "seed0" / "config.json").exists()
+    saved = json.loads((paths[0] / "analyses" / "taskvec.json").read_text())
+    assert saved["phases"]["ft-icl"]["split_sizes"]["test"] > 0
+    assert {r["K"] for r in s.tables["cr4_k_sweep"]} == {1, 2, 3}
+    # the summary is JSON-serialisable
+    out = s.write(root)
+    assert json.loads(out.read_text())["claims"]["CR-4"]["n_seeds"] == 2
+
+
+def test_missing_runs_are_skipped_or_reported(tiny_runs, tmp_path):
+    root, paths = tiny_runs
+    s = Summary("cr", "quick", [0, 7])
+    small = replace(TINY, lams=(), curve_max_checkpoints=1)
+    ct.add_taskvec_claim(s, tmp_path, paths[:1], [0, 7], "quick", params=small, log=None)
+    c = s.claims["CR-4"]
+    assert set(c.per_seed) == {"0"} and "[7]" in c.notes
+    s2 = Summary("cr", "quick", [5])
+    ct.add_taskvec_claim(s2, tmp_path, [], [5], "quick", params=small, log=None)
+    assert s2.claims["CR-4"].to_dict()["holds"] is False
+    with pytest.raises(ConfigError, match="--profile"):
+        ct.params_for("huge")
+
+
+def test_real_task_splits_do_not_leak(tiny_runs):
+    from mechinterp_icr.interp import taskvec as tv
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    _, paths = tiny_runs
+    run = RunDir(paths[0])
+    _, task, build = load_run_model(run)
+    ck, model = next(run.iter_models("phase:ft-icl:last", build))
+    F = tv.icl_task_vectors(model, task, 100, subjects=task.finetune_subjects, seed=1)
+    H = tv.icl_task_vectors(model, task, 100, subjects=task.heldout_subjects, seed=2)
+    T = tv.TaskVectorSet.concat([F, H])
+    S = np.concatenate([T.query_subject[:, None], T.demo_subjects], 1)
+    pr.split_from_sets(100, 100, T.prompt_ids(), S)  # finetune vs held-out subjects: no leak
+    with pytest.raises(pr.ProbeLeakError):  # the same subjects on both sides: a leak
+        G = tv.icl_task_vectors(model, task, 100, subjects=task.finetune_subjects, seed=3)
+        T2 = tv.TaskVectorSet.concat([F, G])
+        S2 = np.concatenate([T2.query_subject[:, None], T2.demo_subjects], 1)
+        pr.split_from_sets(100, 100, T2.prompt_ids(), S2)
