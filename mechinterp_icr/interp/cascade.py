@@ -153,6 +153,7 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
         "sim_relation_ov": sim[rel]["sim_relation_ov"],
         "sim_subject_ov": sim[sub]["sim_subject_ov"],
         "seconds": res.seconds,
+        "model": model,
     }
 
 

@@ -90,6 +90,17 @@ def pair_effects(model, base, src, target) -> list[dict]:
         pred = lg[torch.arange(len(qp)), qp.to(dev)].argmax(-1).cpu()
         return float((pred == target).float().mean())
 
+    # non-head components at the query position (where does the information enter?)
+    comp = {}
+    rp = batched_activation_patch(model, btok, _ensure(model, stok, cache, "resid_pre"), metric,
+                                  "layer_pos", "resid_pre", cells=[(0, q)])
+    comp["resid_pre0@query"] = float(normalised_recovery(float(rp[0]), v_src, v_base))
+    if not model.cfg.attn_only:
+        mc = _ensure(model, stok, cache, "mlp_out")
+        mo = batched_activation_patch(model, btok, mc, metric, "layer_pos", "mlp_out",
+                                      cells=[(l, q) for l in range(model.cfg.n_layers)])
+        for l in range(model.cfg.n_layers):
+            comp[f"mlp{l}@query"] = float(normalised_recovery(float(mo[l]), v_src, v_base))
     rows = []
     i = 0
     for l in range(model.cfg.n_layers):
@@ -100,9 +111,21 @@ def pair_effects(model, base, src, target) -> list[dict]:
                          "recovery_query": float(normalised_recovery(float(atq[i]), v_src,
                                                                      v_base)),
                          "moved_all_pos": moved(l, h), "moved_query": moved(l, h, q),
-                         "metric_base": v_base, "metric_source": v_src})
+                         "metric_base": v_base, "metric_source": v_src,
+                         "components": comp})
             i += 1
     return rows
+
+
+def _ensure(model, stok, cache, act: str) -> dict:
+    """``cache`` extended with the source run's ``act`` activations (all layers)."""
+    names = {f"blocks.{l}.hook_{act}" for l in range(model.cfg.n_layers)}
+    if all(n in cache for n in names):
+        return cache
+    _, extra = model.run_with_cache(stok, names_filter=lambda n: n in names)
+    merged = dict(cache.items())
+    merged.update(dict(extra.items()))
+    return merged
 
 
 @torch.no_grad()
@@ -132,7 +155,9 @@ def role_verdict(model, task, seed: int = 0, n: int = 64, subjects=None) -> dict
             "relation_recovery": t_rows[rel]["recovery_all_pos"],
             "relation_moved": t_rows[rel]["moved_all_pos"],
             "subject_recovery": s_rows[sub]["recovery_all_pos"],
-            "subject_moved": s_rows[sub]["moved_all_pos"], "heads": table}
+            "subject_moved": s_rows[sub]["moved_all_pos"], "heads": table,
+            "components_type": t_rows[0]["components"],
+            "components_subject": s_rows[0]["components"]}
 
 
 def roles_across_checkpoints(run, selection: str, seed: int = 0, n: int = 64) -> list[dict]:
