@@ -1,0 +1,458 @@
+"""The IR model: 1 layer, 1 head, then an associative-memory MLP over (s, r, a) triples.
+
+Residual stream, in blocks (``IRLayout``)::
+
+    [ tok (d_e) | type (3) | copy (d_e) | pos (T) | out (V) ]
+
+- ``tok``: the token's embedding ``E[x]`` (one-hot, ``d_e = V``, or random unit vectors of a
+  smaller width ``d_e``); ``type``: one-hot subject / relation / answer; ``pos``: one-hot
+  position. All embeddings are fixed.
+- Attention: ``W_Q`` maps the ``pos`` block to head dims ``0..T-1`` as ``sqrt(d_head) * I`` and
+  ``W_K``'s ``pos`` rows hold ``B^T``, so the score from query position t to key j is exactly
+  ``B[t, j]``: ``B`` is the position-position block of ``W_KQ`` (the theory parameter; ``B = 0``
+  is uniform causal attention). ``W_V``/``W_O`` copy the ``tok`` block into the ``copy`` block.
+- MLP (TransformerLens ``act_fn="relu2"``, i.e. ``relu(x)^2``: convex above the threshold):
+  per triple (s, r, a) one *relation unit* ``lam2 * relu(<E_s + E_a, copy> - theta_rel -
+  G [type != subject])^2`` writing to the logit of r, and one *answer unit*
+  ``lam2 * relu(<E_s, copy> + <E_r, tok> - theta_ans - G [type != relation])^2`` writing to
+  the logit of a. Both write into the ``out`` block, which the unembedding reads as ``I / T``
+  (T the decoding temperature). The math is in docs/ir.md.
+
+:class:`FastIR` computes the same function without the dense matrices (gathers over the
+triples); tests prove it equal to the HookedTransformer in logits and gradients. The
+HookedTransformer is built only through :func:`mechinterp_icr.models.factory.build_model`.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mechinterp_icr.config import ModelConfig, check, check_choice, check_range
+from mechinterp_icr.models.factory import build_model
+from mechinterp_icr.tasks.ir import ANS, REL, SUBJ, IRTask
+
+__all__ = ["IRModelSpec", "IRLayout", "token_embeddings", "Memory", "constructed_memory",
+           "pretrain_memory", "ir_model_config", "build_ir_hooked", "FastIR",
+           "set_pos_block", "get_pos_block", "pos_block_mask", "ideal_pos_block",
+           "memory_retrieval"]
+
+
+@dataclass(frozen=True)
+class IRModelSpec:
+    embedding: str = "onehot"  # "onehot" | "random" (unit Gaussian rows of width d_embed)
+    d_embed: int = 0  # width of random embeddings (ignored for one-hot)
+    memory: str = "constructed"  # "constructed" | "pretrained"
+    theta_rel: float = 1.0 / 3.0
+    theta_ans: float = 1.1
+    gate: float = 10.0
+    lam2: float = 10.0
+    pretrain_hidden: int = 0  # pretrained memory width; 0 = 2 n R (one unit per triple, twice)
+    pretrain_steps: int = 1500
+    pretrain_lr: float = 3e-3
+    pretrain_batch: int = 512
+
+    def __post_init__(self) -> None:
+        check_choice("model.embedding", self.embedding, ["onehot", "random"])
+        check_range("model.d_embed", self.d_embed, 0, 1_000_000, integer=True)
+        check(self.embedding == "onehot" or self.d_embed >= 2, "model.d_embed", self.d_embed,
+              "an integer >= 2 when model.embedding = 'random'")
+        check_choice("model.memory", self.memory, ["constructed", "pretrained"])
+        check_range("model.theta_rel", self.theta_rel, 0, 2, lo_open=True)
+        check_range("model.theta_ans", self.theta_ans, 0, 3, lo_open=True)
+        check_range("model.gate", self.gate, 0, 1e4)
+        check_range("model.lam2", self.lam2, 0, 1e6, lo_open=True)
+        check_range("model.pretrain_hidden", self.pretrain_hidden, 0, 1_000_000, integer=True)
+        check_range("model.pretrain_steps", self.pretrain_steps, 0, 1_000_000, integer=True)
+        check_range("model.pretrain_lr", self.pretrain_lr, 0, 10, lo_open=True)
+        check_range("model.pretrain_batch", self.pretrain_batch, 1, 1_000_000, integer=True)
+
+
+class IRLayout:
+    """Block offsets of the residual stream."""
+
+    def __init__(self, V: int, T: int, d_e: int):
+        self.V, self.T, self.d_e = V, T, d_e
+        o = 0
+        self.tok = slice(o, o + d_e); o += d_e
+        self.type = slice(o, o + 3); o += 3
+        self.copy = slice(o, o + d_e); o += d_e
+        self.pos = slice(o, o + T); o += T
+        self.out = slice(o, o + V); o += V
+        self.d_model = o
+        self.d_head = max(T, d_e)
+
+
+def token_embeddings(task: IRTask, spec: IRModelSpec, seed: int) -> torch.Tensor:
+    """(V, d_e) float64: identity, or random unit-norm Gaussian rows."""
+    V = task.d_vocab
+    if spec.embedding == "onehot":
+        return torch.eye(V, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(int(seed) * 1000003 + zlib.crc32(b"ir-embed"))
+    E = torch.randn(V, spec.d_embed, generator=gen, dtype=torch.float64)
+    return E / E.norm(dim=1, keepdim=True)
+
+
+@dataclass
+class Memory:
+    """Dense MLP weights over the residual blocks (used for the pretrained memory, and as the
+    dense form of the constructed one). ``W_in`` (d_model, H), ``b_in`` (H,), ``W_out`` (H, V)
+    writing into the ``out`` block. ``kind`` is "constructed" or "pretrained"."""
+
+    kind: str
+    W_in: torch.Tensor
+    b_in: torch.Tensor
+    W_out: torch.Tensor
+
+
+def _triple_tokens(task: IRTask):
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    tr = torch.from_numpy(task.triples)
+    s_tok = tr[:, 0]
+    r_tok = n + tr[:, 1]
+    a_tok = n + R + tr[:, 2]
+    return s_tok, r_tok, a_tok
+
+
+def constructed_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor) -> Memory:
+    """Dense form of the constructed memory (relation units first, then answer units)."""
+    V, T, d_e = task.d_vocab, task.n_ctx, E.shape[1]
+    L = IRLayout(V, T, d_e)
+    s_tok, r_tok, a_tok = _triple_tokens(task)
+    nt = len(s_tok)
+    W_in = torch.zeros(L.d_model, 2 * nt, dtype=torch.float64)
+    b_in = torch.zeros(2 * nt, dtype=torch.float64)
+    W_out = torch.zeros(2 * nt, V, dtype=torch.float64)
+    rel, ans = slice(0, nt), slice(nt, 2 * nt)
+    W_in[L.copy, rel] = (E[s_tok] + E[a_tok]).T
+    W_in[L.type.start + REL, rel] = -spec.gate
+    W_in[L.type.start + ANS, rel] = -spec.gate
+    b_in[rel] = -spec.theta_rel
+    W_in[L.copy, ans] = E[s_tok].T
+    W_in[L.tok, ans] = E[r_tok].T
+    W_in[L.type.start + SUBJ, ans] = -spec.gate
+    W_in[L.type.start + ANS, ans] = -spec.gate
+    b_in[ans] = -spec.theta_ans
+    idx = torch.arange(nt)
+    W_out[idx, r_tok] = spec.lam2
+    W_out[nt + idx, a_tok] = spec.lam2
+    return Memory("constructed", W_in, b_in, W_out)
+
+
+def ir_model_config(task: IRTask, spec: IRModelSpec, d_mlp: int | None = None) -> ModelConfig:
+    V, T = task.d_vocab, task.n_ctx
+    d_e = V if spec.embedding == "onehot" else spec.d_embed
+    L = IRLayout(V, T, d_e)
+    if d_mlp is None:
+        d_mlp = 2 * len(task.triples) if spec.memory == "constructed" else \
+            (spec.pretrain_hidden or 2 * len(task.triples))
+    return ModelConfig(n_layers=1, n_heads=1, d_model=L.d_model, d_head=L.d_head, d_mlp=d_mlp,
+                       attn_only=False, normalization="none", act_fn="relu2",
+                       positional_embedding="standard", d_vocab=V, n_ctx=T)
+
+
+def pos_block_mask(model) -> dict[str, torch.Tensor]:
+    """Gradient mask making only the position-position block of W_KQ (W_K's pos rows, head
+    dims 0..T-1) trainable, for ``train_phase(..., grad_masks=...)``."""
+    T = model.cfg.n_ctx
+    L = _layout_of(model)
+    m = torch.zeros_like(model.blocks[0].attn.W_K)
+    m[0, L.pos, :T] = 1.0
+    return {"blocks.0.attn.W_K": m}
+
+
+def _layout_of(model) -> IRLayout:
+    c = model.cfg
+    d_e = (c.d_model - 3 - c.n_ctx - c.d_vocab) // 2
+    return IRLayout(c.d_vocab, c.n_ctx, d_e)
+
+
+@torch.no_grad()
+def set_pos_block(model, B: torch.Tensor) -> None:
+    """Write the position-position score block ``B[t, j]`` (query t, key j) into W_K."""
+    T = model.cfg.n_ctx
+    L = _layout_of(model)
+    model.blocks[0].attn.W_K[0, L.pos, :T] = B.T.to(model.blocks[0].attn.W_K)
+
+
+@torch.no_grad()
+def get_pos_block(model) -> torch.Tensor:
+    """Scores B[t, j] realised by the position rows of W_Q and W_K (general W_Q too)."""
+    L = _layout_of(model)
+    a = model.blocks[0].attn
+    q = a.W_Q[0, L.pos] + a.b_Q[0]  # (T, d_head)
+    k = a.W_K[0, L.pos] + a.b_K[0]
+    return (q @ k.T / a.attn_scale).double()
+
+
+@torch.no_grad()
+def build_ir_hooked(task: IRTask, spec: IRModelSpec, seed: int = 0,
+                    memory: Memory | None = None, B: torch.Tensor | None = None,
+                    E: torch.Tensor | None = None, device: str = "cpu",
+                    dtype: torch.dtype = torch.float32):
+    """The IR HookedTransformer (through ``build_model``) with the fixed embeddings, the copy
+    OV circuit, the given (default constructed) memory and position block ``B`` (default 0 =
+    uniform attention). Everything but the attention is frozen (requires_grad False).
+    ``dtype=torch.float64`` gives the exact double-precision model (used by the equality test)."""
+    E = token_embeddings(task, spec, seed) if E is None else E
+    memory = constructed_memory(task, spec, E) if memory is None else memory
+    cfg = ir_model_config(task, spec, d_mlp=memory.W_in.shape[1])
+    model = build_model(cfg, seed=seed, device=device)
+    if dtype != torch.float32:
+        model = model.to(dtype, print_details=False)
+    V, T, d_e = task.d_vocab, task.n_ctx, E.shape[1]
+    L = IRLayout(V, T, d_e)
+    for p in model.parameters():
+        p.zero_()
+    ty = torch.from_numpy(task.token_type)
+    W_E = torch.zeros(V, L.d_model, dtype=torch.float64)
+    W_E[:, L.tok] = E
+    W_E[torch.arange(V), L.type.start + ty] = 1.0
+    W_pos = torch.zeros(T, L.d_model, dtype=torch.float64)
+    W_pos[torch.arange(T), L.pos.start + torch.arange(T)] = 1.0
+    attn = model.blocks[0].attn
+    W_Q = torch.zeros_like(attn.W_Q, dtype=torch.float64)
+    W_Q[0, L.pos, :T] = math.sqrt(L.d_head) * torch.eye(T, dtype=torch.float64)
+    W_V = torch.zeros_like(attn.W_V, dtype=torch.float64)
+    W_V[0, L.tok, :d_e] = torch.eye(d_e, dtype=torch.float64)
+    W_O = torch.zeros_like(attn.W_O, dtype=torch.float64)
+    W_O[0, :d_e, L.copy] = torch.eye(d_e, dtype=torch.float64)
+    W_out = torch.zeros(memory.W_out.shape[0], L.d_model, dtype=torch.float64)
+    W_out[:, L.out] = memory.W_out
+    W_U = torch.zeros(L.d_model, V, dtype=torch.float64)
+    W_U[L.out, :] = torch.eye(V, dtype=torch.float64) / task.cfg.temperature
+    sets = {"embed.W_E": W_E, "pos_embed.W_pos": W_pos, "blocks.0.attn.W_Q": W_Q,
+            "blocks.0.attn.W_V": W_V, "blocks.0.attn.W_O": W_O,
+            "blocks.0.mlp.W_in": memory.W_in, "blocks.0.mlp.b_in": memory.b_in,
+            "blocks.0.mlp.W_out": W_out, "unembed.W_U": W_U}
+    params = dict(model.named_parameters())
+    for k, v in sets.items():
+        params[k].copy_(v.to(params[k]))
+    set_pos_block(model, torch.zeros(T, T) if B is None else B)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name.startswith("blocks.0.attn."))
+    model.eval()
+    return model
+
+
+def ideal_pos_block(T: int, K: int, a: float, big: float = 30.0) -> torch.Tensor:
+    """Scores giving the step-1 row (a, a, 1/2-a, 1/2-a, 0) (K=2; for K>2 equal pair masses)
+    and the step-2 row on s_q, up to exp(-big)."""
+    B = torch.zeros(T, T, dtype=torch.float64)
+    q1, q2 = 2 * K, 2 * K + 1
+    if K == 2:
+        w = torch.tensor([a, a, 0.5 - a, 0.5 - a], dtype=torch.float64)
+    else:
+        w = torch.full((2 * K,), 1.0 / (2 * K), dtype=torch.float64)
+    B[q1, : 2 * K] = torch.log(w)
+    B[q1, 2 * K] = -big
+    B[q2, :] = -big
+    B[q2, 2 * K] = 0.0
+    return B
+
+
+# --------------------------------------------------------------------------------------------
+# Fast exact implementation
+# --------------------------------------------------------------------------------------------
+class FastIR(torch.nn.Module):
+    """Exact functional form of the IR HookedTransformer with position-only attention.
+
+    ``forward(tokens, positions)`` returns logits (B, P, V) at the given positions (default all)
+    in float64. The only parameter is the position block ``B`` (T, T). The constructed memory
+    is evaluated by gathers over the triples (no dense d_model x H matrices), a dense memory
+    (pretrained) by block matmuls.
+    """
+
+    def __init__(self, task: IRTask, spec: IRModelSpec, seed: int = 0,
+                 memory: Memory | None = None, E: torch.Tensor | None = None):
+        super().__init__()
+        self.task, self.spec = task, spec
+        V, T = task.d_vocab, task.n_ctx
+        self.V, self.T = V, T
+        E = token_embeddings(task, spec, seed) if E is None else E
+        self.onehot = spec.embedding == "onehot"
+        self.register_buffer("E", E, persistent=False)
+        self.register_buffer("ttype", torch.from_numpy(task.token_type).long(), persistent=False)
+        s_tok, r_tok, a_tok = _triple_tokens(task)
+        self.register_buffer("s_tok", s_tok, persistent=False)
+        self.register_buffer("r_tok", r_tok, persistent=False)
+        self.register_buffer("a_tok", a_tok, persistent=False)
+        self.dense = memory is not None and memory.kind != "constructed"
+        if self.dense:
+            L = IRLayout(V, T, E.shape[1])
+            self.register_buffer("W_tok", memory.W_in[L.tok].clone(), persistent=False)
+            self.register_buffer("W_type", memory.W_in[L.type].clone(), persistent=False)
+            self.register_buffer("W_copy", memory.W_in[L.copy].clone(), persistent=False)
+            self.register_buffer("W_posm", memory.W_in[L.pos].clone(), persistent=False)
+            self.register_buffer("b_in", memory.b_in.clone(), persistent=False)
+            self.register_buffer("W_out", memory.W_out.clone(), persistent=False)
+        elif not self.onehot:
+            self.register_buffer("K_rel", (E[s_tok] + E[a_tok]).T.contiguous(), persistent=False)
+            self.register_buffer("K_s", E[s_tok].T.contiguous(), persistent=False)
+            self.register_buffer("K_r", E[r_tok].T.contiguous(), persistent=False)
+        self.B = torch.nn.Parameter(torch.zeros(T, T, dtype=torch.float64))
+
+    def attention(self, positions=None) -> torch.Tensor:
+        """(P, T) attention rows at ``positions`` (position-only, so shared by all sequences)."""
+        T = self.T
+        pos = torch.arange(T) if positions is None else torch.as_tensor(positions)
+        mask = torch.arange(T)[None, :] > pos[:, None]
+        scores = self.B[pos].masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1)
+
+    def forward(self, tokens: torch.Tensor, positions=None) -> torch.Tensor:
+        T, V = self.T, self.V
+        pos = torch.arange(T) if positions is None else torch.as_tensor(positions)
+        A = self.attention(pos)  # (P, T)
+        Bn = tokens.shape[0]
+        if self.onehot:
+            copy = torch.zeros(Bn, len(pos), V, dtype=A.dtype)
+            copy.scatter_add_(2, tokens[:, None, :].expand(Bn, len(pos), T).contiguous(),
+                              A[None].expand(Bn, -1, -1).contiguous())
+        else:
+            copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])  # (B, P, d_e)
+        cur = tokens[:, pos]  # (B, P)
+        return self.memory_out(copy, cur, pos)
+
+    def memory_out(self, copy: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
+        """Logits from the copy block ``copy`` (..., d_e), the current token ids ``cur`` (...)
+        and the positions ``pos`` (broadcast against ``cur``)."""
+        spec = self.spec
+        ty = self.ttype[cur]
+        pos = torch.as_tensor(pos)
+        if self.dense:
+            h = copy @ self.W_copy + self.E[cur] @ self.W_tok + self.W_type[ty] + \
+                self.W_posm[pos] + self.b_in
+            return F.relu(h).pow(2) @ self.W_out / self.task.cfg.temperature
+        if self.onehot:
+            rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
+            ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)
+        else:
+            rel_in = copy @ self.K_rel
+            ans_in = copy @ self.K_s + self.E[cur] @ self.K_r
+        g_rel = (spec.gate * (ty != SUBJ).to(copy.dtype))[..., None]
+        g_ans = (spec.gate * (ty != REL).to(copy.dtype))[..., None]
+        rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
+        ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
+        logits = torch.zeros(*cur.shape, self.V, dtype=copy.dtype)
+        d = logits.dim() - 1
+        logits = logits.index_add(d, self.r_tok, rel_act).index_add(d, self.a_tok, ans_act)
+        return logits * (spec.lam2 / self.task.cfg.temperature)
+
+
+# --------------------------------------------------------------------------------------------
+# Pretrained memory (IR-6)
+# --------------------------------------------------------------------------------------------
+def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B: int):
+    """Residual-stream inputs of triple completion: (s, a) -> r and (s, r) -> a, each mixed
+    with random distractor mass as attention would leave it."""
+    V, T = task.d_vocab, task.n_ctx
+    L = IRLayout(V, T, E.shape[1])
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    tr = task.triples[rng.integers(0, len(task.triples), B)]
+    s_tok, r_tok, a_tok = tr[:, 0], n + tr[:, 1], n + R + tr[:, 2]
+    x = torch.zeros(B, L.d_model, dtype=torch.float64)
+    half = B // 2
+    # relation completion at a subject position: copy = al (E_s + E_a) + rest on a random pair
+    al = torch.from_numpy(rng.uniform(0.25, 0.5, half))
+    o_s = torch.from_numpy(rng.integers(0, n, half))
+    o_a = torch.from_numpy(n + R + rng.integers(0, task.cfg.m, half))
+    q = torch.from_numpy(rng.integers(0, n, half))
+    x[:half, L.copy] = al[:, None] * (E[s_tok[:half]] + E[a_tok[:half]]) + \
+        ((1 - 2 * al) / 2)[:, None] * (E[o_s] + E[o_a])
+    x[:half, L.tok] = E[q]
+    x[:half, L.type.start + SUBJ] = 1.0
+    # answer completion at a relation position: copy = be E_s + rest on a random token
+    be = torch.from_numpy(rng.uniform(0.6, 1.0, B - half))
+    o = torch.from_numpy(rng.integers(0, V, B - half))
+    x[half:, L.copy] = be[:, None] * E[s_tok[half:]] + (1 - be)[:, None] * E[o]
+    x[half:, L.tok] = E[r_tok[half:]]
+    x[half:, L.type.start + REL] = 1.0
+    y = torch.from_numpy(np.concatenate([r_tok[:half], a_tok[half:]]))
+    return x, y
+
+
+def pretrain_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor, seed: int = 0,
+                    log: list | None = None) -> Memory:
+    """A relu^2 MLP trained (AdamW, float64) on triple completion, then returned frozen.
+
+    Inputs are residual vectors (tok, type and copy blocks; position and out blocks are not
+    read), targets the missing element of the triple; the loss is cross-entropy of
+    ``out / T`` over the whole vocabulary, as in finetuning.
+    """
+    V, T = task.d_vocab, task.n_ctx
+    L = IRLayout(V, T, E.shape[1])
+    H = spec.pretrain_hidden or 2 * len(task.triples)
+    gen = torch.Generator().manual_seed(int(seed) * 7919 + zlib.crc32(b"ir-pretrain"))
+    W_in = (torch.randn(L.d_model, H, generator=gen, dtype=torch.float64) /
+            math.sqrt(2 * E.shape[1]))
+    W_in[L.pos] = 0
+    W_in[L.out] = 0
+    W_in.requires_grad_(True)
+    b_in = torch.zeros(H, dtype=torch.float64, requires_grad=True)
+    W_out = (torch.randn(H, V, generator=gen, dtype=torch.float64) / math.sqrt(H))
+    W_out.requires_grad_(True)
+    read = torch.zeros(L.d_model, 1, dtype=torch.float64)
+    read[L.tok] = read[L.type] = read[L.copy] = 1.0
+    opt = torch.optim.AdamW([W_in, b_in, W_out], lr=spec.pretrain_lr, weight_decay=0.0)
+    rng = np.random.default_rng([int(seed), zlib.crc32(b"ir-pretrain-data")])
+    for step in range(spec.pretrain_steps):
+        x, y = _pretrain_inputs(task, E, rng, spec.pretrain_batch)
+        logits = F.relu(x @ (W_in * read) + b_in).pow(2) @ W_out / task.cfg.temperature
+        loss = F.cross_entropy(logits, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if log is not None and (step % 100 == 0 or step == spec.pretrain_steps - 1):
+            acc = float((logits.argmax(-1) == y).double().mean())
+            log.append({"step": step, "loss": float(loss), "acc": acc})
+    with torch.no_grad():
+        return Memory("pretrained", (W_in * read).detach().clone(), b_in.detach().clone(),
+                      W_out.detach().clone())
+
+
+@torch.no_grad()
+def memory_retrieval(task: IRTask, spec: IRModelSpec, memory: Memory | None,
+                     E: torch.Tensor) -> dict[str, Any]:
+    """IR-1 check of a memory on clean two-element queries over *every* triple.
+
+    relation: copy = (E_s + E_a)/4 (mass 1/4 on each, the symmetric point of the step-1 row)
+    at a subject position -> r (correct when r is among the maxima and every maximum is a
+    relation consistent with (s, a), i.e. up to ties with f(s, r') = a); answer: copy = E_s at
+    a relation position with tok = E_r -> a.
+    """
+    fast = FastIR(task, spec, memory=memory, E=E)
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    s_tok, r_tok, a_tok = _triple_tokens(task)
+    nt = len(s_tok)
+    f = torch.from_numpy(task.kb.f)
+    res = {}
+    for which in ("relation", "answer"):
+        correct = 0
+        for lo in range(0, nt, 1024):
+            sl = slice(lo, min(nt, lo + 1024))
+            k = sl.stop - sl.start
+            if which == "relation":
+                copy = (E[s_tok[sl]] + E[a_tok[sl]]) / 4
+                out = fast.memory_out(copy, s_tok[sl], torch.full((k,), task.step1_pos))
+            else:
+                copy = E[s_tok[sl]].clone()
+                out = fast.memory_out(copy, r_tok[sl], torch.full((k,), task.step2_pos))
+            if which == "relation":
+                mx = out.max(-1, keepdim=True).values
+                top = out >= mx - 1e-9 * mx.abs().clamp(min=1)
+                rel_top = top[:, n: n + R]
+                consistent = f[s_tok[sl]] == (a_tok[sl] - n - R)[:, None]  # (k, R)
+                ok = (top.sum(-1) == rel_top.sum(-1)) & ~(rel_top & ~consistent).any(-1) & \
+                    rel_top[torch.arange(k), r_tok[sl] - n]
+            else:
+                ok = out.argmax(-1) == a_tok[sl]
+            correct += int(ok.sum())
+        res[f"{which}_acc"] = correct / nt
+    return res
