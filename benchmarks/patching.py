@@ -1,7 +1,7 @@
 """Exact activation patching: batched engine vs TransformerLens's per-cell loop, and
 attribution patching vs exact, over a run's checkpoints, in one run.
 
-    python benchmarks/patching.py RUN [--checkpoints all] [--n 16] [--out result.json]
+    python benchmarks/patching.py RUN [--checkpoints all] [--n 16] [--K 8] [--out result.json]
 
 Without RUN a tiny induction model is trained into a temporary run directory first.
 Prints per-checkpoint times, the speed-up ratios, the max abs difference between the two
@@ -26,6 +26,8 @@ def main() -> None:
     ap.add_argument("run", nargs="?", default=None)
     ap.add_argument("--checkpoints", default="all")
     ap.add_argument("--n", type=int, default=16, help="prompt pairs per checkpoint")
+    ap.add_argument("--K", type=int, default=None, help="CR: demos per prompt (default "
+                    "max_demos, the longest prompt)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="write the result as JSON here")
     a = ap.parse_args()
@@ -42,7 +44,7 @@ def main() -> None:
             "train.checkpoint_every=50", "train.eval_every=0", "model.attn_only=true",
             "model.n_heads=2", "model.d_head=16", "model.d_model=32", "task.half_len=6"])
         train_single_phase(cfg, Path(run))
-    res = benchmark_patching(run, a.checkpoints, a.n)
+    res = benchmark_patching(run, a.checkpoints, a.n, K=a.K)
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=2))
 

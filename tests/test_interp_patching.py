@@ -110,3 +110,21 @@ def test_overwrite_attention_row_is_applied(trained):
     answers = clean[:, -1]
     _, acc = P.overwrite_attention_row(model, clean, 1, 0, T - 2, row, answers=answers)
     assert 0.0 <= acc <= 1.0
+
+
+def test_overwrite_rows_sweep_matches_manual(trained):
+    model, clean, corr, metric = trained
+    T = clean.shape[1]
+    rows = P.candidate_rows()
+    assert all(abs(r.sum() - 1.0) < 1e-9 for r in rows.values())
+    answers = clean[:, T - 1]
+    qp = T - 2
+    res = P.overwrite_rows_sweep(model, clean, 1, 0, qp, rows, answers)
+    assert set(res) == {"model", *rows}
+    # the "model" entry is the plain accuracy; an overwrite with the model's own row is a no-op
+    from mechinterp_icr.interp.attention import attention_row
+
+    own = attention_row(model, clean, 1, 0, qp)  # (B, T)
+    logits, acc = P.overwrite_attention_row(model, clean, 1, 0, qp, own, answers=answers)
+    assert torch.allclose(logits, model(clean), atol=1e-5)
+    assert abs(acc - res["model"]) < 1e-9

@@ -26,13 +26,16 @@ from mechinterp_icr.interp import patching as P
 __all__ = ["patching_prompts", "benchmark_patching"]
 
 
-def patching_prompts(task, n: int, seed: int = 0):
-    """(clean tokens, corrupted tokens, metric)."""
+def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
+    """(clean tokens, corrupted tokens, metric); CR prompts have ``K`` demos (default: the
+    task's ``max_demos``, the longest ICL prompt the model was built for)."""
     rng = np.random.default_rng([seed, 0xBE4C])
     if hasattr(task, "sample_icl"):
         from mechinterp_icr.interp.roles import make_pairs
 
-        base, src, target = make_pairs(task, rng, n, "type")
+        K = task.cfg.max_demos if K is None else K
+        K = min(K, len(task.heldout_subjects) - 2)
+        base, src, target = make_pairs(task, rng, n, "type", K=K)
         metric = P.logit_diff_metric(base.meta["query_pos"], target, base.meta["answer"])
         return src.tokens, base.tokens, metric
     a = task.sample(rng, n, "eval")
@@ -49,7 +52,7 @@ def _timed(fn):
 
 
 def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int = 4096,
-                       log=print) -> dict:
+                       log=print, K: int | None = None) -> dict:
     from scipy.stats import spearmanr
 
     from mechinterp_icr.pipeline import load_run_model
@@ -58,7 +61,8 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
     torch.set_grad_enabled(True)
     rd = run if isinstance(run, RunDir) else RunDir(run)
     cfg, task, build = load_run_model(rd)
-    clean, corr, metric = patching_prompts(task, n, cfg.seed)
+    clean, corr, metric = patching_prompts(task, n, cfg.seed, K)
+    log(f"{rd.path}: {n} prompt pairs of {clean.shape[1]} tokens")
     rows = []
     t_b = t_tl = t_attr = 0.0
     for ck, model in rd.iter_models(selection, build):
@@ -82,7 +86,8 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
         log(f"{ck.name:24s} cells {ours.numel():4d}  batched {tb:7.3f}s  TL {tt:7.3f}s  "
             f"attribution {ta:7.3f}s  max|diff| {diff:.2e}  spearman {rho:.3f}")
     rhos = [r["spearman"] for r in rows if not np.isnan(r["spearman"])]
-    res = {"run": str(rd.path), "n_checkpoints": len(rows), "batched_s": t_b, "tl_s": t_tl,
+    res = {"run": str(rd.path), "n_checkpoints": len(rows), "n_prompts": n,
+           "prompt_len": int(clean.shape[1]), "batched_s": t_b, "tl_s": t_tl,
            "attribution_s": t_attr, "batched_speedup_vs_tl": t_tl / t_b,
            "attribution_speedup_vs_tl": t_tl / t_attr,
            "attribution_speedup_vs_batched": t_b / t_attr,

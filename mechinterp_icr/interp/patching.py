@@ -38,7 +38,7 @@ __all__ = [
     "patch_q_all_pos", "patch_k_all_pos", "patch_v_all_pos", "patch_resid_pre",
     "patch_resid_mid", "patch_attn_out", "attribution_patch", "path_patch",
     "logit_diff_metric", "answer_logit_metric", "normalised_recovery", "overwrite_attention_row",
-    "PatchResult",
+    "PatchResult", "candidate_rows", "overwrite_rows_sweep",
 ]
 
 
@@ -125,6 +125,7 @@ def batched_activation_patch(
     act: str,
     cells: Sequence[tuple[int, ...]] | None = None,
     max_batch: int = 4096,
+    skip_layers: bool = True,
 ) -> Tensor:
     """Exact activation patching of many cells per forward pass.
 
@@ -133,7 +134,9 @@ def batched_activation_patch(
     (``z``, ``q``, ``k``, ``v``, ``pattern``, ``resid_pre``, ``resid_mid``, ``attn_out``, ...).
     Without ``cells`` every cell over the setter's axes is patched and the result has one
     dimension per axis (like TransformerLens); with ``cells`` the result is flat.
-    ``max_batch`` bounds the rows of one forward (copies x batch).
+    ``max_batch`` bounds the rows of one forward (copies x batch). With ``skip_layers`` a
+    group of cells in layer l starts its forward at layer l from the cached corrupted
+    residual stream.
     """
     B, T = corrupted_tokens.shape
     axes = ACT_AXES[setter]
@@ -144,10 +147,26 @@ def batched_activation_patch(
     fn = SETTERS[setter]
     per = max(1, max_batch // B)
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
-    for start in range(0, len(cells), per):
-        chunk = cells[start:start + per]
+    # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
+    # forward of a group starts at layer l from the corrupted run's residual stream (exact:
+    # those activations are the same computation on the same inputs).
+    start_resid: dict[int, Tensor] = {}
+    layers = sorted({c[0] for c in cells})
+    if skip_layers and any(l > 0 for l in layers) and act not in ("resid_pre",):
+        names = {f"blocks.{l}.hook_resid_pre" for l in layers if l > 0}
+        _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
+        start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
+    order = sorted(range(len(cells)), key=lambda i: cells[i][0])
+    groups: list[list[int]] = []
+    for i in order:  # chunks of one layer each, at most `per` cells
+        if groups and cells[groups[-1][0]][0] == cells[i][0] and len(groups[-1]) < per:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for idx in groups:
+        chunk = [cells[i] for i in idx]
         C = len(chunk)
-        toks = corrupted_tokens.repeat(C, 1)  # (C*B, T): copy c = rows c*B..(c+1)*B
+        layer0 = chunk[0][0]
         by_layer: dict[int, list[tuple[int, tuple]]] = {}
         for c, cell in enumerate(chunk):
             by_layer.setdefault(cell[0], []).append((c, cell))
@@ -163,9 +182,15 @@ def batched_activation_patch(
                 return a
 
             hooks.append((name, hook))
-        logits = model.run_with_hooks(toks, fwd_hooks=hooks)
+        if layer0 in start_resid:
+            resid = start_resid[layer0].repeat(C, 1, 1)  # (C*B, T, d_model)
+            logits = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=layer0,
+                                          tokens=corrupted_tokens.repeat(C, 1))
+        else:
+            toks = corrupted_tokens.repeat(C, 1)  # (C*B, T): copy c = rows c*B..(c+1)*B
+            logits = model.run_with_hooks(toks, fwd_hooks=hooks)
         for c in range(C):
-            out[start + c] = metric(logits[c * B:(c + 1) * B]).reshape(())
+            out[idx[c]] = metric(logits[c * B:(c + 1) * B]).reshape(())
     if shaped:
         sizes = [max(c[i] for c in cells) + 1 for i in range(len(axes))]
         return out.reshape(sizes)
@@ -443,3 +468,45 @@ def time_call(fn, *a, **k):
     t = time.perf_counter()
     r = fn(*a, **k)
     return r, time.perf_counter() - t
+
+
+def candidate_rows(n_src: int = 5, a: float = 0.2, delta: float = 0.1,
+                   induction_src: int | None = None) -> dict[str, np.ndarray]:
+    """Standard attention rows over ``(s1, a1, s2, a2, s3)`` (IR step-1 query at ``s3``):
+
+    ``pairwise`` ``(a, a, 1/2-a, 1/2-a, 0)``; ``one_pair`` ``(1/2, 1/2, 0, 0, 0)``;
+    ``unequal`` ``(a+delta, a-delta, 1/2-a-delta, 1/2-a+delta, 0)`` (unequal within each
+    pair); ``uniform`` ``1/n_src`` everywhere; ``induction`` all mass on ``induction_src``
+    (default: the position before the query, a previous-token/induction-style row)."""
+    if n_src != 5:
+        raise ValueError("candidate_rows describes the 5-position IR step-1 row; build other "
+                         "rows by hand and pass them to overwrite_attention_row")
+    ind = np.zeros(n_src)
+    ind[n_src - 2 if induction_src is None else induction_src] = 1.0
+    return {
+        "pairwise": np.array([a, a, 0.5 - a, 0.5 - a, 0.0]),
+        "one_pair": np.array([0.5, 0.5, 0.0, 0.0, 0.0]),
+        "unequal": np.array([a + delta, a - delta, 0.5 - a - delta, 0.5 - a + delta, 0.0]),
+        "uniform": np.full(n_src, 1.0 / n_src),
+        "induction": ind,
+    }
+
+
+def overwrite_rows_sweep(model, tokens: Tensor, layer: int, head: int, query_pos,
+                         rows: dict[str, np.ndarray], answers: Tensor,
+                         answer_pos=None) -> dict[str, float]:
+    """Accuracy at ``answer_pos`` (default ``query_pos``) with no overwrite (``"model"``) and
+    with each named row written into head ``(layer, head)`` at ``query_pos``."""
+    B = tokens.shape[0]
+    with torch.no_grad():
+        logits = model(tokens)
+    ap = torch.as_tensor(query_pos if answer_pos is None else answer_pos).long()
+    if ap.dim() == 0:
+        ap = ap.expand(B)
+    out = {"model": float((logits[torch.arange(B), ap].argmax(-1).cpu() ==
+                           answers.cpu()).float().mean())}
+    for name, row in rows.items():
+        _, acc = overwrite_attention_row(model, tokens, layer, head, query_pos, row,
+                                         answer_pos=answer_pos, answers=answers)
+        out[name] = acc
+    return out

@@ -1,0 +1,57 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mechinterp_icr.interp.cache import cache_activations, iter_checkpoint_caches, map_checkpoints
+from mechinterp_icr.interp.cascade import CascadeConfig, half_gain_step, run_cascade
+
+
+def test_half_gain_step():
+    steps = [0, 10, 20, 30, 40]
+    assert half_gain_step(steps, [0.1, 0.2, 0.5, 0.9, 0.9]) == 20
+    assert half_gain_step(steps, [0.0, 0.6, 0.6, 1.0, 1.0]) == 10
+    assert math.isnan(half_gain_step(steps, [0.5, 0.4, 0.3, 0.2, 0.1]))  # no gain
+
+
+def test_cache_batches_and_checkpoints(tmp_path):
+    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+
+    cfg = resolve_run_config("induction", 0, ["train.steps=10", "train.progress=false",
+                                              "train.checkpoint_schedule=linear",
+                                              "train.checkpoint_every=5", "train.eval_every=0",
+                                              "model.attn_only=true", "model.d_model=16",
+                                              "model.d_head=8", "task.half_len=4"])
+    train_single_phase(cfg, tmp_path / "r")
+    task = cfg.task.build(0)
+    toks = task.sample(np.random.default_rng(0), 10).tokens
+    seen = []
+    for ck, cache in iter_checkpoint_caches(tmp_path / "r", "all", toks,
+                                            ["blocks.0.attn.hook_pattern", "hook_embed"],
+                                            batch_size=3, return_logits=True):
+        assert set(cache) == {"blocks.0.attn.hook_pattern", "hook_embed", "logits"}
+        assert cache["hook_embed"].shape[0] == 10
+        seen.append(ck.step)
+    assert seen == [0, 5, 10]
+    from mechinterp_icr.models.factory import build_model
+
+    m = build_model(cfg.model, seed=0)
+    full = cache_activations(m, toks, "blocks.1.hook_resid_pre", batch_size=10)
+    part = cache_activations(m, toks, "blocks.1.hook_resid_pre", batch_size=4)
+    assert torch.allclose(full["blocks.1.hook_resid_pre"], part["blocks.1.hook_resid_pre"],
+                          atol=1e-6)
+    rows = map_checkpoints(tmp_path / "r", "last", lambda ck, m: {"n": m.cfg.n_layers})
+    assert rows == [{"checkpoint": "train-0000010", "phase": "train", "step": 10, "n": 2}]
+
+
+@pytest.mark.slow
+def test_cascade_runs_end_to_end(tmp_path):
+    from mechinterp_icr.tasks.cr import CRTaskConfig
+
+    tc = CRTaskConfig(n_subjects=32, n_values=8)
+    r = run_cascade(tc.build(0), 0, CascadeConfig(pt_steps=300, ft_steps=60, ft_lr=3e-3,
+                                                  ft_trainable="all", dense_until=0,
+                                                  checkpoint_every=5), tmp_path / "c", tc)
+    assert len(r["steps"]) == len(r["ov"]) == len(r["kq"]) >= 10
+    assert r["relation_head"] in (0, 1)
