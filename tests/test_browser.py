@@ -67,14 +67,15 @@ def test_report_renders(tmp_path, chromium):
 
 
 def test_attention_view_renders(tmp_path, chromium):
-    views = pytest.importorskip("mechinterp_icr.viz.views")
-    write_attention_view = views.write_attention_view
+    from mechinterp_icr.viz.views import write_attention_view
 
     toks = ["[BOS]", "S1", "A0_3", "[SEP]", "S2", "A0_5", "[SEP]", "S3"]
     att = torch.softmax(torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(0)), -1)
     att = att.tril()
     att = att / att.sum(-1, keepdim=True)
-    path = write_attention_view(toks, att, tmp_path / "views" / "demo.html", title="demo view")
+    path = write_attention_view(tmp_path / "views" / "demo.html", toks, att, title="demo view")
+    text = path.read_text()
+    assert "unpkg" not in text and "jsdelivr" not in text
     png, stats = screenshot_until(path, tmp_path / "view.png", ok=lambda s: s["colored"] > 0.01,
                                   width=700, height=420)
     assert stats["colored"] > 0.01, stats  # the coloured attention grid is drawn
