@@ -57,7 +57,7 @@ class TaskvecParams:
     ks: tuple = (1, 2, 3, 4, 6, 8)
     n_per_k: int = 600
     lams: tuple = (0.0, 0.5, 0.9)
-    lam_seeds: int = 2  # the lam sweep runs on the first this-many seeds
+    lam_seeds: int = 1  # the lam sweep runs on the first this-many seeds
     lam_d_model: int = 32
     lam_d_mlp: int = 128
     lam_pt_steps: int = 500

@@ -185,6 +185,20 @@ class LinearProbe:
         return float((self.predict(X) == y).mean()) if len(y) else float("nan")
 
 
+_CONTROLLER = None
+
+
+def _one_thread():
+    """Limit BLAS/OpenMP to one thread (the controller is built once: building it scans the
+    loaded libraries and costs milliseconds per call)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1)
+
+
 def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int = 0,
               max_iter: int = 1000) -> LinearProbe:
     """Multinomial logistic regression on the feature map ``kind`` fitted on (X, y) only."""
@@ -210,9 +224,7 @@ def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int 
     sd = np.where(sd > 1e-12, sd, 1.0)
     clf = LogisticRegression(C=C, max_iter=max_iter)
     # these problems are tiny: BLAS threads only add overhead (and contend on a shared CPU)
-    from threadpoolctl import threadpool_limits
-
-    with warnings.catch_warnings(), threadpool_limits(1):
+    with warnings.catch_warnings(), _one_thread():
         warnings.simplefilter("ignore")  # ConvergenceWarning on separable data is harmless
         clf.fit((Z - mu) / sd, y)
     return LinearProbe(kind, mean, proj, mu, sd, clf)
