@@ -83,6 +83,7 @@ class TaskVectorSet:
     K: int = 0
     checkpoint: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    query_pos: np.ndarray | None = None  # (N,) position of the query in ``tokens``
 
     def __len__(self) -> int:
         return int(self.vectors.shape[0])
@@ -114,7 +115,8 @@ class TaskVectorSet:
         return TaskVectorSet(self.vectors[idx], list(self.layer_names), self.types[idx],
                              self.query_subject[idx], self.demo_subjects[idx], self.answer[idx],
                              self.pred[idx], self.tokens[idx], self.K, self.checkpoint,
-                             dict(self.meta))
+                             dict(self.meta),
+                             None if self.query_pos is None else self.query_pos[idx])
 
     @staticmethod
     def concat(sets: Sequence["TaskVectorSet"]) -> "TaskVectorSet":
@@ -129,7 +131,9 @@ class TaskVectorSet:
             np.concatenate([s.types for s in sets]),
             np.concatenate([s.query_subject for s in sets]), np.concatenate(demos),
             np.concatenate([s.answer for s in sets]), np.concatenate([s.pred for s in sets]),
-            np.concatenate(toks), sets[0].K, sets[0].checkpoint, dict(sets[0].meta))
+            np.concatenate(toks), sets[0].K, sets[0].checkpoint, dict(sets[0].meta),
+            None if any(s.query_pos is None for s in sets)
+            else np.concatenate([s.query_pos for s in sets]))
 
 
 @torch.no_grad()
@@ -190,7 +194,8 @@ def icl_task_vectors(model, task, n: int, K: int | None = None, subjects=None, s
         query_subject=torch.as_tensor(meta["query_subject"]).long().numpy(),
         demo_subjects=demos, answer=torch.as_tensor(meta["answer"]).long().numpy(),
         pred=pred, tokens=b.tokens.cpu().numpy(), K=int(K if K is not None else demos.shape[1]),
-        checkpoint=checkpoint, meta={"grammar": grammar, "seed": seed})
+        checkpoint=checkpoint, meta={"grammar": grammar, "seed": seed},
+        query_pos=qp.numpy())
 
 
 def iter_checkpoint_task_vectors(run, selection: str, n: int, K: int | None = None,
