@@ -138,3 +138,32 @@ def head_probes(model, task, batch) -> list[dict]:
                          **kq_probe(model, batch, l, h),
                          "subject_ov": subject_ov_probe(model, task, l, h)})
     return rows
+
+
+def probes_over_checkpoints(run, selection: str, n: int = 128, seed: int = 0) -> list[dict]:
+    """``head_probes`` + ``construction_similarity`` per head for every selected checkpoint of
+    a CR run (held-out-subject ICL prompts), one model in memory at a time."""
+    from mechinterp_icr.interp.cache import map_checkpoints
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    rd = run if isinstance(run, RunDir) else RunDir(run)
+    _, task, _ = load_run_model(rd)
+    batch = task.sample_icl(np.random.default_rng([seed, 0xC1C]), n,
+                            subjects=task.heldout_subjects)
+
+    def fn(ck, model):
+        heads = head_probes(model, task, batch)
+        for l in range(model.cfg.n_layers):
+            for s in construction_similarity(model, task, l):
+                for h in heads:
+                    if h["layer"] == l and h["head"] == s["head"]:
+                        h.update(sim_relation_ov=s["sim_relation_ov"],
+                                 sim_subject_ov=s["sim_subject_ov"])
+        return {"heads": heads}
+
+    out = []
+    for row in map_checkpoints(rd, selection, fn):
+        for h in row.pop("heads"):
+            out.append({**row, **h})
+    return out

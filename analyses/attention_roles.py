@@ -1,0 +1,29 @@
+"""Attention role summary: per head and checkpoint, the attention mass from the query position
+onto demo subjects, demo attributes, grammar, separators, the query subject (CR runs).
+
+    python analyses/attention_roles.py out/runs/cr/seed0 --checkpoints phase:ft-icl
+"""
+
+import numpy as np
+
+from _common import parser, setup, write_table
+
+
+def main() -> None:
+    a = parser(__doc__).parse_args()
+    setup(a)
+    from mechinterp_icr.interp.attention import ROLE_GROUPS, roles_over_checkpoints
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    _, task, _ = load_run_model(RunDir(a.run))
+    batch = task.sample_icl(np.random.default_rng([a.seed, 0xA77]), a.n,
+                            subjects=task.heldout_subjects)
+    rows = roles_over_checkpoints(a.run, a.checkpoints, batch)
+    write_table(a.run, "attention_roles", rows,
+                ["checkpoint", "layer", "head", *[g for g in ROLE_GROUPS if g != "pad"],
+                 "top_role"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Exact head x position activation patching (batched engine) and attribution patching on CR
+type pairs, per checkpoint; prints the per-cell normalised recovery.
+
+    python analyses/patching_sweep.py out/runs/cr/seed0 --checkpoints phase:ft-icl:last --n 32
+"""
+
+from _common import parser, setup, write_table
+
+
+def main() -> None:
+    a = parser(__doc__).parse_args()
+    setup(a)
+    import torch
+
+    from mechinterp_icr.interp import patching as P
+    from mechinterp_icr.interp.cache import map_checkpoints
+    from mechinterp_icr.interp.patch_bench import patching_prompts
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    _, task, _ = load_run_model(RunDir(a.run))
+    clean, corr, metric = patching_prompts(task, a.n, a.seed)
+
+    def fn(ck, model):
+        _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("hook_z"))
+        c_val, x_val = float(metric(model(clean))), float(metric(model(corr)))
+        exact = P.patch_head_out_by_pos(model, corr, cache, metric)  # (L, T, H)
+        with torch.enable_grad():
+            attr = P.attribution_patch(model, clean, corr, metric) + x_val
+        rec = P.normalised_recovery(exact, c_val, x_val)
+        rec_a = P.normalised_recovery(attr, c_val, x_val)
+        return {"cells": [{"layer": l, "pos": p, "head": h, "recovery": float(rec[l, p, h]),
+                           "attribution_recovery": float(rec_a[l, p, h])}
+                          for l in range(exact.shape[0]) for p in range(exact.shape[1])
+                          for h in range(exact.shape[2])]}
+
+    rows = []
+    for r in map_checkpoints(a.run, a.checkpoints, fn):
+        rows += [{"checkpoint": r["checkpoint"], **c} for c in r["cells"]]
+    write_table(a.run, "patching_sweep", rows, ["checkpoint", "layer", "pos", "head", "recovery",
+                                                "attribution_recovery"])
+
+
+if __name__ == "__main__":
+    main()
