@@ -114,3 +114,21 @@ def test_probe_layers_and_choice_and_ci():
     assert pr.choose_boundary(rows) == 2
     lo, hi = pr.wilson_ci(95, 100)
     assert 0.88 < lo < 0.95 < hi < 0.99
+
+
+def test_stratified_split_keeps_label_proportions_and_unbiases_the_shuffle_control():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 4, 1000)
+    ids = np.arange(1000)
+    sp = pr.split_by_prompt(ids, 0.25, 0.25, seed=1, stratify=y)
+    pr.check_no_leak(sp, ids)
+    for part in (sp.train, sp.dev, sp.test):
+        frac = np.bincount(y[part], minlength=4) / len(part)
+        np.testing.assert_allclose(frac, np.bincount(y, minlength=4) / 1000, atol=0.01)
+    # four tight clusters: the shuffle control averages to chance on a stratified split
+    X = 10.0 * np.eye(4)[y] + 0.1 * rng.standard_normal((1000, 4))
+    accs = [pr.probe_accuracy(X, y, pr.split_by_prompt(ids, 0.5, seed=s, stratify=y), "pca",
+                              3, seed=s, shuffle_labels=True, n_shuffles=8) for s in range(6)]
+    assert abs(np.mean(accs) - 0.25) < 0.05
+    with pytest.raises(ConfigError, match="one label per prompt"):
+        pr.split_by_prompt(np.array([0, 0, 1, 2]), 0.3, stratify=np.array([0, 1, 1, 1]))

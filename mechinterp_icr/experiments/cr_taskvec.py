@@ -125,7 +125,8 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecParams, full: bool = Tr
     names = H.layer_names
     labels = tv.boundary_labels(len(names) - 1)
     ids = H.prompt_ids()
-    split = pr.split_by_prompt(ids, P.test_fraction, P.dev_fraction, seed=seed)
+    split = pr.split_by_prompt(ids, P.test_fraction, P.dev_fraction, seed=seed,
+                               stratify=H.types)
     pr.check_no_leak(split, ids)
     dev_rows = []
     for k, name in enumerate(names):
@@ -180,7 +181,7 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecParams, full: bool = Tr
     # transfer: finetune-subject prompts -> held-out-subject prompts (boundary chosen on a
     # dev part of the finetune-subject prompts)
     F = _tvset(model, task, P.n_finetune, seed, 4, task.finetune_subjects)
-    fsplit = pr.split_by_prompt(F.prompt_ids(), 0.25, 0.0, seed=seed)
+    fsplit = pr.split_by_prompt(F.prompt_ids(), 0.25, 0.0, seed=seed, stratify=F.types)
     f_rows = pr.probe_layers(F.vectors, F.types, fsplit, names, P.n_pc, seed, controls=False)
     bt = pr.choose_boundary(f_rows, "acc_pc")
     T = tv.TaskVectorSet.concat([F, H.subset(split.test)])
@@ -226,7 +227,7 @@ def separation_vs_k(model, task, seed: int, P: TaskvecParams, boundary: int
             continue
         H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K)
         X = H.at(boundary)
-        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed)
+        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
         rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
                      "silhouette": tv.silhouette(X, H.types),
                      **tv.cosine_within_between(X, H.types),

@@ -94,8 +94,14 @@ def check_no_leak(split: Split, prompt_ids, subjects=None) -> None:
 
 
 def split_by_prompt(prompt_ids, test_fraction: float = 0.3, dev_fraction: float = 0.0,
-                    seed: int = 0) -> Split:
-    """Random split of distinct prompts (rows with the same prompt id stay together)."""
+                    seed: int = 0, stratify=None) -> Split:
+    """Random split of distinct prompts (rows with the same prompt id stay together).
+
+    With ``stratify`` (one label per row, equal for rows of one prompt) the cut is made per
+    label, so every part has the same label proportions. Without it, a label that happens to
+    be over-represented in training is under-represented in test, which biases controls such
+    as the label shuffle below chance.
+    """
     check_range("test_fraction", test_fraction, 0, 1, lo_open=True, hi_open=True)
     check_range("dev_fraction", dev_fraction, 0, 1, hi_open=True)
     check(test_fraction + dev_fraction < 1, "test_fraction + dev_fraction",
@@ -103,17 +109,32 @@ def split_by_prompt(prompt_ids, test_fraction: float = 0.3, dev_fraction: float 
     prompt_ids = np.asarray(prompt_ids)
     uniq = np.unique(prompt_ids)
     check(len(uniq) >= 3, "prompts", len(uniq), "at least 3 distinct prompts")
-    perm = np.random.default_rng([int(seed), 0x5B17]).permutation(uniq)
-    n_test = max(1, int(round(test_fraction * len(uniq))))
-    n_dev = int(round(dev_fraction * len(uniq)))
-    if dev_fraction > 0:
-        n_dev = max(1, n_dev)
-    test_ids, dev_ids = perm[:n_test], perm[n_test:n_test + n_dev]
-    train_ids = perm[n_test + n_dev:]
+    rng = np.random.default_rng([int(seed), 0x5B17])
+    if stratify is None:
+        groups = [uniq]
+    else:
+        lab = np.asarray(stratify)
+        check(lab.shape == prompt_ids.shape, "stratify", lab.shape,
+              f"one label per row, shape {prompt_ids.shape}")
+        first = {}
+        for pid, l in zip(prompt_ids.tolist(), lab.tolist()):
+            check(first.setdefault(pid, l) == l, "stratify", "labels", "one label per prompt")
+        plabel = np.array([first[p] for p in uniq.tolist()])
+        groups = [uniq[plabel == l] for l in np.unique(plabel)]
+    test_ids, dev_ids, train_ids = [], [], []
+    for g in groups:
+        perm = rng.permutation(g)
+        n_test = max(1, int(round(test_fraction * len(g))))
+        n_dev = max(1, int(round(dev_fraction * len(g)))) if dev_fraction > 0 else 0
+        test_ids.append(perm[:n_test])
+        dev_ids.append(perm[n_test:n_test + n_dev])
+        train_ids.append(perm[n_test + n_dev:])
+    test_ids, dev_ids, train_ids = (np.concatenate(x) for x in (test_ids, dev_ids, train_ids))
     check(len(train_ids) > 0, "prompts", len(uniq), "enough prompts to leave a training split")
     rows = np.arange(len(prompt_ids))
     split = Split(rows[np.isin(prompt_ids, train_ids)], rows[np.isin(prompt_ids, test_ids)],
-                  "prompt", rows[np.isin(prompt_ids, dev_ids)] if n_dev else None, seed)
+                  "prompt", rows[np.isin(prompt_ids, dev_ids)] if dev_fraction > 0 else None,
+                  seed)
     check_no_leak(split, prompt_ids)
     return split
 
