@@ -283,6 +283,13 @@ class FastIR(torch.nn.Module):
         self.register_buffer("s_tok", s_tok, persistent=False)
         self.register_buffer("r_tok", r_tok, persistent=False)
         self.register_buffer("a_tok", a_tok, persistent=False)
+        f_t = torch.from_numpy(task.kb.f).long()
+        self.register_buffer("f_table", f_t, persistent=False)
+        cnt = torch.zeros(task.cfg.n_relations, task.cfg.m, dtype=torch.float64)
+        cnt.index_put_((torch.arange(task.cfg.n_relations)[None].expand_as(f_t).reshape(-1),
+                        f_t.reshape(-1)), torch.ones(f_t.numel(), dtype=torch.float64),
+                       accumulate=True)
+        self.register_buffer("cnt_table", cnt, persistent=False)  # (R, m) #subjects with f=a
         self.dense = memory is not None and memory.kind != "constructed"
         if self.dense:
             L = IRLayout(V, T, E.shape[1])
@@ -319,6 +326,86 @@ class FastIR(torch.nn.Module):
             copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])  # (B, P, d_e)
         cur = tokens[:, pos]  # (B, P)
         return self.memory_out(copy, cur, pos)
+
+    def cot_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (B, 2, V) at the two CoT positions, equal to ``forward(tokens, [2K, 2K+1])``.
+
+        For the constructed memory the gate makes the answer units exactly 0 at the step-1
+        position and the relation units exactly 0 at the step-2 position, so each position
+        evaluates only the units that can be non-zero there (half the work).
+        """
+        q1 = self.task.step1_pos
+        if self.dense:
+            return self.forward(tokens, [q1, q1 + 1])
+        if self.onehot and self.spec.theta_ans >= 1.0 and self.spec.theta_rel > 0:
+            return self._cot_logits_sparse(tokens)
+        spec, T, V = self.spec, self.T, self.V
+        A = self.attention([q1, q1 + 1])  # (2, T)
+        Bn = tokens.shape[0]
+        if self.onehot:
+            copy = torch.zeros(Bn, 2, V, dtype=A.dtype)
+            copy.scatter_add_(2, tokens[:, None, :].expand(Bn, 2, T).contiguous(),
+                              A[None].expand(Bn, -1, -1).contiguous())
+            rel_in = copy[:, 0, self.s_tok] + copy[:, 0, self.a_tok]
+            ans_in = copy[:, 1, self.s_tok] + (tokens[:, q1 + 1, None] == self.r_tok).to(A.dtype)
+        else:
+            copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])
+            rel_in = copy[:, 0] @ self.K_rel
+            ans_in = copy[:, 1] @ self.K_s + self.E[tokens[:, q1 + 1]] @ self.K_r
+        ty = self.ttype[tokens[:, q1: q1 + 2]].to(A.dtype)
+        g_rel = spec.gate * (ty[:, 0] != SUBJ).to(A.dtype)[:, None]
+        g_ans = spec.gate * (ty[:, 1] != REL).to(A.dtype)[:, None]
+        rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
+        ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
+        l1 = torch.zeros(Bn, V, dtype=A.dtype).index_add(1, self.r_tok, rel_act)
+        l2 = torch.zeros(Bn, V, dtype=A.dtype).index_add(1, self.a_tok, ans_act)
+        return torch.stack([l1, l2], 1) * (spec.lam2 / self.task.cfg.temperature)
+
+    def _cot_logits_sparse(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Exact CoT logits for one-hot embeddings touching only units that can fire.
+
+        Valid for task sequences (subjects at even context positions, answers at odd ones),
+        ``theta_rel > 0`` and ``theta_ans >= 1``. A relation unit (s, r, a) has input
+        ``c[s] + c[a]`` (c = attention mass on a token), so it is 0 unless s or a is in the
+        context: units of context subjects are summed directly; units of context answers whose
+        subject is not in the context contribute ``(count(r, a) - in-context ones) *
+        phi(c[a] - theta)``. An answer unit (s, r, a) fires at the ``r*`` position only when
+        s is in the context and r = r* (``c[s] + 1 - theta_ans > 0``, with theta_ans >= 1).
+        """
+        task, spec = self.task, self.spec
+        K, n, R = task.cfg.n_pairs, task.cfg.n_subjects, task.cfg.n_relations
+        q1 = 2 * K
+        A = self.attention([q1, q1 + 1])  # (2, T)
+        Bn = tokens.shape[0]
+        f = self.f_table  # (n, R)
+        ps = torch.arange(0, 2 * K + 1, 2)
+        pa = torch.arange(1, 2 * K, 2)
+        S = tokens[:, ps]  # (B, K+1) subject ids
+        Aq = tokens[:, pa] - (n + R)  # (B, K) answer indices
+        cs, ca = A[0, ps], A[0, pa]  # (K+1,), (K,)
+        fS = f[S]  # (B, K+1, R)
+        match = (fS[..., None] == Aq[:, None, None, :]).to(A.dtype)  # (B, K+1, R, K)
+        c_ans = match @ ca  # (B, K+1, R)
+        ty1 = self.ttype[tokens[:, q1]]
+        g1 = spec.gate * (ty1 != SUBJ).to(A.dtype)[:, None, None]
+        term1 = F.relu(cs[None, :, None] + c_ans - spec.theta_rel - g1).pow(2).sum(1)  # (B, R)
+        in_ctx = match.sum(1)  # (B, R, K)
+        cnt = self.cnt_table[:, Aq].permute(1, 0, 2)  # (B, R, K)
+        g1b = spec.gate * (ty1 != SUBJ).to(A.dtype)[:, None]
+        phi_a = F.relu(ca[None, :] - spec.theta_rel - g1b).pow(2)  # (B, K)
+        term2 = ((cnt - in_ctx) * phi_a[:, None, :]).sum(-1)  # (B, R)
+        l1 = torch.zeros(Bn, self.V, dtype=A.dtype)
+        l1[:, n: n + R] = term1 + term2
+        rs = tokens[:, q1 + 1] - n  # (B,) r*
+        ds = A[1, ps]  # (K+1,)
+        ty2 = self.ttype[tokens[:, q1 + 1]]
+        g2 = spec.gate * (ty2 != REL).to(A.dtype)[:, None]
+        act = F.relu(ds[None, :] + 1.0 - spec.theta_ans - g2).pow(2)  # (B, K+1)
+        a_star = n + R + fS.gather(2, rs.clamp(0, R - 1)[:, None, None].expand(-1, K + 1, 1)
+                                   ).squeeze(-1)  # (B, K+1)
+        act = act * ((rs >= 0) & (rs < R)).to(A.dtype)[:, None]
+        l2 = torch.zeros(Bn, self.V, dtype=A.dtype).scatter_add(1, a_star, act)
+        return torch.stack([l1, l2], 1) * (spec.lam2 / task.cfg.temperature)
 
     def memory_out(self, copy: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
         """Logits from the copy block ``copy`` (..., d_e), the current token ids ``cur`` (...)

@@ -1,0 +1,88 @@
+"""Pairwise-pattern measurements of an IR model's attention (IR-3, IR-4, IR-6, IR-7).
+
+The step-1 row is the attention of the query at ``s_q`` (index 2K) over the in-context
+positions ``(s_1, a_1, ..., s_K, a_K, s_q)``. Its paper form for K = 2 is
+``(a, a, 1/2 - a, 1/2 - a, 0)``. Measured: the within-pair gap ``max_i |A(s_i) - A(a_i)|``,
+the pair masses ``A(s_i) + A(a_i)``, ``a`` (half the first pair's mass, and ``a_min``, half
+the lighter pair's mass), the mass on ``s_q`` and the pair-mass spread. The step-2 row
+(query at ``r*``) should sit on ``s_q``.
+
+These work on any attention row tensor, so they serve the fast path, a HookedTransformer
+(through ``run_with_cache``) and other analyses that need pairwise-pattern statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["row_stats", "hooked_rows", "fast_rows", "tie_aware_correct", "ir_accuracy"]
+
+
+def row_stats(row, K: int) -> dict[str, Any]:
+    """Statistics of one step-1 attention row over positions 0..2K (a 1-D array)."""
+    r = np.asarray(row, dtype=np.float64)[: 2 * K + 1]
+    s, a = r[0: 2 * K: 2], r[1: 2 * K: 2]
+    pm = s + a
+    return {
+        "row": r.tolist(),
+        "within_pair_gap": float(np.abs(s - a).max()),
+        "pair_masses": pm.tolist(),
+        "a": float(pm[0] / 2),
+        "a_min": float(pm.min() / 2),
+        "pair_mass_spread": float(pm.max() - pm.min()),
+        "mass_sq": float(r[2 * K]),
+    }
+
+
+@torch.no_grad()
+def hooked_rows(model, tokens: torch.Tensor, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean step-1 and step-2 attention rows of a HookedTransformer over ``tokens``."""
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    pat = cache["pattern", 0][:, 0].double()  # (B, T, T)
+    return pat[:, 2 * K].mean(0).cpu().numpy(), pat[:, 2 * K + 1].mean(0).cpu().numpy()
+
+
+@torch.no_grad()
+def fast_rows(fast, K: int) -> tuple[np.ndarray, np.ndarray]:
+    A = fast.attention([2 * K, 2 * K + 1])
+    return A[0].cpu().numpy(), A[1].cpu().numpy()
+
+
+def tie_aware_correct(logits: torch.Tensor, targets: torch.Tensor,
+                      rtol: float = 1e-9) -> torch.Tensor:
+    """Expected correctness of argmax with random tie-breaking: 1/k when the target is among
+    k maxima (within ``rtol`` of the max's scale), else 0. logits (N, V), targets (N,)."""
+    mx = logits.max(-1, keepdim=True).values
+    tol = rtol * mx.abs().clamp(min=1.0)
+    top = logits >= mx - tol
+    k = top.sum(-1).to(torch.float64)
+    hit = top.gather(-1, targets[:, None]).squeeze(-1).to(torch.float64)
+    return hit / k
+
+
+@torch.no_grad()
+def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | None = None
+                ) -> dict[str, float]:
+    """Step-1 / step-2 accuracies from logits at the two CoT positions (B, 2, V), overall and on
+    confusing (single, swap) sequences. Step 2 is teacher-forced (the true r* is the input);
+    ``chained_logits2`` (the step-2 logits with the model's own step-1 prediction as input) gives
+    the end-to-end accuracy when given."""
+    K = (batch.tokens.shape[1] - 3) // 2
+    t1, t2 = batch.targets[:, 2 * K], batch.targets[:, 2 * K + 1]
+    c1 = tie_aware_correct(logits2[:, 0].double(), t1)
+    c2 = tie_aware_correct(logits2[:, 1].double(), t2)
+    out = {"step1_acc": float(c1.mean()), "step2_acc": float(c2.mean())}
+    for name in ("single", "swap", "confusing"):
+        m = batch.meta.get(name)
+        if m is not None and bool(m.any()):
+            out[f"step1_acc_{name}"] = float(c1[m].mean())
+            out[f"step2_acc_{name}"] = float(c2[m].mean())
+    plain = ~batch.meta["confusing"] if "confusing" in batch.meta else None
+    if plain is not None and bool(plain.any()):
+        out["step1_acc_plain"] = float(c1[plain].mean())
+    if chained_logits2 is not None:
+        out["chained_acc"] = float((tie_aware_correct(chained_logits2.double(), t2)).mean())
+    return out

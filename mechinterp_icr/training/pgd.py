@@ -1,0 +1,174 @@
+"""Perturbed gradient descent (paper IR, Algorithm 1) and the plain-GD control.
+
+From the uniform-attention start (position block ``B = 0``):
+
+1. one large full-batch gradient step, ``B <- B - big_lr * grad L(B)``;
+2. a random perturbation of the position block, ``B <- B + sigma * Z`` (``Z`` standard
+   Gaussian from the run seed); the control (``perturb=False``) skips only this step;
+3. ``steps`` small full-batch gradient steps with ``lr``.
+
+The loss is the mean cross-entropy over the two chain-of-thought predictions of the N
+finetuning sequences (full batch). Two drivers share these semantics:
+
+- :func:`pgd_fast` trains :class:`mechinterp_icr.models.ir.FastIR` (theory setting, only the
+  position block) in float64 and records the attention rows at every step (sweeps);
+- :func:`pgd_hooked` trains the IR HookedTransformer through
+  :func:`mechinterp_icr.training.loop.train_phase` (phases ``big`` then ``pgd`` or ``gd``),
+  either the position block only (``target="pos"``, via a gradient mask on ``W_K``) or the
+  full attention (``target="attention"``), with checkpoints at every step of the dense early
+  phase.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from mechinterp_icr.config import TrainConfig, check, check_choice, check_range
+from mechinterp_icr.runs import RunDir
+from mechinterp_icr.tasks.base import Batch
+from mechinterp_icr.training.loop import train_phase
+
+__all__ = ["PGDConfig", "pgd_fast", "pgd_hooked", "perturbation", "fast_loss"]
+
+
+@dataclass(frozen=True)
+class PGDConfig:
+    big_lr: float = 5.0
+    sigma: float = 0.01
+    lr: float = 0.05
+    steps: int = 1000
+    perturb: bool = True  # False: plain GD control (same big step and small steps)
+    target: str = "pos"  # "pos" (position block of W_KQ, theory) | "attention" (all of it)
+
+    def __post_init__(self) -> None:
+        check_range("pgd.big_lr", self.big_lr, 0, 1e5)
+        check_range("pgd.sigma", self.sigma, 0, 10)
+        check_range("pgd.lr", self.lr, 0, 1e4, lo_open=True)
+        check_range("pgd.steps", self.steps, 0, 10_000_000, integer=True)
+        check(isinstance(self.perturb, bool), "pgd.perturb", self.perturb, "true or false")
+        check_choice("pgd.target", self.target, ["pos", "attention"])
+
+
+def perturbation(T: int, sigma: float, seed: int) -> torch.Tensor:
+    """The perturbation of the position block (T, T), a pure function of the seed."""
+    gen = torch.Generator().manual_seed(int(seed) * 2654435761 % (2**31) + zlib.crc32(b"pgd"))
+    return sigma * torch.randn(T, T, generator=gen, dtype=torch.float64)
+
+
+def fast_loss(fast, batch: Batch) -> torch.Tensor:
+    """Mean cross-entropy over the two CoT targets (same as ``masked_loss`` on the model)."""
+    K = fast.task.cfg.n_pairs
+    logits = fast.cot_logits(batch.tokens)  # (B, 2, V)
+    tg = batch.targets[:, 2 * K: 2 * K + 2]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tg.reshape(-1))
+
+
+def pgd_fast(fast, batch: Batch, cfg: PGDConfig, seed: int,
+             eval_fn: Callable[[Any, int], dict[str, Any]] | None = None,
+             eval_steps: set[int] | None = None, record_rows: bool = True,
+             stop_fn: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """Run PGD (or GD) on ``fast.B`` from its current value (normally 0).
+
+    Returns one record per step ``t`` (t = 0 start, t = 1 after the large step and the
+    perturbation, t >= 2 after small steps) with the loss, the step-1 and step-2 attention rows
+    (when ``record_rows``) and ``eval_fn(fast, t)`` at ``eval_steps`` (default: every step).
+    ``stop_fn(record)`` may end the run early (used by the sample-complexity bisection).
+    """
+    if cfg.target != "pos":
+        raise ValueError("pgd_fast trains the position block only; use pgd_hooked for "
+                         "target='attention'")
+    K = fast.task.cfg.n_pairs
+    q = [2 * K, 2 * K + 1]
+    recs: list[dict[str, Any]] = []
+
+    def record(t: int, loss: float) -> bool:
+        rec: dict[str, Any] = {"step": t, "loss": loss}
+        if record_rows:
+            with torch.no_grad():
+                A = fast.attention(q)
+            rec["row1"] = A[0, : 2 * K + 1].tolist()
+            rec["row2"] = A[1, : 2 * K + 2].tolist()
+        if eval_fn is not None and (eval_steps is None or t in eval_steps):
+            with torch.no_grad():
+                rec.update(eval_fn(fast, t))
+        recs.append(rec)
+        return bool(stop_fn and stop_fn(rec))
+
+    def grad_step(lr: float) -> float:
+        fast.B.grad = None
+        loss = fast_loss(fast, batch)
+        loss.backward()
+        with torch.no_grad():
+            fast.B -= lr * fast.B.grad
+        return float(loss)
+
+    with torch.no_grad():
+        loss0 = float(fast_loss(fast, batch))
+    if record(0, loss0):
+        return recs
+    loss = grad_step(cfg.big_lr)
+    if cfg.perturb and cfg.sigma > 0:
+        with torch.no_grad():
+            fast.B += perturbation(fast.T, cfg.sigma, seed)
+    if record(1, loss):
+        return recs
+    for t in range(2, cfg.steps + 2):
+        loss = grad_step(cfg.lr)
+        if record(t, loss):
+            break
+    return recs
+
+
+def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: int, *,
+               eval_fn: Callable[[Any], dict[str, Any]] | None = None,
+               dense_until: int = 100, checkpoint_every: int = 100,
+               extra_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """PGD / GD on the IR HookedTransformer through ``train_phase`` (full batch = ``batch``).
+
+    Phases: ``big`` (1 step, SGD ``big_lr``), then the perturbation of the position block
+    (PGD only), then ``pgd`` or ``gd`` (``steps`` SGD steps of ``lr``) with a checkpoint at
+    every step up to ``dense_until`` and log-spaced after.
+    """
+    from mechinterp_icr.models.ir import get_pos_block, pos_block_mask, set_pos_block
+
+    N = len(batch)
+    masks = pos_block_mask(model) if cfg.target == "pos" else None
+    trainable = "blocks.0.attn.W_K" if cfg.target == "pos" else "attention"
+
+    def sample(rng, bs):
+        return batch
+
+    meta = {"pgd": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, **(extra_meta or {})}
+    big = TrainConfig(steps=1, batch_size=N, optimizer="sgd", lr=max(cfg.big_lr, 1e-12),
+                      grad_clip=0.0, trainable=trainable, eval_every=0,
+                      checkpoint_schedule="linear", checkpoint_every=1, progress=False)
+    r1 = train_phase(model, sample, big, run, "big", seed, eval_fn=eval_fn, grad_masks=masks,
+                     phase_order=0, extra_meta=meta)
+    if cfg.perturb and cfg.sigma > 0:
+        B = get_pos_block(model) + perturbation(model.cfg.n_ctx, cfg.sigma, seed)
+        if cfg.target == "pos":
+            set_pos_block(model, B)
+        else:  # full attention: W_Q is trainable too; add the noise through W_K's pos rows
+            with torch.no_grad():
+                from mechinterp_icr.models.ir import _layout_of
+
+                L = _layout_of(model)
+                a = model.blocks[0].attn
+                q = a.W_Q[0, L.pos] + a.b_Q[0]  # (T, d_head)
+                dB = perturbation(model.cfg.n_ctx, cfg.sigma, seed).to(q)
+                # k_j += delta_j with q_t . delta_j / scale = dB[t, j]
+                delta = torch.linalg.lstsq(q / a.attn_scale, dB).solution  # (d_head, T)
+                a.W_K[0, L.pos] += delta.T
+    phase = "pgd" if cfg.perturb else "gd"
+    small = TrainConfig(steps=cfg.steps, batch_size=N, optimizer="sgd", lr=cfg.lr,
+                        grad_clip=0.0, trainable=trainable, eval_every=0,
+                        checkpoint_schedule="log", checkpoint_dense_until=dense_until,
+                        checkpoint_every=checkpoint_every, progress=False)
+    r2 = train_phase(model, sample, small, run, phase, seed, eval_fn=eval_fn, grad_masks=masks,
+                     phase_order=1, extra_meta=meta)
+    return {"big": r1, phase: r2}
