@@ -208,6 +208,7 @@ def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds:
     per7 = {}
     for s, r in cr7.items():
         per7[str(s)] = {k: r[k] for k in ("ov_first", "t_half_ov", "t_half_kq", "lead_steps",
+                                          "t_half_kq_mass", "t_half_ov_top1",
                                           "ov_start", "ov_end", "kq_start", "kq_end",
                                           "relation_head", "icl_heldout_exact", "pt_typed",
                                           "sim_relation_ov", "sim_subject_ov")}
