@@ -31,7 +31,7 @@ __all__ = ["add_mechanism_claims", "cascade_config", "PROFILE_CASCADE"]
 
 PROFILE_CASCADE = {
     "quick": CascadeConfig(pt_steps=600, pt_batch=64, pt_lr=3e-3, ft_steps=200, ft_batch=128,
-                           ft_lr=3e-3, ft_trainable="all", dense_until=0, checkpoint_every=2,
+                           ft_lr=6e-3, ft_trainable="all", dense_until=0, checkpoint_every=2,
                            probe_batch=128),
     "paper": CascadeConfig(pt_steps=1500, pt_batch=64, pt_lr=3e-3, ft_steps=400, ft_batch=128,
                            ft_lr=3e-3, ft_trainable="all", dense_until=0, checkpoint_every=2,
@@ -209,6 +209,7 @@ def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds:
     for s, r in cr7.items():
         per7[str(s)] = {k: r[k] for k in ("ov_first", "t_half_ov", "t_half_kq", "lead_steps",
                                           "t_half_kq_mass", "t_half_ov_top1",
+                                          "t_onset_ov", "t_onset_kq",
                                           "ov_start", "ov_end", "kq_start", "kq_end",
                                           "relation_head", "icl_heldout_exact", "pt_typed",
                                           "sim_relation_ov", "sim_subject_ov")}

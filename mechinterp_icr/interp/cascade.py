@@ -48,13 +48,14 @@ def mechanism_model_config(task, cfg: CascadeConfig) -> ModelConfig:
                        n_ctx=task.n_ctx)
 
 
-def half_gain_step(steps, values) -> float:
-    """First step whose gain over the start reaches half the final gain (nan without gain)."""
+def half_gain_step(steps, values, frac: float = 0.5) -> float:
+    """First step whose gain over the start reaches ``frac`` (default half) of the final gain
+    (nan without gain)."""
     v = np.asarray(values, dtype=float)
     gain = v[-1] - v[0]
     if not np.isfinite(gain) or gain <= 1e-9:
         return float("nan")
-    idx = np.nonzero(v - v[0] >= 0.5 * gain)[0]
+    idx = np.nonzero(v - v[0] >= frac * gain)[0]
     return float(np.asarray(steps)[idx[0]])
 
 
@@ -146,6 +147,9 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
         "t_half_ov": t_ov, "t_half_kq": t_kq,
         "t_half_kq_mass": half_gain_step(steps, [r[f"h{rel}_kq_mass"] for r in rows]),
         "t_half_ov_top1": half_gain_step(steps, [r[f"h{rel}_ov_top1"] for r in rows]),
+        # onset (post-hoc diagnostic, not the claim's criterion): 10% of the final gain
+        "t_onset_ov": half_gain_step(steps, ov, 0.1),
+        "t_onset_kq": half_gain_step(steps, kq, 0.1),
         "ov_first": float(t_ov < t_kq) if np.isfinite(t_ov) and np.isfinite(t_kq) else 0.0,
         "lead_steps": (t_kq - t_ov) if np.isfinite(t_ov) and np.isfinite(t_kq) else float("nan"),
         "ov_start": ov[0], "ov_end": ov[-1], "kq_start": kq[0], "kq_end": kq[-1],
