@@ -56,7 +56,7 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
     assert any("label-shuffle" in k for k in c["extra_checks"])
     assert any("lam" in k for k in c["extra_checks"])
     for stem in ("cr4_pca_scatter", "cr4_separation_vs_k", "cr4_separation_vs_lam",
-                 "cr4_probe_layers"):
+                 "cr4_probe_layers", "cr4_overview"):
         assert (root / "figures" / f"{stem}.html").exists(), stem
     assert (root / "runs" / "cr-taskvec" / "lam0" / "seed0" / "config.json").exists()
     saved = json.loads((paths[0] / "analyses" / "taskvec.json").read_text())

@@ -471,7 +471,7 @@ def build_claim(results: list[dict[str, Any]], P: TaskvecParams) -> Claim:
                "chosen on a dev split, accuracy on a disjoint test split (no shared prompt). "
                "Separation = share of the task-vector variance explained by the type. "
                "lam trend from small PT+finetune runs (see docs/taskvec.md)."),
-        figure="figures/cr4_pca_scatter.html",
+        figure="figures/cr4_overview.html",
     )
     return claim
 
@@ -586,7 +586,69 @@ def write_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any
     fig.update_yaxes(title_text="type probe accuracy", range=[0, 1.02])
     fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe)")
     out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200)
+    out["overview"] = save_figure(overview_figure(results), Path(fig_dir) / "cr4_overview",
+                                  width=1400, height=900)
     return out
+
+
+def overview_figure(results: list[dict[str, Any]]):
+    """One figure for the report: PCA scatters (top row), separation vs K, vs lam, and the
+    top-PC probe per boundary (bottom row)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    r0 = results[0]
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
+    titles = {PHASE_PT: "PT only", PHASE_FT: "ICL-finetuned", PHASE_FT_GRM: "ICL+Grm-finetuned"}
+    colors = {PHASE_PT: "#7f7f7f", PHASE_FT: "#1f77b4", PHASE_FT_GRM: "#ff7f0e"}
+    lam_rows = [row for r in results for row in r.get("lam_sweep", [])]
+    sub = [f"{titles[p]}: PCA at {r0['pca'][p]['boundary_label']} (top-PC probe "
+           f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases]
+    sub += [""] * (3 - len(phases))
+    sub += ["separation (type variance share) vs K", "separation vs pretraining lam",
+            "top-PC probe accuracy per boundary"]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=sub, vertical_spacing=0.14)
+    n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
+    tcols = _type_colors(n_types)
+    for j, p in enumerate(phases):
+        d = r0["pca"][p]
+        x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
+        for l in range(n_types):
+            m = t == l
+            fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", name=f"type {l}",
+                                     legendgroup=f"type {l}", showlegend=j == 0,
+                                     marker=dict(size=4, color=tcols[l], opacity=0.7)),
+                          1, j + 1)
+    for p in phases:
+        ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
+        mean = [float(np.mean([row["type_variance_fraction"] for r in results
+                               for row in r["k_sweep"].get(p, []) if row["K"] == k]))
+                for k in ks]
+        fig.add_trace(go.Scatter(x=ks, y=mean, mode="lines+markers", name=titles[p],
+                                 legendgroup=p, line=dict(color=colors[p])), 2, 1)
+        labels = [row["label"] for row in r0["phases"][p]["layers"]]
+        acc = np.mean([[row["acc_pc"] for row in r["phases"][p]["layers"]] for r in results], 0)
+        fig.add_trace(go.Scatter(x=labels, y=acc.tolist(), mode="lines+markers",
+                                 name=titles[p], legendgroup=p, showlegend=False,
+                                 line=dict(color=colors[p])), 2, 3)
+    if lam_rows:
+        lams = sorted({row["lam"] for row in lam_rows})
+        for key, p in (("pt", PHASE_PT), ("ft", PHASE_FT)):
+            fig.add_trace(go.Scatter(
+                x=lams, y=[float(np.mean([row[f"{key}_type_variance_fraction"]
+                                          for row in lam_rows if row["lam"] == lm]))
+                           for lm in lams],
+                mode="lines+markers", name=titles[p] + " (small runs)", legendgroup=p,
+                showlegend=False, line=dict(color=colors[p])), 2, 2)
+    fig.update_xaxes(title_text="demos K", row=2, col=1)
+    fig.update_xaxes(title_text="lam", row=2, col=2)
+    fig.update_xaxes(title_text="layer boundary", row=2, col=3)
+    fig.update_yaxes(title_text="type variance share", row=2, col=1)
+    fig.update_yaxes(title_text="type variance share", row=2, col=2)
+    fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=2, col=3)
+    fig.update_layout(title=f"CR-4: task vectors at the query position of held-out-subject ICL "
+                            f"prompts (scatter: seed {r0['seed']}; lines: mean over seeds)")
+    return fig
 
 
 def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
