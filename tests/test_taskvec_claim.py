@@ -100,3 +100,21 @@ def test_real_task_splits_do_not_leak(tiny_runs):
         T2 = tv.TaskVectorSet.concat([F, G])
         S2 = np.concatenate([T2.query_subject[:, None], T2.demo_subjects], 1)
         pr.split_from_sets(100, 100, T2.prompt_ids(), S2)
+
+
+def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    _, paths = tiny_runs
+    spec = importlib.util.spec_from_file_location(
+        "task_vectors_script", Path(__file__).resolve().parents[1] / "probes" / "task_vectors.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rc = mod.main([str(paths[0]), "--checkpoints", "phase:ft-icl:last", "--quick", "--n", "120",
+                   "--out", str(tmp_path)])
+    assert rc == 0
+    out = json.loads((tmp_path / "task_vectors.json").read_text())
+    assert out["rows"][0]["checkpoint"].startswith("ft-icl-")
+    assert "top-PC" in capsys.readouterr().out
+    assert mod.main([str(tmp_path / "missing")]) == 2

@@ -53,7 +53,7 @@ class TaskvecParams:
     test_fraction: float = 0.25
     dev_fraction: float = 0.25
     n_pc: int = 3
-    n_shuffles: int = 16
+    n_shuffles: int = 64  # label permutations of the top-PC shuffle control (full: 1/4)
     ks: tuple = (1, 2, 3, 4, 6, 8)
     n_per_k: int = 600
     lams: tuple = (0.0, 0.5, 0.9)
