@@ -19,12 +19,13 @@ def main() -> None:
     from mechinterp_icr.runs import RunDir
 
     _, task, _ = load_run_model(RunDir(a.run))
-    clean, corr, metric = patching_prompts(task, a.n, a.seed)
+    clean, corr, metric, mpos = patching_prompts(task, a.n, a.seed)
 
     def fn(ck, model):
         _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("hook_z"))
         c_val, x_val = float(metric(model(clean))), float(metric(model(corr)))
-        exact = P.patch_head_out_by_pos(model, corr, cache, metric)  # (L, T, H)
+        exact = P.patch_head_out_by_pos(model, corr, cache, metric,
+                                        metric_positions=mpos)  # (L, T, H)
         with torch.enable_grad():
             attr = P.attribution_patch(model, clean, corr, metric) + x_val
         rec = P.normalised_recovery(exact, c_val, x_val)

@@ -128,3 +128,19 @@ def test_overwrite_rows_sweep_matches_manual(trained):
     logits, acc = P.overwrite_attention_row(model, clean, 1, 0, qp, own, answers=answers)
     assert torch.allclose(logits, model(clean), atol=1e-5)
     assert abs(acc - res["model"]) < 1e-9
+
+
+@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
+                                        ("layer_pos", "resid_pre"), ("layer_pos_head", "q")])
+def test_metric_position_pruning_is_exact(trained, setter, act):
+    model, clean, corr, metric = trained
+    T = clean.shape[1]
+    pos = 2 * 6 - 1  # the metric position of the fixture (h = 6)
+    _, cache = model.run_with_cache(clean)
+    pruned = P.batched_activation_patch(model, corr, cache, metric, setter, act,
+                                        metric_positions=[pos])
+    ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
+    assert float((pruned - ref).abs().max()) <= 1e-5
+    n_skip = sum(P.unreachable(model, setter, act, c, [pos])
+                 for c in P.cells_for(model, T, P.ACT_AXES[setter]))
+    assert n_skip > 0

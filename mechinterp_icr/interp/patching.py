@@ -38,7 +38,7 @@ __all__ = [
     "patch_q_all_pos", "patch_k_all_pos", "patch_v_all_pos", "patch_resid_pre",
     "patch_resid_mid", "patch_attn_out", "attribution_patch", "path_patch",
     "logit_diff_metric", "answer_logit_metric", "normalised_recovery", "overwrite_attention_row",
-    "PatchResult", "candidate_rows", "overwrite_rows_sweep",
+    "PatchResult", "candidate_rows", "overwrite_rows_sweep", "unreachable",
 ]
 
 
@@ -126,6 +126,7 @@ def batched_activation_patch(
     cells: Sequence[tuple[int, ...]] | None = None,
     max_batch: int = 4096,
     skip_layers: bool = True,
+    metric_positions: Sequence[int] | None = None,
 ) -> Tensor:
     """Exact activation patching of many cells per forward pass.
 
@@ -136,7 +137,10 @@ def batched_activation_patch(
     dimension per axis (like TransformerLens); with ``cells`` the result is flat.
     ``max_batch`` bounds the rows of one forward (copies x batch). With ``skip_layers`` a
     group of cells in layer l starts its forward at layer l from the cached corrupted
-    residual stream.
+    residual stream. ``metric_positions`` (optional) declares the only positions whose logits
+    ``metric`` reads; cells that provably cannot reach them (see :func:`unreachable`) get the
+    corrupted run's metric without a forward pass (exact: their patched logits at those
+    positions are the corrupted logits).
     """
     B, T = corrupted_tokens.shape
     axes = ACT_AXES[setter]
@@ -147,16 +151,22 @@ def batched_activation_patch(
     fn = SETTERS[setter]
     per = max(1, max_batch // B)
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
+    todo = list(range(len(cells)))
+    if metric_positions is not None:
+        skip = [i for i in todo if unreachable(model, setter, act, cells[i], metric_positions)]
+        if skip:
+            out[skip] = metric(model(corrupted_tokens)).reshape(()).to(out)
+            todo = [i for i in todo if i not in set(skip)]
     # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
     # forward of a group starts at layer l from the corrupted run's residual stream (exact:
     # those activations are the same computation on the same inputs).
     start_resid: dict[int, Tensor] = {}
-    layers = sorted({c[0] for c in cells})
+    layers = sorted({cells[i][0] for i in todo})
     if skip_layers and any(l > 0 for l in layers) and act not in ("resid_pre",):
         names = {f"blocks.{l}.hook_resid_pre" for l in layers if l > 0}
         _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
         start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
-    order = sorted(range(len(cells)), key=lambda i: cells[i][0])
+    order = sorted(todo, key=lambda i: cells[i][0])
     groups: list[list[int]] = []
     for i in order:  # chunks of one layer each, at most `per` cells
         if groups and cells[groups[-1][0]][0] == cells[i][0] and len(groups[-1]) < per:
@@ -195,6 +205,24 @@ def batched_activation_patch(
         sizes = [max(c[i] for c in cells) + 1 for i in range(len(axes))]
         return out.reshape(sizes)
     return out
+
+
+# activations whose patch at position p in the last layer only changes position p's output
+_POSITION_LOCAL_LAST = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post", "result"}
+
+
+def unreachable(model, setter: str, act: str, cell: tuple, metric_positions) -> bool:
+    """True when patching ``cell`` cannot change the logits at ``metric_positions``: a
+    position after every metric position (causal masking), or a last-layer position-local
+    activation (``z``, ``q``, ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``) at a
+    position the metric does not read."""
+    if setter not in ("layer_pos", "layer_pos_head"):
+        return False
+    layer, pos = cell[0], cell[1]
+    mp = set(int(p) for p in metric_positions)
+    if pos > max(mp):
+        return True
+    return layer == model.cfg.n_layers - 1 and act in _POSITION_LOCAL_LAST and pos not in mp
 
 
 def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: str,
