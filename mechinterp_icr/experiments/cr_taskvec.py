@@ -36,9 +36,20 @@ from mechinterp_icr.experiments.summary import Claim, Summary, atomic_write_text
 from mechinterp_icr.interp import probes as pr
 from mechinterp_icr.interp import taskvec as tv
 
-__all__ = ["TaskvecParams", "PROFILES", "params_for", "analyse_checkpoint", "separation_vs_k",
-           "train_lam_run", "lam_sweep", "analyse_seed", "add_taskvec_claim",
-           "PHASE_PT", "PHASE_FT", "PHASE_FT_GRM"]
+__all__ = [
+    "PHASE_FT",
+    "PHASE_FT_GRM",
+    "PHASE_PT",
+    "PROFILES",
+    "TaskvecParams",
+    "add_taskvec_claim",
+    "analyse_checkpoint",
+    "analyse_seed",
+    "lam_sweep",
+    "params_for",
+    "separation_vs_k",
+    "train_lam_run",
+]
 
 PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
 

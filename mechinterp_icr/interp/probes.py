@@ -21,16 +21,30 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from mechinterp_icr.config import check, check_choice, check_range
 
-__all__ = ["ProbeLeakError", "Split", "split_by_prompt", "split_by_subject", "split_from_sets",
-           "check_no_leak", "LinearProbe", "fit_probe", "probe_accuracy", "evaluate_probes",
-           "probe_layers", "wilson_ci", "random_orthonormal", "choose_boundary"]
+__all__ = [
+    "LinearProbe",
+    "ProbeLeakError",
+    "Split",
+    "check_no_leak",
+    "choose_boundary",
+    "evaluate_probes",
+    "fit_probe",
+    "probe_accuracy",
+    "probe_layers",
+    "random_orthonormal",
+    "split_by_prompt",
+    "split_by_subject",
+    "split_from_sets",
+    "wilson_ci",
+]
 
 
 class ProbeLeakError(AssertionError):
@@ -51,9 +65,9 @@ class Split:
     seed: int = 0
 
     def sizes(self) -> dict[str, int]:
-        out = {"train": int(len(self.train)), "test": int(len(self.test))}
+        out = {"train": len(self.train), "test": len(self.test)}
         if self.dev is not None:
-            out["dev"] = int(len(self.dev))
+            out["dev"] = len(self.dev)
         return out
 
 
@@ -294,8 +308,8 @@ def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
         "acc_random_dir": probe_accuracy(X, y, split, "random", n_pc, seed, on=on),
         "chance": 1.0 / n_classes,
         "majority": majority,
-        "n_train": int(len(split.train)),
-        "n_test": int(len(rows)),
+        "n_train": len(split.train),
+        "n_test": len(rows),
     }
 
 

@@ -25,8 +25,9 @@ the answer becomes the query subject's ``l'`` attribute.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,10 +35,23 @@ import torch
 from mechinterp_icr.config import ConfigError, check, check_choice, check_range
 
 __all__ = [
-    "boundary_names", "boundary_labels", "TaskVectorSet", "extract_task_vectors",
-    "icl_task_vectors", "iter_checkpoint_task_vectors", "pca", "participation_ratio",
-    "n_components_for", "type_variance_fraction", "cosine_within_between", "silhouette",
-    "geometry", "umap_embed", "class_means", "transplant_accuracy", "prompt_keys",
+    "TaskVectorSet",
+    "boundary_labels",
+    "boundary_names",
+    "class_means",
+    "cosine_within_between",
+    "extract_task_vectors",
+    "geometry",
+    "icl_task_vectors",
+    "iter_checkpoint_task_vectors",
+    "n_components_for",
+    "participation_ratio",
+    "pca",
+    "prompt_keys",
+    "silhouette",
+    "transplant_accuracy",
+    "type_variance_fraction",
+    "umap_embed",
 ]
 
 
@@ -110,7 +124,7 @@ class TaskVectorSet:
     def prompt_ids(self) -> np.ndarray:
         return prompt_keys(self.tokens)
 
-    def subset(self, idx) -> "TaskVectorSet":
+    def subset(self, idx) -> TaskVectorSet:
         idx = np.asarray(idx)
         return TaskVectorSet(self.vectors[idx], list(self.layer_names), self.types[idx],
                              self.query_subject[idx], self.demo_subjects[idx], self.answer[idx],
@@ -119,7 +133,7 @@ class TaskVectorSet:
                              None if self.query_pos is None else self.query_pos[idx])
 
     @staticmethod
-    def concat(sets: Sequence["TaskVectorSet"]) -> "TaskVectorSet":
+    def concat(sets: Sequence[TaskVectorSet]) -> TaskVectorSet:
         check(len(sets) > 0, "sets", sets, "at least one TaskVectorSet")
         T = max(s.tokens.shape[1] for s in sets)
         toks = [np.pad(s.tokens, ((0, 0), (0, T - s.tokens.shape[1]))) for s in sets]
@@ -409,7 +423,7 @@ def transplant_accuracy(model, tokens: torch.Tensor, query_pos: torch.Tensor,
         tgt = torch.as_tensor(target_types[i:i + batch_size]).long().to(dev)
         rows = torch.arange(tok.shape[0], device=dev)
 
-        def hook(resid, hook):  # resid (b, T, d_model)
+        def hook(resid, hook, rows=rows, qp=qp, src=src, tgt=tgt):  # resid (b, T, d_model)
             resid = resid.clone()
             if mode == "add":
                 resid[rows, qp] += scale * (means_t[tgt] - means_t[src])
