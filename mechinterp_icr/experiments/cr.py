@@ -64,7 +64,8 @@ class CRExperimentConfig:
     model: ModelConfig = field(default_factory=lambda: CRTaskConfig().default_model())
     pretrain: TrainConfig = field(default_factory=TrainConfig)
     finetune: TrainConfig = field(default_factory=lambda: TrainConfig(trainable="attention"))
-    allweights_arm: bool = True  # also run the all-weights finetuning arm of both branches
+    allweights_arm: bool = True  # also run the all-weights arm of the ICL branch (CR-2)
+    allweights_iclgrm: bool = True  # ... and of the ICL+Grm branch (CR-3)
     allweights_trainable: str = "all"
     eval_n: int = 512  # sequences per evaluation cell at the end of each phase
     eval_ks: tuple = (1, 2, 4, 8)  # numbers of demos evaluated at the end
@@ -76,6 +77,8 @@ class CRExperimentConfig:
     def __post_init__(self) -> None:
         check(isinstance(self.allweights_arm, bool), "allweights_arm", self.allweights_arm,
               "true or false")
+        check(isinstance(self.allweights_iclgrm, bool), "allweights_iclgrm",
+              self.allweights_iclgrm, "true or false")
         check(isinstance(self.allweights_trainable, str) and self.allweights_trainable != "",
               "allweights_trainable", self.allweights_trainable, "a trainable preset")
         check_range("eval_n", self.eval_n, 1, 1_000_000, integer=True)
@@ -111,17 +114,17 @@ QUICK_SWEEP = (
     "default (gsa, shared chain, len 1-2)|",
     "type-chain grammar|task.iclgrm_chain=type",
     "len 0-2|task.iclgrm_len_min=0",
-    "no query grammar|task.iclgrm_query_grammar=false",
 )
 PAPER_SWEEP = QUICK_SWEEP + (
+    "no query grammar|task.iclgrm_query_grammar=false",
     "uniform grammar|task.iclgrm_chain=uniform",
     "type chain, len 0-2|task.iclgrm_chain=type,task.iclgrm_len_min=0",
     "all weights|finetune.trainable=all",
-    "short finetune (1/3)|finetune.steps=100",
+    "loss on all demo attributes|task.icl_loss=all",
+    "short finetune (100 steps)|finetune.steps=100",
     "sga order, type chain|task.order=sga,task.iclgrm_chain=type",
     "sga order, shared chain|task.order=sga",
-    "sga order, len 0-2|task.order=sga,task.iclgrm_len_min=0",
-    "sga order, no query grammar|task.order=sga,task.iclgrm_query_grammar=false",
+    "sga order, type chain, len 0-2|task.order=sga,task.iclgrm_chain=type,task.iclgrm_len_min=0",
     "lam 0.1|task.lam=0.1",
     "lam 0.5|task.lam=0.5",
 )
@@ -129,8 +132,8 @@ PAPER_SWEEP = QUICK_SWEEP + (
 
 def profile_config(profile: str) -> CRExperimentConfig:
     if profile == "quick":
-        return replace(_base(ft_steps=200, pt_steps=1500, pt_lr=2e-3), sweep=QUICK_SWEEP,
-                       eval_n=512, sweep_seeds=3)
+        return replace(_base(ft_steps=200, pt_steps=500, pt_lr=2e-3), sweep=QUICK_SWEEP,
+                       eval_n=512, ckpt_eval_n=128, sweep_seeds=3, allweights_iclgrm=False)
     if profile == "paper":
         return replace(_base(ft_steps=300, pt_steps=3000, pt_lr=1e-3), sweep=PAPER_SWEEP,
                        eval_n=1024, sweep_seeds=3)
@@ -332,7 +335,7 @@ def run_seed(cfg: CRExperimentConfig, out_dir: Path, seed: int, summary: Summary
     with stage("evaluate"):
         result["phases"]["pretrain"] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n)
     for phase, (order, grammar, allw) in BRANCHES.items():
-        if allw and not cfg.allweights_arm:
+        if allw and not (cfg.allweights_iclgrm if grammar else cfg.allweights_arm):
             continue
         trainable = cfg.allweights_trainable if allw else cfg.finetune.trainable
         t = time.perf_counter()
@@ -394,6 +397,13 @@ def run_sweep_setting(cfg: CRExperimentConfig, setting: str, out_dir: Path, seed
         pt_state = {k: v.clone() for k, v in model.state_dict().items()}
         if pt_cache is not None:
             pt_cache[_pt_key(scfg)] = pt_state
+    pt_icl = None
+    if own_pt:
+        # CR-1 under this setting's pretraining: held-out plain ICL of the PT-only model
+        pt_model = build_model(rc.model, seed=seed)
+        pt_model.load_state_dict(pt_state)
+        pt_icl = evaluate_icl(pt_model, task, [seed, 399], task.heldout_subjects,
+                              scfg.task.n_demos, cfg.eval_n)["exact"]
     ft = replace(scfg.finetune, checkpoint_schedule="none")
     model, _ = _train_branch(scfg, task, rc, run, pt_state, "ft-iclgrm", 2, True,
                              scfg.finetune.trainable, seed, ft_cfg=ft)
@@ -405,6 +415,7 @@ def run_sweep_setting(cfg: CRExperimentConfig, setting: str, out_dir: Path, seed
     return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": own_pt,
             "heldout_icl_exact": icl["exact"], "heldout_icl_type": icl["type"],
             "heldout_iclgrm_exact": grm["exact"], "pt_typed_after": ptr["typed"],
+            "pt_only_heldout_icl_exact": pt_icl,
             "seconds": time.perf_counter() - t}
 
 
