@@ -118,3 +118,21 @@ def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
     assert out["rows"][0]["checkpoint"].startswith("ft-icl-")
     assert "top-PC" in capsys.readouterr().out
     assert mod.main([str(tmp_path / "missing")]) == 2
+
+
+def test_iter_checkpoint_task_vectors_same_prompts_every_checkpoint(tiny_runs):
+    from mechinterp_icr.interp import taskvec as tv
+    from mechinterp_icr.runs import RunDir
+
+    _, paths = tiny_runs
+    run = RunDir(paths[0])
+    got = list(tv.iter_checkpoint_task_vectors(run, "all", 40, subjects="heldout", seed=3))
+    assert [ck.name for ck, _ in got] == [c.name for c in run.checkpoints()]
+    first = got[0][1]
+    for ck, s in got:
+        assert s.checkpoint == ck.name and s.vectors.shape == first.vectors.shape
+        np.testing.assert_array_equal(s.tokens, first.tokens)
+    # pretrain and finetuned weights differ, so the task vectors after block 0 differ
+    assert not np.allclose(got[0][1].vectors[:, -1], got[-1][1].vectors[:, -1])
+    with pytest.raises(ConfigError, match="subjects"):
+        next(tv.iter_checkpoint_task_vectors(run, "last", 10, subjects="some"))

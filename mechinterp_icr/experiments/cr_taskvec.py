@@ -685,6 +685,9 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         if run is None or run.latest(PHASE_PT) is None or run.latest(PHASE_FT) is None:
             skipped.append(seed)
             continue
+        if getattr(run.read_config().task, "n_types", 0) < 2:
+            skipped.append(seed)  # one attribute type: there is nothing to decode
+            continue
         with summary.stage("cr4_taskvec"):
             res = analyse_seed(run.path, seed, P, log=log)
         if len(results) < P.lam_seeds and len(P.lams) >= 2:
