@@ -74,12 +74,17 @@ def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | No
     t1, t2 = batch.targets[:, 2 * K], batch.targets[:, 2 * K + 1]
     c1 = tie_aware_correct(logits2[:, 0].double(), t1)
     c2 = tie_aware_correct(logits2[:, 1].double(), t2)
-    out = {"step1_acc": float(c1.mean()), "step2_acc": float(c2.mean())}
+    # probability of the right relation under the model's softmax (decoding temperature T):
+    # 1/2 on swap-confusing sequences at the saddle even when a tiny asymmetry breaks the tie
+    p1 = torch.softmax(logits2[:, 0].double(), -1).gather(-1, t1[:, None]).squeeze(-1)
+    out = {"step1_acc": float(c1.mean()), "step2_acc": float(c2.mean()),
+           "step1_prob": float(p1.mean())}
     for name in ("single", "swap", "confusing"):
         m = batch.meta.get(name)
         if m is not None and bool(m.any()):
             out[f"step1_acc_{name}"] = float(c1[m].mean())
             out[f"step2_acc_{name}"] = float(c2[m].mean())
+            out[f"step1_prob_{name}"] = float(p1[m].mean())
     plain = ~batch.meta["confusing"] if "confusing" in batch.meta else None
     if plain is not None and bool(plain.any()):
         out["step1_acc_plain"] = float(c1[plain].mean())

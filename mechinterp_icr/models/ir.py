@@ -41,7 +41,7 @@ from mechinterp_icr.tasks.ir import ANS, REL, SUBJ, IRTask
 __all__ = ["IRModelSpec", "IRLayout", "token_embeddings", "Memory", "constructed_memory",
            "pretrain_memory", "ir_model_config", "build_ir_hooked", "FastIR",
            "set_pos_block", "get_pos_block", "pos_block_mask", "ideal_pos_block",
-           "memory_retrieval"]
+           "memory_retrieval", "resolve_theta"]
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,13 @@ class IRModelSpec:
     embedding: str = "onehot"  # "onehot" | "random" (unit Gaussian rows of width d_embed)
     d_embed: int = 0  # width of random embeddings (ignored for one-hot)
     memory: str = "constructed"  # "constructed" | "pretrained"
-    theta_rel: float = 1.0 / 3.0
+    theta_rel: float = 0.0  # 0 = auto: 2 / (3K) (1/3 for K = 2), between the mass of one
+    # token (1/(2K)) and of one pair (1/K) under the ideal pairwise row
     theta_ans: float = 1.1
     gate: float = 10.0
     lam2: float = 10.0
     pretrain_hidden: int = 0  # pretrained memory width; 0 = 2 n R (one unit per triple, twice)
-    pretrain_steps: int = 1500
+    pretrain_steps: int = 1000
     pretrain_lr: float = 3e-3
     pretrain_batch: int = 512
 
@@ -64,7 +65,7 @@ class IRModelSpec:
         check(self.embedding == "onehot" or self.d_embed >= 2, "model.d_embed", self.d_embed,
               "an integer >= 2 when model.embedding = 'random'")
         check_choice("model.memory", self.memory, ["constructed", "pretrained"])
-        check_range("model.theta_rel", self.theta_rel, 0, 2, lo_open=True)
+        check_range("model.theta_rel", self.theta_rel, 0, 2)
         check_range("model.theta_ans", self.theta_ans, 0, 3, lo_open=True)
         check_range("model.gate", self.gate, 0, 1e4)
         check_range("model.lam2", self.lam2, 0, 1e6, lo_open=True)
@@ -72,6 +73,13 @@ class IRModelSpec:
         check_range("model.pretrain_steps", self.pretrain_steps, 0, 1_000_000, integer=True)
         check_range("model.pretrain_lr", self.pretrain_lr, 0, 10, lo_open=True)
         check_range("model.pretrain_batch", self.pretrain_batch, 1, 1_000_000, integer=True)
+
+
+def resolve_theta(spec: IRModelSpec, K: int) -> IRModelSpec:
+    """``spec`` with ``theta_rel = 2 / (3K)`` filled in when it is 0 (auto)."""
+    from dataclasses import replace
+
+    return spec if spec.theta_rel > 0 else replace(spec, theta_rel=2.0 / (3.0 * K))
 
 
 class IRLayout:
@@ -122,6 +130,7 @@ def _triple_tokens(task: IRTask):
 
 def constructed_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor) -> Memory:
     """Dense form of the constructed memory (relation units first, then answer units)."""
+    spec = resolve_theta(spec, task.cfg.n_pairs)
     V, T, d_e = task.d_vocab, task.n_ctx, E.shape[1]
     L = IRLayout(V, T, d_e)
     s_tok, r_tok, a_tok = _triple_tokens(task)
@@ -272,6 +281,7 @@ class FastIR(torch.nn.Module):
     def __init__(self, task: IRTask, spec: IRModelSpec, seed: int = 0,
                  memory: Memory | None = None, E: torch.Tensor | None = None):
         super().__init__()
+        spec = resolve_theta(spec, task.cfg.n_pairs)
         self.task, self.spec = task, spec
         V, T = task.d_vocab, task.n_ctx
         self.V, self.T = V, T
@@ -446,13 +456,16 @@ def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B:
     s_tok, r_tok, a_tok = tr[:, 0], n + tr[:, 1], n + R + tr[:, 2]
     x = torch.zeros(B, L.d_model, dtype=torch.float64)
     half = B // 2
-    # relation completion at a subject position: copy = al (E_s + E_a) + rest on a random pair
-    al = torch.from_numpy(rng.uniform(0.25, 0.5, half))
-    o_s = torch.from_numpy(rng.integers(0, n, half))
-    o_a = torch.from_numpy(n + R + rng.integers(0, task.cfg.m, half))
+    # relation completion at a subject position: copy = al (E_s + E_a) + the rest spread
+    # (Dirichlet weights) over the current subject q and two random tokens, as attention
+    # would leave it
+    al = torch.from_numpy(rng.uniform(0.2, 0.5, half))
     q = torch.from_numpy(rng.integers(0, n, half))
+    others = torch.stack([q, torch.from_numpy(rng.integers(0, V, half)),
+                          torch.from_numpy(rng.integers(0, V, half))], 1)  # (half, 3)
+    w = torch.from_numpy(rng.dirichlet(np.ones(3), half)) * (1 - 2 * al)[:, None]
     x[:half, L.copy] = al[:, None] * (E[s_tok[:half]] + E[a_tok[:half]]) + \
-        ((1 - 2 * al) / 2)[:, None] * (E[o_s] + E[o_a])
+        torch.einsum("bk,bkd->bd", w, E[others])
     x[:half, L.tok] = E[q]
     x[:half, L.type.start + SUBJ] = 1.0
     # answer completion at a relation position: copy = be E_s + rest on a random token
@@ -498,7 +511,7 @@ def pretrain_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor, seed: int 
         opt.step()
         if log is not None and (step % 100 == 0 or step == spec.pretrain_steps - 1):
             acc = float((logits.argmax(-1) == y).double().mean())
-            log.append({"step": step, "loss": float(loss), "acc": acc})
+            log.append({"step": step, "loss": float(loss.detach()), "acc": acc})
     with torch.no_grad():
         return Memory("pretrained", (W_in * read).detach().clone(), b_in.detach().clone(),
                       W_out.detach().clone())

@@ -43,7 +43,10 @@ class PGDConfig:
     lr: float = 0.05
     steps: int = 1000
     perturb: bool = True  # False: plain GD control (same big step and small steps)
-    target: str = "pos"  # "pos" (position block of W_KQ, theory) | "attention" (all of it)
+    target: str = "pos"  # "pos" (position block of W_KQ, theory) | "qk" (all of W_Q, W_K,
+    # b_Q, b_K: token- and position-dependent scores) | "attention" (also W_V, W_O)
+    clip: float = 0.0  # gradient-norm clipping (0 = none); full attention needs it (the
+    # quadratic memory makes the OV gradients explode under plain SGD)
 
     def __post_init__(self) -> None:
         check_range("pgd.big_lr", self.big_lr, 0, 1e5)
@@ -51,7 +54,8 @@ class PGDConfig:
         check_range("pgd.lr", self.lr, 0, 1e4, lo_open=True)
         check_range("pgd.steps", self.steps, 0, 10_000_000, integer=True)
         check(isinstance(self.perturb, bool), "pgd.perturb", self.perturb, "true or false")
-        check_choice("pgd.target", self.target, ["pos", "attention"])
+        check_choice("pgd.target", self.target, ["pos", "qk", "attention"])
+        check_range("pgd.clip", self.clip, 0, 1e6)
 
 
 def perturbation(T: int, sigma: float, seed: int) -> torch.Tensor:
@@ -79,9 +83,9 @@ def pgd_fast(fast, batch: Batch, cfg: PGDConfig, seed: int,
     (when ``record_rows``) and ``eval_fn(fast, t)`` at ``eval_steps`` (default: every step).
     ``stop_fn(record)`` may end the run early (used by the sample-complexity bisection).
     """
-    if cfg.target != "pos":
-        raise ValueError("pgd_fast trains the position block only; use pgd_hooked for "
-                         "target='attention'")
+    if cfg.target != "pos" or cfg.clip > 0:
+        raise ValueError("pgd_fast trains the position block only, without clipping; use "
+                         "pgd_hooked for target='attention' or clip > 0")
     K = fast.task.cfg.n_pairs
     q = [2 * K, 2 * K + 1]
     recs: list[dict[str, Any]] = []
@@ -105,7 +109,7 @@ def pgd_fast(fast, batch: Batch, cfg: PGDConfig, seed: int,
         loss.backward()
         with torch.no_grad():
             fast.B -= lr * fast.B.grad
-        return float(loss)
+        return float(loss.detach())
 
     with torch.no_grad():
         loss0 = float(fast_loss(fast, batch))
@@ -138,14 +142,14 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
 
     N = len(batch)
     masks = pos_block_mask(model) if cfg.target == "pos" else None
-    trainable = "blocks.0.attn.W_K" if cfg.target == "pos" else "attention"
+    trainable = {"pos": "blocks.0.attn.W_K", "qk": "qk", "attention": "attention"}[cfg.target]
 
     def sample(rng, bs):
         return batch
 
     meta = {"pgd": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, **(extra_meta or {})}
     big = TrainConfig(steps=1, batch_size=N, optimizer="sgd", lr=max(cfg.big_lr, 1e-12),
-                      grad_clip=0.0, trainable=trainable, eval_every=0,
+                      grad_clip=cfg.clip, trainable=trainable, eval_every=0,
                       checkpoint_schedule="linear", checkpoint_every=1, progress=False)
     r1 = train_phase(model, sample, big, run, "big", seed, eval_fn=eval_fn, grad_masks=masks,
                      phase_order=0, extra_meta=meta)
@@ -166,7 +170,7 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
                 a.W_K[0, L.pos] += delta.T
     phase = "pgd" if cfg.perturb else "gd"
     small = TrainConfig(steps=cfg.steps, batch_size=N, optimizer="sgd", lr=cfg.lr,
-                        grad_clip=0.0, trainable=trainable, eval_every=0,
+                        grad_clip=cfg.clip, trainable=trainable, eval_every=0,
                         checkpoint_schedule="log", checkpoint_dense_until=dense_until,
                         checkpoint_every=checkpoint_every, progress=False)
     r2 = train_phase(model, sample, small, run, phase, seed, eval_fn=eval_fn, grad_masks=masks,
