@@ -117,14 +117,16 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
 def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
                 run_path: str | Path | None = None, task_cfg=None) -> dict:
     """Train, then read the per-checkpoint probes back and time the two rises."""
-    run = RunDir(run_path, create=True) if run_path is not None else None
-    if run is not None and run.metrics_path.exists():
-        run.metrics_path.unlink()  # a fresh log for a fresh run
-        for p in run.checkpoint_dir.glob("*") if run.checkpoint_dir.exists() else []:
-            p.unlink()
-    rows = []
-    if run is None:
+    if run_path is None:
         raise ValueError("run_cascade needs a run directory to log the probes per checkpoint")
+    run = RunDir(run_path, create=True)
+    # a fresh log and fresh checkpoints for a fresh run (the probes are read back from the log)
+    if run.metrics_path.exists():
+        run.metrics_path.unlink()
+    if run.checkpoint_dir.exists():
+        for p in run.checkpoint_dir.glob("*"):
+            if p.is_file():
+                p.unlink()
     model, pt_eval, res, probe_batch = train_mechanism_model(task, seed, cfg, run, task_cfg)
     rows = [r for r in run.read_metrics() if r.get("phase") == "ft-icl" and "h0_ov" in r]
     rows.sort(key=lambda r: r["step"])

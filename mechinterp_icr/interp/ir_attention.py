@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["row_stats", "hooked_rows", "fast_rows", "tie_aware_correct", "ir_accuracy"]
+__all__ = ["row_stats", "hooked_rows", "fast_rows", "tie_aware_correct", "ir_accuracy",
+           "attention_row_table"]
 
 
 def row_stats(row, K: int) -> dict[str, Any]:
@@ -64,16 +65,19 @@ def tie_aware_correct(logits: torch.Tensor, targets: torch.Tensor,
 
 
 @torch.no_grad()
-def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | None = None
-                ) -> dict[str, float]:
+def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | None = None,
+                rtol: float | None = None) -> dict[str, float]:
     """Step-1 / step-2 accuracies from logits at the two CoT positions (B, 2, V), overall and on
     confusing (single, swap) sequences. Step 2 is teacher-forced (the true r* is the input);
     ``chained_logits2`` (the step-2 logits with the model's own step-1 prediction as input) gives
-    the end-to-end accuracy when given."""
+    the end-to-end accuracy when given. Ties are judged within ``rtol`` (default 1e-9 for
+    float64 logits, 1e-5 for float32 ones, whose rounding breaks exact ties at random)."""
+    if rtol is None:
+        rtol = 1e-9 if logits2.dtype == torch.float64 else 1e-5
     K = (batch.tokens.shape[1] - 3) // 2
     t1, t2 = batch.targets[:, 2 * K], batch.targets[:, 2 * K + 1]
-    c1 = tie_aware_correct(logits2[:, 0].double(), t1)
-    c2 = tie_aware_correct(logits2[:, 1].double(), t2)
+    c1 = tie_aware_correct(logits2[:, 0].double(), t1, rtol)
+    c2 = tie_aware_correct(logits2[:, 1].double(), t2, rtol)
     # probability of the right relation under the model's softmax (decoding temperature T):
     # 1/2 on swap-confusing sequences at the saddle even when a tiny asymmetry breaks the tie
     p1 = torch.softmax(logits2[:, 0].double(), -1).gather(-1, t1[:, None]).squeeze(-1)
@@ -89,5 +93,30 @@ def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | No
     if plain is not None and bool(plain.any()):
         out["step1_acc_plain"] = float(c1[plain].mean())
     if chained_logits2 is not None:
-        out["chained_acc"] = float((tie_aware_correct(chained_logits2.double(), t2)).mean())
+        out["chained_acc"] = float((tie_aware_correct(chained_logits2.double(), t2,
+                                                      rtol)).mean())
     return out
+
+
+@torch.no_grad()
+def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
+                        seed: int = 0) -> list[dict[str, Any]]:
+    """Per checkpoint of an IR run directory: step-1 / step-2 accuracies (overall and on
+    confusing sequences) and the step-1 row statistics, from the HookedTransformer."""
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.training.loop import batch_rng
+
+    run = RunDir(run_path)
+    cfg, task, build = load_run_model(run)
+    K = task.cfg.n_pairs
+    ev = task.sample(batch_rng(seed, "ir-attention-rows", 0), n_eval, split="eval")
+    rows = []
+    for ck, model in run.iter_models(selection, lambda: build().to("cpu")):
+        model = model.to("cpu")
+        logits = model(ev.tokens)[:, 2 * K: 2 * K + 2]
+        r1, r2 = hooked_rows(model, ev.tokens, K)
+        st = row_stats(r1, K)
+        rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
+                     **ir_accuracy(logits, ev), **st, "step2_mass_sq": float(r2[2 * K])})
+    return rows

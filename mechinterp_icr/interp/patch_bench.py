@@ -16,7 +16,6 @@ next tokens at the last position.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import torch

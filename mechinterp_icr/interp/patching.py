@@ -229,7 +229,6 @@ def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: st
                         act: str) -> Tensor:
     """The TransformerLens per-cell reference (one forward per cell) for the same cells."""
     import transformer_lens.patching as tlp
-    import tqdm as _tqdm  # noqa: F401
 
     tl_setters = {
         "layer_pos": tlp.layer_pos_patch_setter,
@@ -352,7 +351,7 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     With a sender in the last layer and ``receivers=[("logits",)]`` this is exactly activation
     patching of the sender's output (tested).
     """
-    L, H = model.cfg.n_layers, model.cfg.n_heads
+    L = model.cfg.n_layers
     sl, sh = sender
     _, clean = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_z"))
     _, corr = model.run_with_cache(
