@@ -51,8 +51,8 @@ PROFILES: dict[str, dict[str, Any]] = {
         "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_steps": 100, "sweep_Nmax": 256,
         "sweep_eval": 1000, "sweep_target": 0.99,
         "sweep_random_n": [32, 64, 128, 256], "sweep_random_d": 128,
-        "sweep_random_seeds": 1,
-        "k3_n": 512, "pre_n": 32, "pre_steps": 800, "pre_N": 256,
+        "sweep_random_seeds": 0,
+        "k3_n": 512, "pre_n": 32, "pre_steps": 600, "pre_N": 256,
         "ht_n": 32, "ht_steps": 120, "ht_dense": 40, "ht_attn_big_lr": 1.0,
         "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
         "ind_steps": 300, "ind_tokens": 32, "ind_half": 10,
@@ -95,9 +95,10 @@ def resolve_profile(profile: str, overrides: list[str] | None) -> dict[str, Any]
                                   "positive number")
             val = float(val)
         elif isinstance(ref, int):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ConfigError(f"--set {key} = {val!r} is not allowed; expected a "
-                                  "positive integer")
+            lo = 0 if key == "sweep_random_seeds" else 1
+            if isinstance(val, bool) or not isinstance(val, int) or val < lo:
+                raise ConfigError(f"--set {key} = {val!r} is not allowed; expected an "
+                                  f"integer >= {lo}")
         p[key] = val
     # validate the configs these values produce (ConfigError names the field)
     for n in [p["n"], p["k3_n"], p["pre_n"], p["ht_n"]] + p["sweep_n"] + p["gap_n"]:
@@ -329,7 +330,7 @@ def _ht_eval_fn(task, ev):
     def fn(model) -> dict[str, Any]:
         logits, cache = model.run_with_cache(
             ev.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
-        out = ir_accuracy(logits[:, 2 * K: 2 * K + 2].double(), ev)
+        out = ir_accuracy(logits[:, 2 * K: 2 * K + 2], ev)
         pat = cache["pattern", 0][:, 0].double()  # (B, T, T)
         r1, r2 = pat[:, 2 * K].mean(0).numpy(), pat[:, 2 * K + 1].mean(0).numpy()
         st = row_stats(r1, K)
