@@ -144,3 +144,15 @@ def test_metric_position_pruning_is_exact(trained, setter, act):
     n_skip = sum(P.unreachable(model, setter, act, c, [pos])
                  for c in P.cells_for(model, T, P.ACT_AXES[setter]))
     assert n_skip > 0
+
+
+@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
+                                        ("layer_pos_head", "k"), ("layer_pos", "resid_pre"),
+                                        ("layer_pos", "attn_out")])
+def test_suffix_mode_equals_transformer_lens(trained, setter, act):
+    model, clean, corr, metric = trained
+    _, cache = model.run_with_cache(clean)
+    ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
+    for kw in ({"suffix": True}, {"suffix": True, "metric_positions": [11], "max_batch": 40}):
+        ours = P.batched_activation_patch(model, corr, cache, metric, setter, act, **kw)
+        assert float((ours - ref).abs().max()) <= 1e-5

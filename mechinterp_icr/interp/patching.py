@@ -127,6 +127,7 @@ def batched_activation_patch(
     max_batch: int = 4096,
     skip_layers: bool = True,
     metric_positions: Sequence[int] | None = None,
+    suffix: bool = False,
 ) -> Tensor:
     """Exact activation patching of many cells per forward pass.
 
@@ -140,7 +141,11 @@ def batched_activation_patch(
     residual stream. ``metric_positions`` (optional) declares the only positions whose logits
     ``metric`` reads; cells that provably cannot reach them (see :func:`unreachable`) get the
     corrupted run's metric without a forward pass (exact: their patched logits at those
-    positions are the corrupted logits).
+    positions are the corrupted logits). ``suffix`` (by-position setters only): a patch at
+    position p leaves positions < p unchanged, so each group of cells runs only the positions
+    from its smallest p on, with the corrupted prefix's keys and values in a frozen
+    TransformerLens key/value cache. Mathematically exact; the float summation order differs
+    from a full forward, so it is off by default.
     """
     B, T = corrupted_tokens.shape
     axes = ACT_AXES[setter]
@@ -157,6 +162,10 @@ def batched_activation_patch(
         if skip:
             out[skip] = metric(model(corrupted_tokens)).reshape(()).to(out)
             todo = [i for i in todo if i not in set(skip)]
+    if suffix and setter in ("layer_pos", "layer_pos_head") and act in _SUFFIX_ACTS and todo:
+        _suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells, todo,
+                      out, per, skip_layers)
+        todo = []
     # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
     # forward of a group starts at layer l from the corrupted run's residual stream (exact:
     # those activations are the same computation on the same inputs).
@@ -205,6 +214,76 @@ def batched_activation_patch(
         sizes = [max(c[i] for c in cells) + 1 for i in range(len(axes))]
         return out.reshape(sizes)
     return out
+
+
+_SUFFIX_ACTS = {"z", "q", "k", "v", "result", "resid_pre", "resid_mid", "resid_post",
+                "attn_out", "mlp_out"}
+
+
+@torch.no_grad()
+def _suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
+                  skip_layers, n_windows: int = 8) -> None:
+    """Fill ``out[i]`` for cells ``todo`` by suffix forwards over a frozen prefix KV cache."""
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    B, T = tokens.shape
+    L = model.cfg.n_layers
+    dev = tokens.device
+    keep = {f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in "kv"}
+    keep |= {f"blocks.{l}.hook_resid_pre" for l in range(L)}
+    logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
+    fn = SETTERS[setter]
+    width = max(1, -(-T // n_windows))
+    order = sorted(todo, key=lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]))
+    groups: list[list[int]] = []
+    for i in order:
+        w = cells[i][1] // width
+        if groups and cells[groups[-1][0]][1] // width == w and len(groups[-1]) < per:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for idx in groups:
+        chunk = [cells[i] for i in idx]
+        C = len(chunk)
+        p0 = min(c[1] for c in chunk)
+        l0 = min(c[0] for c in chunk) if skip_layers else 0
+        CB = C * B
+        kv = TransformerLensKeyValueCache.init_cache(model.cfg, dev, CB)
+        for l, e in enumerate(kv.entries):
+            e.past_keys = cc[f"blocks.{l}.attn.hook_k"][:, :p0].repeat(C, 1, 1, 1)
+            e.past_values = cc[f"blocks.{l}.attn.hook_v"][:, :p0].repeat(C, 1, 1, 1)
+        kv.previous_attention_mask = torch.ones(CB, p0, dtype=torch.int, device=dev)
+        kv.freeze()
+        by_layer: dict[int, list[tuple[int, tuple]]] = {}
+        for c, cell in enumerate(chunk):
+            by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])))
+        hooks = []
+        for layer, items in by_layer.items():
+            name = _act_name(act, layer)
+            clean = clean_cache[name][:, p0:]
+
+            def hook(a, hook, items=items, clean=clean):
+                a = a.clone()
+                for c, cell in items:
+                    fn(a[c * B:(c + 1) * B], cell, clean)
+                return a
+
+            hooks.append((name, hook))
+        if l0 > 0:
+            resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
+            suf = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=l0,
+                                       tokens=tokens[:, p0:].repeat(C, 1), past_kv_cache=kv,
+                                       attention_mask=torch.ones(CB, T, dtype=torch.int,
+                                                                 device=dev))
+        else:
+            suf = model.run_with_hooks(tokens[:, p0:].repeat(C, 1), fwd_hooks=hooks,
+                                       past_kv_cache=kv,
+                                       attention_mask=torch.ones(CB, T - p0, dtype=torch.int,
+                                                                 device=dev))
+        full = logits_c.repeat(C, 1, 1)
+        full[:, p0:] = suf
+        for c in range(C):
+            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
 
 
 # activations whose patch at position p in the last layer only changes position p's output
