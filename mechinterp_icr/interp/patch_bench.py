@@ -81,7 +81,9 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
                                                           metric_positions=mpos, suffix=True))
         ref, tt = _timed(lambda: P.tl_activation_patch(model, x, cache, metric,
                                                        "layer_pos_head", "z"))
-        attr, ta = _timed(lambda: P.attribution_patch(model, c, x, metric, "z", "pos_head"))
+        # every method gets the same clean cache (computed once, outside the timings)
+        attr, ta = _timed(lambda: P.attribution_patch(model, c, x, metric, "z", "pos_head",
+                                                      clean_cache=cache))
         diff = max(float((ours - ref).abs().max()), float((pruned - ref).abs().max()))
         diff_fast = float((fast - ref).abs().max())
         exact = (ours - base).flatten().cpu().numpy()

@@ -362,20 +362,23 @@ patch_attn_out = partial(batched_activation_patch, setter="layer_pos", act="attn
 # ---------------------------------------------------------------------------------------------
 def attribution_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
                       metric: Callable[[Tensor], Tensor], act: str = "z",
-                      by: str = "pos_head") -> Tensor:
+                      by: str = "pos_head", clean_cache=None) -> Tensor:
     """First-order estimate of patching every cell: ``(clean - corrupted) . grad``.
 
     ``act`` a head-vector activation (``z``, ``q``, ``k``, ``v``) with ``by`` ``pos_head``
     -> (layers, pos, heads) or ``head`` -> (layers, heads); or a residual-shaped activation
     (``resid_pre``, ``resid_mid``, ``attn_out``) with ``by="pos"`` -> (layers, pos).
     Values estimate ``metric(patched) - metric(corrupted)``; add the corrupted metric to
-    compare them with exact patching.
+    compare them with exact patching. ``clean_cache`` (optional) reuses the clean run's
+    activations, as the exact functions do.
     """
     L = model.cfg.n_layers
     names = [_act_name(act, l) for l in range(L)]
     keep = set(names)
-    with torch.no_grad():
-        _, clean_cache = model.run_with_cache(clean_tokens, names_filter=lambda n: n in keep)
+    if clean_cache is None or not all(n in clean_cache for n in names):
+        with torch.no_grad():
+            _, clean_cache = model.run_with_cache(clean_tokens,
+                                                  names_filter=lambda n: n in keep)
     acts: dict[str, Tensor] = {}
 
     def fwd(a, hook):
