@@ -715,9 +715,10 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
     summary.tables["cr4_layers"] = [
         {"seed": r["seed"], "phase": ph, **{k: row[k] for k in ("label", "acc_pc", "acc_full")}}
         for r in results for ph, v in r["phases"].items() for row in v["layers"]]
-    summary.tables["cr4_k_sweep"] = [{"seed": r["seed"], "phase": ph, **row}
-                                     for r in results for ph, rows in r["k_sweep"].items()
-                                     for row in rows]
+    summary.tables["cr4_k_sweep"] = [
+        {"seed": r["seed"], "phase": ph,
+         **{k: v for k, v in row.items() if k != "type_variance_fraction_by_boundary"}}
+        for r in results for ph, rows in r["k_sweep"].items() for row in rows]
     summary.tables["cr4_lam_sweep"] = [row for r in results for row in r.get("lam_sweep", [])]
     summary.tables["cr4_transplant"] = [{"seed": r["seed"], "phase": ph, **row}
                                         for r in results for ph, v in r["phases"].items()
