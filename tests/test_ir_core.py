@@ -6,9 +6,17 @@ import torch
 
 from mechinterp_icr.config import ConfigError
 from mechinterp_icr.interp.ir_attention import ir_accuracy, row_stats, tie_aware_correct
-from mechinterp_icr.models.ir import (FastIR, IRModelSpec, build_ir_hooked, get_pos_block,
-                                      memory_retrieval, pos_block_mask, pretrain_memory,
-                                      set_pos_block, token_embeddings)
+from mechinterp_icr.models.ir import (
+    FastIR,
+    IRModelSpec,
+    build_ir_hooked,
+    get_pos_block,
+    memory_retrieval,
+    pos_block_mask,
+    pretrain_memory,
+    set_pos_block,
+    token_embeddings,
+)
 from mechinterp_icr.tasks.base import IGNORE
 from mechinterp_icr.tasks.ir import IRTaskConfig, check_assumption1, make_kb
 from mechinterp_icr.training.pgd import PGDConfig, fast_loss, pgd_fast, pgd_hooked

@@ -34,13 +34,20 @@ import torch
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, parse_overrides
 from mechinterp_icr.experiments.summary import Claim, Summary, atomic_write_text
 from mechinterp_icr.interp.ir_attention import ir_accuracy, row_stats
-from mechinterp_icr.models.ir import (FastIR, IRModelSpec, build_ir_hooked, ideal_pos_block,
-                                      memory_retrieval, pretrain_memory, token_embeddings)
+from mechinterp_icr.models.ir import (
+    FastIR,
+    IRModelSpec,
+    build_ir_hooked,
+    ideal_pos_block,
+    memory_retrieval,
+    pretrain_memory,
+    token_embeddings,
+)
 from mechinterp_icr.runs import RunDir
 from mechinterp_icr.tasks.ir import IRTaskConfig
 from mechinterp_icr.training.pgd import PGDConfig, pgd_fast, pgd_hooked
 
-__all__ = ["PROFILES", "validate", "reproduce", "resolve_profile"]
+__all__ = ["PROFILES", "reproduce", "resolve_profile", "validate"]
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": {
@@ -409,8 +416,8 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
             per["IR-1"][sk] = {"memory_acc": min(mem.values()), **mem,
                                "ceiling_step1": ceil["step1_acc"],
                                "ceiling_step2": ceil["step2_acc"], "ceiling_a": ceil["a"],
-                               "n_swaps_kb": int(len(task.kb.swaps)),
-                               "n_singles_kb": int(len(task.kb.singles))}
+                               "n_swaps_kb": len(task.kb.swaps),
+                               "n_singles_kb": len(task.kb.singles)}
         with summary.stage("IR-2/3/4 PGD vs GD (fast)"):
             runs = {}
             for data in ("raw", "sym"):
@@ -439,7 +446,7 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
                    for d in ("raw", "sym") for a in ("pgd", "gd")}
             cens = {k: (v if v is not None else (p["gd_sym_steps"] if "sym_gd" in k
                                                  else p["steps"]) + 2) for k, v in esc.items()}
-            after_big = {f"{d}_{a}": [r for r in runs[(d, a)][1] if r["step"] == 1][0]
+            after_big = {f"{d}_{a}": next(r for r in runs[(d, a)][1] if r["step"] == 1)
                          for d in ("raw", "sym") for a in ("pgd", "gd")}
             fin_gd_sym = _final(runs[("sym", "gd")][1])
             per["IR-4"][sk] = {
@@ -607,8 +614,8 @@ def _add_claims(summary: Summary, per: dict, p: dict, polylog_bound: float) -> N
         "IR-4", "After the large step the model sits at a saddle where swap-confusing "
         "sequences tie (accuracy at the tie level 1/2 on pair-symmetric data); the "
         "perturbation lets PGD escape while plain GD stays longer or never leaves "
-        "(escape = pair-mass spread >= %.2f; ratio = GD escape step / PGD escape step, "
-        "never = censored at the run length)." % p["escape_spread"],
+        "(escape = pair-mass spread >= {:.2f}; ratio = GD escape step / PGD escape step, "
+        "never = censored at the run length).".format(p["escape_spread"]),
         "escape_ratio_sym", ">=", 2.0, per["IR-4"], rule="all_seeds",
         extra_checks={
             "saddle: swap accuracy 0.5 +- 0.05 after the large step (pair-symmetric, GD)":
@@ -671,8 +678,8 @@ def _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seed
             rows = np.asarray([r["row1"] for r in recs])
             for j in range(5):
                 fig.add_trace(go.Scatter(x=x, y=rows[:, j], name=names[j], mode="lines",
-                                         line=dict(color=colors[j],
-                                                   dash="dot" if j % 2 else "solid"),
+                                         line={"color": colors[j],
+                                                   "dash": "dot" if j % 2 else "solid"},
                                          showlegend=(i == 0)), row=i // 2 + 1, col=i % 2 + 1)
         fig.update_xaxes(type="log", title_text="step (1 = after the large step)")
         fig.update_yaxes(title_text="step-1 attention")

@@ -18,8 +18,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["row_stats", "hooked_rows", "fast_rows", "tie_aware_correct", "ir_accuracy",
-           "attention_row_table"]
+__all__ = [
+    "attention_row_table",
+    "fast_rows",
+    "hooked_rows",
+    "ir_accuracy",
+    "row_stats",
+    "tie_aware_correct",
+]
 
 
 def row_stats(row, K: int) -> dict[str, Any]:
@@ -108,7 +114,7 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
     from mechinterp_icr.training.loop import batch_rng
 
     run = RunDir(run_path)
-    cfg, task, build = load_run_model(run)
+    _cfg, task, build = load_run_model(run)
     K = task.cfg.n_pairs
     ev = task.sample(batch_rng(seed, "ir-attention-rows", 0), n_eval, split="eval")
     rows = []

@@ -38,10 +38,23 @@ from mechinterp_icr.config import ModelConfig, check, check_choice, check_range
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.tasks.ir import ANS, REL, SUBJ, IRTask
 
-__all__ = ["IRModelSpec", "IRLayout", "token_embeddings", "Memory", "constructed_memory",
-           "pretrain_memory", "ir_model_config", "build_ir_hooked", "FastIR",
-           "set_pos_block", "get_pos_block", "pos_block_mask", "ideal_pos_block",
-           "memory_retrieval", "resolve_theta"]
+__all__ = [
+    "FastIR",
+    "IRLayout",
+    "IRModelSpec",
+    "Memory",
+    "build_ir_hooked",
+    "constructed_memory",
+    "get_pos_block",
+    "ideal_pos_block",
+    "ir_model_config",
+    "memory_retrieval",
+    "pos_block_mask",
+    "pretrain_memory",
+    "resolve_theta",
+    "set_pos_block",
+    "token_embeddings",
+]
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,19 @@ import torch
 from mechinterp_icr.config import ConfigError, check, check_range, register_task
 from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab
 
-__all__ = ["IRTaskConfig", "IRTask", "KnowledgeBase", "check_assumption1", "make_kb",
-           "SUBJ", "REL", "ANS", "KIND_PLAIN", "KIND_SINGLE", "KIND_SWAP"]
+__all__ = [
+    "ANS",
+    "KIND_PLAIN",
+    "KIND_SINGLE",
+    "KIND_SWAP",
+    "REL",
+    "SUBJ",
+    "IRTask",
+    "IRTaskConfig",
+    "KnowledgeBase",
+    "check_assumption1",
+    "make_kb",
+]
 
 SUBJ, REL, ANS = 0, 1, 2  # token types
 KIND_PLAIN, KIND_SINGLE, KIND_SWAP = 0, 1, 2  # how a sequence was drawn
@@ -97,7 +108,7 @@ class IRTaskConfig:
     def seq_len(self) -> int:
         return 2 * self.n_pairs + 3
 
-    def build(self, seed: int = 0) -> "IRTask":
+    def build(self, seed: int = 0) -> IRTask:
         return IRTask(self, seed)
 
 
@@ -329,7 +340,7 @@ class IRTask:
         return self.step1_pos, self.step2_pos
 
     def info(self) -> dict[str, Any]:
-        return {"n_singles": int(len(self.kb.singles)), "n_swaps": int(len(self.kb.swaps)),
+        return {"n_singles": len(self.kb.singles), "n_swaps": len(self.kb.swaps),
                 "d_vocab": self.d_vocab, "n_ctx": self.n_ctx,
                 "assumption1_violations": len(check_assumption1(self.kb.f))}
 

@@ -22,8 +22,9 @@ finetuning sequences (full batch). Two drivers share these semantics:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +34,7 @@ from mechinterp_icr.runs import RunDir
 from mechinterp_icr.tasks.base import Batch
 from mechinterp_icr.training.loop import train_phase
 
-__all__ = ["PGDConfig", "pgd_fast", "pgd_hooked", "perturbation", "fast_loss"]
+__all__ = ["PGDConfig", "fast_loss", "perturbation", "pgd_fast", "pgd_hooked"]
 
 
 @dataclass(frozen=True)
