@@ -51,6 +51,8 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
               "ft_random_dir", "ft_rho_k", "ft_rho_lam", "ft_transplant_success"):
         assert k in m, k
     assert 0.0 <= m["ft_acc_pc"] <= 1.0
+    ci = c["details"]["mean_and_ci95_over_seeds"]["ft_transfer_acc_pc"]
+    assert ci["ci95"][0] <= ci["mean"] <= ci["ci95"][1]
     assert "ft_rho_lam" not in c["per_seed"]["1"]  # lam sweep on the first seed only
     assert any("transfer" in k for k in c["extra_checks"])
     assert any("label-shuffle" in k for k in c["extra_checks"])

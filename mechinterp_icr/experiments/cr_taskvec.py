@@ -707,7 +707,20 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         claim.notes += f" Seeds without a complete CR run, skipped: {skipped}."
     with summary.stage("cr4_figures"):
         figs = write_figures(results, out_dir / "figures")
-    claim.details = {"figures": figs, "params": {k: getattr(P, k) for k in
+    from mechinterp_icr.experiments.summary import ci95
+
+    keys = ("ft_acc_pc", "ft_acc_full", "ft_transfer_acc_pc", "ft_acc_pc_by_subject",
+            "pt_acc_pc", "pt_acc_full", "pt_transfer_acc_pc", "ft_shuffle_pc",
+            "ft_shuffle_full", "ft_random_dir", "ft_type_variance_fraction",
+            "pt_type_variance_fraction", "ft_transplant_success", "grm_acc_pc",
+            "grm_transfer_acc_pc", "ft_rho_k")
+    summ = {}
+    for k in keys:
+        vals = [m[k] for m in claim.per_seed.values() if isinstance(m.get(k), (int, float))]
+        if vals:
+            summ[k] = {"mean": float(np.mean(vals)), "ci95": list(ci95(vals))}
+    claim.details = {"mean_and_ci95_over_seeds": summ,
+                     "figures": figs, "params": {k: getattr(P, k) for k in
                                                  P.__dataclass_fields__},
                      "seconds": {str(r["seed"]): {
                          ph: v["seconds"] for ph, v in r["phases"].items()} for r in results}}
