@@ -596,7 +596,10 @@ def write_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any
     fig.update_xaxes(title_text="ICL finetuning step", row=1, col=2)
     fig.update_yaxes(title_text="type probe accuracy", range=[0, 1.02])
     fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe)")
-    out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200)
+    # HTML only: the overview figure carries the per-boundary curve into the report, and each
+    # PNG export costs seconds of headless Chromium
+    out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200,
+                                      png=False)
     out["overview"] = save_figure(overview_figure(results), Path(fig_dir) / "cr4_overview",
                                   width=1400, height=900)
     return out
