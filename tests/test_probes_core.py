@@ -18,7 +18,7 @@ def _prompts(n=300, M=20, K=3, seed=0, dup=True):
 
 
 def test_split_by_prompt_never_shares_a_prompt():
-    S, ids = _prompts()
+    _, ids = _prompts()
     for seed in range(5):
         sp = pr.split_by_prompt(ids, 0.3, 0.2, seed=seed)
         pr.check_no_leak(sp, ids)

@@ -70,7 +70,7 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
 
 
 def test_missing_runs_are_skipped_or_reported(tiny_runs, tmp_path):
-    root, paths = tiny_runs
+    _, paths = tiny_runs
     s = Summary("cr", "quick", [0, 7])
     small = replace(TINY, lams=(), curve_max_checkpoints=1)
     ct.add_taskvec_claim(s, tmp_path, paths[:1], [0, 7], "quick", params=small, log=None)
@@ -91,7 +91,7 @@ def test_real_task_splits_do_not_leak(tiny_runs):
     _, paths = tiny_runs
     run = RunDir(paths[0])
     _, task, build = load_run_model(run)
-    ck, model = next(run.iter_models("phase:ft-icl:last", build))
+    _, model = next(run.iter_models("phase:ft-icl:last", build))
     F = tv.icl_task_vectors(model, task, 100, subjects=task.finetune_subjects, seed=1)
     H = tv.icl_task_vectors(model, task, 100, subjects=task.heldout_subjects, seed=2)
     T = tv.TaskVectorSet.concat([F, H])

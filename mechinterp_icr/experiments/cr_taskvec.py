@@ -365,7 +365,7 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecParams, log=print) -> dict
     from mechinterp_icr.runs import RunDir
 
     run = RunDir(run_path)
-    rc, task, build = load_run_model(run)
+    _, task, build = load_run_model(run)
     phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if run.latest(p) is not None]
     check(PHASE_PT in phases and PHASE_FT in phases, "run", str(run_path),
           f"a CR run directory with phases {PHASE_PT!r} and {PHASE_FT!r} (has {run.phases()})")
