@@ -470,12 +470,11 @@ def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B:
     x = torch.zeros(B, L.d_model, dtype=torch.float64)
     half = B // 2
     # relation completion at a subject position: copy = al (E_s + E_a) + the rest spread
-    # (Dirichlet weights) over the current subject q and two random tokens, as attention
-    # would leave it
+    # (Dirichlet weights) over three random tokens, as attention would leave it; the current
+    # token q is a random subject
     al = torch.from_numpy(rng.uniform(0.2, 0.5, half))
     q = torch.from_numpy(rng.integers(0, n, half))
-    others = torch.stack([q, torch.from_numpy(rng.integers(0, V, half)),
-                          torch.from_numpy(rng.integers(0, V, half))], 1)  # (half, 3)
+    others = torch.from_numpy(rng.integers(0, V, (half, 3)))
     w = torch.from_numpy(rng.dirichlet(np.ones(3), half)) * (1 - 2 * al)[:, None]
     x[:half, L.copy] = al[:, None] * (E[s_tok[:half]] + E[a_tok[:half]]) + \
         torch.einsum("bk,bkd->bd", w, E[others])
