@@ -12,7 +12,9 @@ from _common import parser, setup, write_table
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
-    from mechinterp_icr.interp.attention import ROLE_GROUPS, roles_over_checkpoints
+    from mechinterp_icr.interp.attention import (ROLE_GROUPS, roles_figure,
+                                                 roles_over_checkpoints)
+    from mechinterp_icr.viz.figures import save_figure
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.runs import RunDir
 
@@ -23,6 +25,8 @@ def main() -> None:
     write_table(a.run, "attention_roles", rows,
                 ["checkpoint", "layer", "head", *[g for g in ROLE_GROUPS if g != "pad"],
                  "top_role"])
+    paths = save_figure(roles_figure(rows), RunDir(a.run).analyses_dir / "attention_roles")
+    print(f"figure: {paths.get('png') or paths['html']}")
 
 
 if __name__ == "__main__":

@@ -104,3 +104,22 @@ def roles_over_checkpoints(run, selection: str, batch) -> list[dict]:
 
 def mean_row(rows: torch.Tensor) -> np.ndarray:
     return rows.mean(0).cpu().numpy()
+
+
+def roles_figure(rows: list[dict], title: str = "attention from the query by role"):
+    """Plotly figure of ``roles_over_checkpoints`` rows: one panel line per (head, role)
+    against the checkpoint order."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    names = list(dict.fromkeys(r["checkpoint"] for r in rows))
+    heads = sorted({(r["layer"], r["head"]) for r in rows})
+    for l, h in heads:
+        sel = [r for r in rows if (r["layer"], r["head"]) == (l, h)]
+        for g in ("demo_attribute", "query_subject", "demo_subject", "separator", "grammar"):
+            fig.add_scatter(x=[r["checkpoint"] for r in sel], y=[r[g] for r in sel],
+                            mode="lines+markers", name=f"L{l}H{h} {g}")
+    fig.update_layout(title=title, xaxis_title="checkpoint", yaxis_title="attention mass",
+                      yaxis_range=[0, 1.02], xaxis={"categoryorder": "array",
+                                                    "categoryarray": names})
+    return fig
