@@ -17,7 +17,8 @@ TINY = [
     "finetune.steps=80", "finetune.lr=0.005", "finetune.batch_size=64",
     "finetune.checkpoint_dense_until=3",
     "eval_n=128", "ckpt_eval_n=32", "eval_ks=[1,2,3]", "allweights_arm=true",
-    "sweep=[\"default|\",\"type chain|task.iclgrm_chain=type\"]", "sweep_seeds=1",
+    "sweep=[\"default|\",\"type chain|task.iclgrm_chain=type\",\"sga|task.order=sga\"]",
+    "sweep_seeds=1",
 ]
 
 
@@ -75,7 +76,12 @@ def test_tiny_end_to_end(tmp_path):
     assert c2["heldout_icl_exact"] > c1["heldout_icl_exact"] + 0.3
     assert "allweights_heldout_icl_exact" in c2
     table = data["tables"]["CR-3 sweep"]
-    assert [r["setting"] for r in table] == ["default", "type chain"]
+    assert [r["setting"] for r in table] == ["default", "type chain", "sga"]
+    assert [r["own_pretraining"] for r in table] == [False, False, True]
+    # the sga-order PT model predicts grammar after the query subject: no ICL at all
+    assert table[2]["pt_only_heldout_icl_acc"] < 0.1
+    assert "sga" in data["claims"]["CR-1"]["details"][
+        "pt_only_heldout_icl_exact_other_pretraining"]
     assert all(0 <= r["heldout_plain_icl_acc"] <= 1 for r in table)
     assert set(data["timings_s"]) >= {"pretrain", "finetune", "evaluate", "sweep", "total"}
     # the run directory is readable by the toolkit: config + phases in order
