@@ -138,3 +138,19 @@ def test_iter_checkpoint_task_vectors_same_prompts_every_checkpoint(tiny_runs):
     assert not np.allclose(got[0][1].vectors[:, -1], got[-1][1].vectors[:, -1])
     with pytest.raises(ConfigError, match="subjects"):
         next(tv.iter_checkpoint_task_vectors(run, "last", 10, subjects="some"))
+
+
+def test_a_broken_run_is_reported_not_raised(tiny_runs, tmp_path):
+    import shutil as sh
+
+    _, paths = tiny_runs
+    bad = tmp_path / "runs" / "cr" / "seed3"
+    sh.copytree(paths[0], bad)
+    cfg = json.loads((bad / "config.json").read_text())
+    cfg["task"]["lam"] = 7.0  # invalid: loading the run config fails with a ConfigError
+    (bad / "config.json").write_text(json.dumps(cfg))
+    s = Summary("cr", "quick", [0, 3])
+    small = replace(TINY, lams=(), curve_max_checkpoints=1)
+    ct.add_taskvec_claim(s, tmp_path, [paths[0], bad], [0, 3], "quick", params=small, log=None)
+    c = s.claims["CR-4"]
+    assert set(c.per_seed) == {"0"} and "task.lam" in c.notes

@@ -680,6 +680,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
     out_dir = Path(out_dir)
     by_name = {Path(p).name: Path(p) for p in run_dirs}
     results, skipped = [], []
+    errors: dict[Any, str] = {}
     for i, seed in enumerate(seeds):
         path = by_name.get(f"seed{seed}")
         if path is None and len(run_dirs) == len(seeds):
@@ -688,26 +689,38 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         if run is None or run.latest(PHASE_PT) is None or run.latest(PHASE_FT) is None:
             skipped.append(seed)
             continue
-        if getattr(run.read_config().task, "n_types", 0) < 2:
-            skipped.append(seed)  # one attribute type: there is nothing to decode
+        # a failure on one seed is reported in the claim, not allowed to stop the reproduction
+        try:
+            if getattr(run.read_config().task, "n_types", 0) < 2:
+                skipped.append(seed)  # one attribute type: there is nothing to decode
+                continue
+            with summary.stage("cr4_taskvec"):
+                res = analyse_seed(run.path, seed, P, log=log)
+        except (ConfigError, ValueError, RuntimeError) as e:
+            errors[seed] = f"{type(e).__name__}: {e}"
             continue
-        with summary.stage("cr4_taskvec"):
-            res = analyse_seed(run.path, seed, P, log=log)
         if len(results) < P.lam_seeds and len(P.lams) >= 2:
-            with summary.stage("cr4_lam_sweep"):
-                res["lam_sweep"] = lam_sweep(run.read_config(), out_dir, seed, P, log=log)
+            try:
+                with summary.stage("cr4_lam_sweep"):
+                    res["lam_sweep"] = lam_sweep(run.read_config(), out_dir, seed, P, log=log)
+            except (ConfigError, ValueError, RuntimeError) as e:
+                errors[f"lam sweep, seed {seed}"] = f"{type(e).__name__}: {e}"
         results.append(res)
         atomic_write_text(run.analyses_dir / "taskvec.json",
                           json.dumps(res, indent=2, default=_json))
     if not results:
         summary.add(Claim(id="CR-4", statement="Task vectors encode the type after finetuning "
                           "(not measured: no CR run directory with pretrain and ft-icl "
-                          "checkpoints)", metric="ft_acc_pc", op=">=",
-                          threshold=P.pass_threshold, notes=f"no usable runs for seeds {seeds}"))
+                          "checkpoints could be analysed)", metric="ft_acc_pc", op=">=",
+                          threshold=P.pass_threshold,
+                          notes=f"no usable runs for seeds {seeds}; errors: {errors}"))
         return
     claim = build_claim(results, P)
     if skipped:
         claim.notes += f" Seeds without a complete CR run, skipped: {skipped}."
+    if errors:
+        claim.notes += f" Errors: {errors}."
+        claim.details["errors"] = {str(k): v for k, v in errors.items()}
     with summary.stage("cr4_figures"):
         figs = write_figures(results, out_dir / "figures")
     from mechinterp_icr.experiments.summary import ci95
@@ -722,7 +735,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         vals = [m[k] for m in claim.per_seed.values() if isinstance(m.get(k), (int, float))]
         if vals:
             summ[k] = {"mean": float(np.mean(vals)), "ci95": list(ci95(vals))}
-    claim.details = {"mean_and_ci95_over_seeds": summ,
+    claim.details = {**claim.details, "mean_and_ci95_over_seeds": summ,
                      "figures": figs, "params": {k: getattr(P, k) for k in
                                                  P.__dataclass_fields__},
                      "seconds": {str(r["seed"]): {
