@@ -31,7 +31,7 @@ __all__ = ["add_mechanism_claims", "cascade_config", "PROFILE_CASCADE"]
 
 PROFILE_CASCADE = {
     "quick": CascadeConfig(pt_steps=600, pt_batch=64, pt_lr=3e-3, ft_steps=200, ft_batch=128,
-                           ft_lr=6e-3, ft_trainable="all", dense_until=0, checkpoint_every=2,
+                           ft_lr=6e-3, ft_trainable="all", dense_until=0, checkpoint_every=1,
                            probe_batch=128),
     "paper": CascadeConfig(pt_steps=1500, pt_batch=64, pt_lr=3e-3, ft_steps=400, ft_batch=128,
                            ft_lr=3e-3, ft_trainable="all", dense_until=0, checkpoint_every=2,
