@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mechinterp_icr.config import ConfigError
+
 from mechinterp_icr.config import ModelConfig, RunConfig, TrainConfig
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.runs import RunDir
@@ -118,7 +120,8 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
                 run_path: str | Path | None = None, task_cfg=None) -> dict:
     """Train, then read the per-checkpoint probes back and time the two rises."""
     if run_path is None:
-        raise ValueError("run_cascade needs a run directory to log the probes per checkpoint")
+        raise ConfigError("run_path = None is not allowed; expected a run directory (the "
+                          "probes are logged per checkpoint into it)")
     run = RunDir(run_path, create=True)
     # a fresh log and fresh checkpoints for a fresh run (the probes are read back from the log)
     if run.metrics_path.exists():

@@ -29,6 +29,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
+
+from mechinterp_icr.config import ConfigError
 from torch import Tensor
 
 __all__ = [
@@ -463,7 +465,8 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
         else:
             rl, rh, kind = r
             if rl <= sl:
-                raise ValueError(f"receiver {r} must be in a later layer than sender {sender}")
+                raise ConfigError(f"receivers = {r!r} is not allowed; expected a head in a "
+                                  f"later layer than the sender {sender} (or ('logits',))")
             want.add(_act_name(kind, rl))
     hooks += [(n, record) for n in sorted(want)]
     model.run_with_hooks(corrupted_tokens, fwd_hooks=hooks)
@@ -588,8 +591,9 @@ def candidate_rows(n_src: int = 5, a: float = 0.2, delta: float = 0.1,
     pair); ``uniform`` ``1/n_src`` everywhere; ``induction`` all mass on ``induction_src``
     (default: the position before the query, a previous-token/induction-style row)."""
     if n_src != 5:
-        raise ValueError("candidate_rows describes the 5-position IR step-1 row; build other "
-                         "rows by hand and pass them to overwrite_attention_row")
+        raise ConfigError(f"n_src = {n_src} is not allowed; expected 5 (the IR step-1 row "
+                          "(s1, a1, s2, a2, s3)); build other rows by hand and pass them to "
+                          "overwrite_attention_row")
     ind = np.zeros(n_src)
     ind[n_src - 2 if induction_src is None else induction_src] = 1.0
     return {

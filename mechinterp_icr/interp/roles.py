@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from mechinterp_icr.config import ConfigError
+
 from mechinterp_icr.interp.attention import head_role_table
 from mechinterp_icr.interp.patching import (batched_activation_patch, logit_diff_metric,
                                             normalised_recovery)
@@ -53,7 +55,7 @@ def make_pairs(task, rng: np.random.Generator, n: int, kind: str, subjects=None,
                               query_subjects=new_q)
         target = task.answer_id(new_q, types)
     else:
-        raise ValueError(f"kind = {kind!r}; expected 'type' or 'subject'")
+        raise ConfigError(f"kind = {kind!r} is not allowed; expected 'type' or 'subject'")
     return base, src, torch.as_tensor(target)
 
 
