@@ -5,18 +5,16 @@ onto demo subjects, demo attributes, grammar, separators, the query subject (CR 
 """
 
 import numpy as np
-
 from _common import parser, setup, write_table
 
 
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
-    from mechinterp_icr.interp.attention import (ROLE_GROUPS, roles_figure,
-                                                 roles_over_checkpoints)
-    from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.interp.attention import ROLE_GROUPS, roles_figure, roles_over_checkpoints
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.viz.figures import save_figure
 
     _, task, _ = load_run_model(RunDir(a.run))
     batch = task.sample_icl(np.random.default_rng([a.seed, 0xA77]), a.n,

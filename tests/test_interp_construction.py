@@ -1,7 +1,7 @@
 import pytest
 
 from mechinterp_icr.config import ConfigError
-from mechinterp_icr.models.construction import (build_construction, evaluate_pt_relation)
+from mechinterp_icr.models.construction import build_construction, evaluate_pt_relation
 from mechinterp_icr.tasks.cr import CRTaskConfig, evaluate_icl
 
 

@@ -97,7 +97,7 @@ def test_attribution_patching_correlates(trained):
 
 
 def test_overwrite_attention_row_is_applied(trained):
-    model, clean, corr, metric = trained
+    model, clean, _corr, _metric = trained
     T = clean.shape[1]
     row = torch.zeros(T)
     row[0] = 1.0
@@ -113,7 +113,7 @@ def test_overwrite_attention_row_is_applied(trained):
 
 
 def test_overwrite_rows_sweep_matches_manual(trained):
-    model, clean, corr, metric = trained
+    model, clean, _corr, _metric = trained
     T = clean.shape[1]
     rows = P.candidate_rows()
     assert all(abs(r.sum() - 1.0) < 1e-9 for r in rows.values())

@@ -3,12 +3,18 @@ import pytest
 import torch
 
 from mechinterp_icr.interp.attention import ROLE_GROUPS, head_role_table, role_masses
-from mechinterp_icr.interp.circuits import (construction_similarity, full_ov, full_qk, kq_probe,
-                                            ov_probe, pos_qk, restrict)
+from mechinterp_icr.interp.circuits import (
+    construction_similarity,
+    full_ov,
+    full_qk,
+    kq_probe,
+    ov_probe,
+    pos_qk,
+    restrict,
+)
 from mechinterp_icr.interp.roles import role_verdict
-from mechinterp_icr.models.construction import build_construction
+from mechinterp_icr.models.construction import build_construction, construction_model_config
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.models.construction import construction_model_config
 from mechinterp_icr.tasks.cr import CRTaskConfig
 
 

@@ -27,7 +27,7 @@ import torch
 from mechinterp_icr.experiments.summary import Claim, Summary
 from mechinterp_icr.interp.cascade import CascadeConfig, run_cascade
 
-__all__ = ["add_mechanism_claims", "cascade_config", "PROFILE_CASCADE"]
+__all__ = ["PROFILE_CASCADE", "add_mechanism_claims", "cascade_config"]
 
 PROFILE_CASCADE = {
     "quick": CascadeConfig(pt_steps=600, pt_batch=64, pt_lr=3e-3, ft_steps=200, ft_batch=128,
@@ -54,7 +54,7 @@ def _fig(fig, out_dir: Path, stem: str) -> str | None:
     try:
         paths = save_figure(fig, Path(out_dir) / "figures" / stem)
         return paths.get("png") or paths.get("html")
-    except Exception:  # a figure must never cost a claim
+    except Exception:  # noqa: BLE001 - a figure must never cost a claim
         return None
 
 
@@ -73,7 +73,7 @@ def _cr5_seed(run_dir: Path, seed: int, n: int, n_ckpts: int) -> dict:
         ((_, model),) = list(rd.iter_models(cks[-1].name, build))
         out[phase] = role_verdict(model, task, seed, n)
         if phase == "ft-icl":
-            pick = sorted({int(round(i)) for i in np.linspace(0, len(cks) - 1, n_ckpts)})
+            pick = sorted({round(i) for i in np.linspace(0, len(cks) - 1, n_ckpts)})
             pick = pick[:-1]  # the last one is the verdict above
             traj = [{"checkpoint": cks[-1].name, "step": cks[-1].step,
                      **{k: out[phase][k] for k in ("relation_head", "subject_head",

@@ -9,13 +9,18 @@ pairwise-pattern measurements of IR need.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["ROLE_GROUPS", "attention_patterns", "attention_row", "role_masses",
-           "head_role_table"]
+__all__ = [
+    "ROLE_GROUPS",
+    "attention_patterns",
+    "attention_row",
+    "head_role_table",
+    "role_masses",
+]
 
 # role group -> role codes of tasks.cr.ROLES (the groups partition every role)
 ROLE_GROUPS: dict[str, tuple[int, ...]] = {

@@ -8,8 +8,9 @@ the batch axis; over checkpoints only one model is in memory at a time
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 

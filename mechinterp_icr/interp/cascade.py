@@ -17,15 +17,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mechinterp_icr.config import ConfigError
-
-from mechinterp_icr.config import ModelConfig, RunConfig, TrainConfig
+from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.runs import RunDir
 from mechinterp_icr.training.loop import train_phase
 
-__all__ = ["CascadeConfig", "mechanism_model_config", "train_mechanism_model", "run_cascade",
-           "half_gain_step", "quick_cascade_config"]
+__all__ = [
+    "CascadeConfig",
+    "half_gain_step",
+    "mechanism_model_config",
+    "quick_cascade_config",
+    "run_cascade",
+    "train_mechanism_model",
+]
 
 
 @dataclass(frozen=True)

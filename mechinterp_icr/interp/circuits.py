@@ -28,8 +28,18 @@ import numpy as np
 import torch
 from transformer_lens import FactoredMatrix
 
-__all__ = ["full_ov", "full_qk", "pos_qk", "restrict", "ov_probe", "kq_probe",
-           "subject_ov_probe", "construction_similarity", "centred_cosine", "head_probes"]
+__all__ = [
+    "centred_cosine",
+    "construction_similarity",
+    "full_ov",
+    "full_qk",
+    "head_probes",
+    "kq_probe",
+    "ov_probe",
+    "pos_qk",
+    "restrict",
+    "subject_ov_probe",
+]
 
 
 def full_ov(model, layer: int, head: int) -> FactoredMatrix:
@@ -112,8 +122,7 @@ def centred_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 def construction_similarity(model, task, layer: int = 0) -> list[dict]:
     """Per head: cosine of its OV blocks with the construction's Relation (ICL variant) and
     Subject heads' blocks."""
-    from mechinterp_icr.models.construction import (RELATION_HEAD, SUBJECT_HEAD,
-                                                    build_construction)
+    from mechinterp_icr.models.construction import RELATION_HEAD, SUBJECT_HEAD, build_construction
 
     ref = build_construction(task, "icl", device="cpu")
     attr, subj = task.attr_ids, task.subject_ids

@@ -22,7 +22,7 @@ import torch
 
 from mechinterp_icr.interp import patching as P
 
-__all__ = ["patching_prompts", "benchmark_patching"]
+__all__ = ["benchmark_patching", "patching_prompts"]
 
 
 def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
@@ -37,7 +37,7 @@ def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
         base, src, target = make_pairs(task, rng, n, "type", K=K)
         qp = base.meta["query_pos"]
         metric = P.logit_diff_metric(qp, target, base.meta["answer"])
-        return src.tokens, base.tokens, metric, sorted(set(int(q) for q in qp))
+        return src.tokens, base.tokens, metric, sorted({int(q) for q in qp})
     a = task.sample(rng, n, "eval")
     b = task.sample(rng, n, "eval")
     pos = a.tokens.shape[1] - 2
@@ -45,9 +45,9 @@ def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
     return a.tokens, b.tokens, metric, [pos]
 
 
-def _timed(fn):
+def _timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    r = fn()
+    r = fn(*args, **kwargs)
     return r, time.perf_counter() - t
 
 
@@ -71,19 +71,16 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
         with torch.no_grad():
             _, cache = model.run_with_cache(c, names_filter=lambda nm: nm.endswith("hook_z"))
             base = float(metric(model(x)))
-        ours, tb = _timed(lambda: P.patch_head_out_by_pos(model, x, cache, metric,
-                                                          max_batch=max_batch))
-        pruned, tp = _timed(lambda: P.patch_head_out_by_pos(model, x, cache, metric,
-                                                            max_batch=max_batch,
-                                                            metric_positions=mpos))
-        fast, tf = _timed(lambda: P.patch_head_out_by_pos(model, x, cache, metric,
-                                                          max_batch=max_batch,
-                                                          metric_positions=mpos, suffix=True))
-        ref, tt = _timed(lambda: P.tl_activation_patch(model, x, cache, metric,
-                                                       "layer_pos_head", "z"))
+        ours, tb = _timed(P.patch_head_out_by_pos, model, x, cache, metric,
+                          max_batch=max_batch)
+        pruned, tp = _timed(P.patch_head_out_by_pos, model, x, cache, metric,
+                            max_batch=max_batch, metric_positions=mpos)
+        fast, tf = _timed(P.patch_head_out_by_pos, model, x, cache, metric,
+                          max_batch=max_batch, metric_positions=mpos, suffix=True)
+        ref, tt = _timed(P.tl_activation_patch, model, x, cache, metric, "layer_pos_head", "z")
         # every method gets the same clean cache (computed once, outside the timings)
-        attr, ta = _timed(lambda: P.attribution_patch(model, c, x, metric, "z", "pos_head",
-                                                      clean_cache=cache))
+        attr, ta = _timed(P.attribution_patch, model, c, x, metric, "z", "pos_head",
+                          clean_cache=cache)
         diff = max(float((ours - ref).abs().max()), float((pruned - ref).abs().max()))
         diff_fast = float((fast - ref).abs().max())
         exact = (ours - base).flatten().cpu().numpy()

@@ -23,24 +23,45 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
-
-from mechinterp_icr.config import ConfigError
 from torch import Tensor
 
+from mechinterp_icr.config import ConfigError
+
 __all__ = [
-    "SETTERS", "ACT_AXES", "cells_for", "batched_activation_patch", "tl_activation_patch",
-    "patch_head_out_by_pos", "patch_head_out_all_pos", "patch_pattern_all_pos",
-    "patch_pattern_by_pos", "patch_q_by_pos", "patch_k_by_pos", "patch_v_by_pos",
-    "patch_q_all_pos", "patch_k_all_pos", "patch_v_all_pos", "patch_resid_pre",
-    "patch_resid_mid", "patch_attn_out", "attribution_patch", "path_patch",
-    "logit_diff_metric", "answer_logit_metric", "normalised_recovery", "overwrite_attention_row",
-    "PatchResult", "candidate_rows", "overwrite_rows_sweep", "unreachable",
+    "ACT_AXES",
+    "SETTERS",
+    "PatchResult",
+    "answer_logit_metric",
+    "attribution_patch",
+    "batched_activation_patch",
+    "candidate_rows",
+    "cells_for",
+    "logit_diff_metric",
+    "normalised_recovery",
+    "overwrite_attention_row",
+    "overwrite_rows_sweep",
+    "patch_attn_out",
+    "patch_head_out_all_pos",
+    "patch_head_out_by_pos",
+    "patch_k_all_pos",
+    "patch_k_by_pos",
+    "patch_pattern_all_pos",
+    "patch_pattern_by_pos",
+    "patch_q_all_pos",
+    "patch_q_by_pos",
+    "patch_resid_mid",
+    "patch_resid_pre",
+    "patch_v_all_pos",
+    "patch_v_by_pos",
+    "path_patch",
+    "tl_activation_patch",
+    "unreachable",
 ]
 
 
@@ -300,7 +321,7 @@ def unreachable(model, setter: str, act: str, cell: tuple, metric_positions) -> 
     if setter not in ("layer_pos", "layer_pos_head"):
         return False
     layer, pos = cell[0], cell[1]
-    mp = set(int(p) for p in metric_positions)
+    mp = {int(p) for p in metric_positions}
     if pos > max(mp):
         return True
     return layer == model.cfg.n_layers - 1 and act in _POSITION_LOCAL_LAST and pos not in mp
@@ -319,11 +340,10 @@ def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: st
         "pattern_layer_head_dest": tlp.layer_head_pos_pattern_patch_setter,
     }
     axes = ACT_AXES[setter]
-    with torch.no_grad():
-        with _quiet_tqdm(tlp):
-            return tlp.generic_activation_patch(
-                model, corrupted_tokens, clean_cache, metric, tl_setters[setter], act,
-                index_axis_names=axes)
+    with torch.no_grad(), _quiet_tqdm(tlp):
+        return tlp.generic_activation_patch(
+            model, corrupted_tokens, clean_cache, metric, tl_setters[setter], act,
+            index_axis_names=axes)
 
 
 class _quiet_tqdm:
@@ -439,7 +459,7 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     sl, sh = sender
     _, clean = model.run_with_cache(clean_tokens, names_filter=lambda n: n.endswith("hook_z"))
     _, corr = model.run_with_cache(
-        corrupted_tokens, names_filter=lambda n: n.endswith("hook_z") or n.endswith("mlp_out"))
+        corrupted_tokens, names_filter=lambda n: n.endswith(("hook_z", "mlp_out")))
 
     def freeze_z(a, hook, layer):
         a = corr[hook.name].clone()

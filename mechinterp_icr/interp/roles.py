@@ -24,10 +24,12 @@ import numpy as np
 import torch
 
 from mechinterp_icr.config import ConfigError
-
 from mechinterp_icr.interp.attention import head_role_table
-from mechinterp_icr.interp.patching import (batched_activation_patch, logit_diff_metric,
-                                            normalised_recovery)
+from mechinterp_icr.interp.patching import (
+    batched_activation_patch,
+    logit_diff_metric,
+    normalised_recovery,
+)
 
 __all__ = ["make_pairs", "pair_effects", "role_verdict", "roles_across_checkpoints"]
 

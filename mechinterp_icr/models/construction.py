@@ -37,8 +37,14 @@ from mechinterp_icr.config import ConfigError, ModelConfig, check_choice
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.tasks.base import IGNORE, Batch
 
-__all__ = ["build_construction", "construction_model_config", "sample_pt_relation",
-           "evaluate_pt_relation", "RELATION_HEAD", "SUBJECT_HEAD"]
+__all__ = [
+    "RELATION_HEAD",
+    "SUBJECT_HEAD",
+    "build_construction",
+    "construction_model_config",
+    "evaluate_pt_relation",
+    "sample_pt_relation",
+]
 
 RELATION_HEAD, SUBJECT_HEAD = 0, 1
 

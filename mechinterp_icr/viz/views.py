@@ -13,14 +13,20 @@ import html
 import json
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["BUNDLE_NAME", "bundle_source", "write_bundle", "attention_view_html",
-           "write_attention_view", "view_run"]
+__all__ = [
+    "BUNDLE_NAME",
+    "attention_view_html",
+    "bundle_source",
+    "view_run",
+    "write_attention_view",
+    "write_bundle",
+]
 
 BUNDLE_NAME = "circuitsvis.js"
 
