@@ -113,6 +113,9 @@ def resolve_profile(profile: str, overrides: list[str] | None) -> dict[str, Any]
     _task_cfg(p, p["k3_n"], K=3)
     PGDConfig(big_lr=p["big_lr"], sigma=p["sigma"], lr=p["lr"], steps=p["steps"])
     IRModelSpec(lam2=p["lam2"], embedding="random", d_embed=p["sweep_random_d"])
+    if not 0 < p["sweep_target"] <= 1:
+        raise ConfigError(f"--set sweep_target = {p['sweep_target']} is not allowed; expected "
+                          "an accuracy in (0, 1]")
     if p["sweep_Nmax"] < 2:
         raise ConfigError(f"--set sweep_Nmax = {p['sweep_Nmax']} is not allowed; expected >= 2")
     return p
