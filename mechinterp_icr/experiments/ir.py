@@ -74,7 +74,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "sweep_random_n": [64, 128, 256, 512, 1024, 2048],
         "sweep_random_d": 128, "sweep_random_seeds": 3,
         "k3_n": 2048, "pre_n": 64, "pre_steps": 3000, "pre_N": 512,
-        "ht_n": 64, "ht_steps": 600, "ht_dense": 150, "ht_attn_big_lr": 1.0,
+        "ht_n": 32, "ht_steps": 600, "ht_dense": 100, "ht_attn_big_lr": 1.0,
         "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 256, "ht_eval": 512,
         "ind_steps": 1000, "ind_tokens": 64, "ind_half": 12,
     },
