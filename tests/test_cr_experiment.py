@@ -94,7 +94,7 @@ def test_tiny_end_to_end(tmp_path):
     assert run.phases()[:3] == ["pretrain", "ft-icl", "ft-iclgrm"]
     ft = [c.step for c in run.checkpoints() if c.phase == "ft-icl"]
     assert ft[:4] == [0, 1, 2, 3]  # dense early in finetuning
-    (ck, model), = list(run.iter_models("phase:ft-icl:last", build))
+    ((_, model),) = list(run.iter_models("phase:ft-icl:last", build))
     from mechinterp_icr.tasks.cr import evaluate_icl
 
     r = evaluate_icl(model, task, 5, task.heldout_subjects, 2, 128)

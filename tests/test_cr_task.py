@@ -62,7 +62,7 @@ def test_pt_attributes_belong_to_subject_and_type(order):
             k = kinds.count("g")
             assert task.cfg.grammar_len_min <= k <= task.cfg.grammar_len_max
             assert kinds == ("s" + "g" * k + "a" if order == "sga" else "g" * k + "sa")
-            s = [t for t in tup if _kind(task, t) == "s"][0] - task.subject_base
+            s = next(t for t in tup if _kind(task, t) == "s") - task.subject_base
             a = tup[-1]
             l = int(task.attr_type_of_id(a))
             assert l == int(b.meta["type"][i, j])

@@ -24,7 +24,6 @@ sizes and a larger sweep). Everything is overridable with ``--set``: ``task.*``,
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,16 +32,34 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechinterp_icr.config import (ConfigError, ModelConfig, RunConfig, TrainConfig,
-                                   apply_overrides, check, check_range, parse_overrides, to_dict)
+from mechinterp_icr.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    check,
+    check_range,
+    parse_overrides,
+    to_dict,
+)
 from mechinterp_icr.experiments.summary import Claim, Summary, ci95
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.runs import RunDir
 from mechinterp_icr.tasks.cr import CRTask, CRTaskConfig, evaluate_icl, evaluate_pt
 from mechinterp_icr.training.loop import train_phase
 
-__all__ = ["CRExperimentConfig", "PROFILES", "profile_config", "validate", "reproduce",
-           "BRANCHES", "run_seed", "parse_sweep_setting", "run_sweep_setting"]
+__all__ = [
+    "BRANCHES",
+    "PROFILES",
+    "CRExperimentConfig",
+    "parse_sweep_setting",
+    "profile_config",
+    "reproduce",
+    "run_seed",
+    "run_sweep_setting",
+    "validate",
+]
 
 # phase name -> (phase order, ICL+Grm format?, all weights?)
 BRANCHES = {
@@ -125,8 +142,8 @@ PAPER_SWEEP = QUICK_SWEEP[:3] + (
     "short finetune (100 steps)|finetune.steps=100",
     "sga order, type chain|task.order=sga,task.iclgrm_chain=type",
     "sga order, shared chain|task.order=sga",
-    "sga order, type chain, no query grammar|task.order=sga,task.iclgrm_chain=type,"
-    "task.iclgrm_query_grammar=false",
+    ("sga order, type chain, no query grammar|task.order=sga,task.iclgrm_chain=type,"
+     "task.iclgrm_query_grammar=false"),
     "sga order, type chain, len 0-2|task.order=sga,task.iclgrm_chain=type,task.iclgrm_len_min=0",
     "lam 0.1|task.lam=0.1",
     "lam 0.5|task.lam=0.5",
@@ -437,7 +454,7 @@ def run_sweep(cfg: CRExperimentConfig, out_dir: Path, seeds, settings, log=None
         pt_state = {k: v.clone() for k, v in model.state_dict().items()}
         cache = {_pt_key(cfg): pt_state}
         for setting in settings:
-            _, scfg, own = _sweep_config(cfg, setting)
+            _, scfg, _own = _sweep_config(cfg, setting)
             row = run_sweep_setting(cfg, setting, out_dir, seed, cache.get(_pt_key(scfg)),
                                     pt_cache=cache)
             rows.append(row)
@@ -599,6 +616,33 @@ def _figures(cfg, results, sweep, fig_dir: Path) -> dict[str, Any]:
                       xaxis_title="K (demos)", yaxis_title="exact accuracy",
                       yaxis_range=[-0.02, 1.02])
     out["cr_icl_by_k"] = save_figure(fig, fig_dir / "cr_icl_by_k")
+    # finetuning dynamics from the checkpoint evaluations (metrics.jsonl), mean over seeds
+    curves: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for r in results:
+        run = RunDir(Path(fig_dir).parent / "runs" / "cr" / f"seed{r['seed']}")
+        for m in run.read_metrics():
+            for key in ("heldout_icl_exact", "heldout_iclgrm_exact", "pt_restricted"):
+                if m.get("phase") in ("ft-icl", "ft-iclgrm") and key in m:
+                    curves.setdefault((m["phase"], key), {}).setdefault(
+                        int(m["step"]), []).append(float(m[key]))
+    if curves:
+        fig = go.Figure()
+        names = {"heldout_icl_exact": "held-out plain ICL",
+                 "heldout_iclgrm_exact": "held-out ICL+Grm", "pt_restricted": "PT restricted"}
+        dashes = {"heldout_icl_exact": "solid", "heldout_iclgrm_exact": "dash",
+                  "pt_restricted": "dot"}
+        for (phase, key), by_step in sorted(curves.items()):
+            steps = sorted(by_step)
+            fig.add_trace(go.Scatter(x=[max(s, 0.5) for s in steps],
+                                     y=[float(np.mean(by_step[s])) for s in steps],
+                                     mode="lines+markers", name=f"{phase}: {names[key]}",
+                                     line={"dash": dashes[key]},
+                                     marker={"size": 4}))
+        fig.update_layout(title="CR finetuning dynamics (checkpoint evaluations, mean over "
+                                f"{len(results)} seeds; step 0 drawn at 0.5)",
+                          xaxis={"type": "log", "title": "finetuning step"},
+                          yaxis_title="exact accuracy", yaxis_range=[-0.02, 1.02])
+        out["cr_finetune_curves"] = save_figure(fig, fig_dir / "cr_finetune_curves")
     if sweep:
         fig = go.Figure()
         labels = [r["setting"] for r in sweep]

@@ -42,11 +42,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechinterp_icr.config import ConfigError, ModelConfig, check, check_choice, check_range
-from mechinterp_icr.config import register_task
+from mechinterp_icr.config import (
+    ConfigError,
+    ModelConfig,
+    check,
+    check_choice,
+    check_range,
+    register_task,
+)
 from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab
 
-__all__ = ["CRTaskConfig", "CRTask", "ROLES", "evaluate_icl", "evaluate_pt", "PAD", "BOS", "SEP"]
+__all__ = ["BOS", "PAD", "ROLES", "SEP", "CRTask", "CRTaskConfig", "evaluate_icl", "evaluate_pt"]
 
 PAD, BOS, SEP = 0, 1, 2
 
@@ -111,7 +117,7 @@ class CRTaskConfig:
         check_range("task.max_demos", self.max_demos, self.n_demos, kmax, integer=True)
 
     def split_sizes(self) -> tuple[int, int]:
-        n_ft = int(round(self.finetune_fraction * self.n_subjects))
+        n_ft = round(self.finetune_fraction * self.n_subjects)
         return n_ft, self.n_subjects - n_ft
 
     def default_model(self) -> ModelConfig:
@@ -119,7 +125,7 @@ class CRTaskConfig:
         return ModelConfig(n_layers=2, n_heads=1, d_model=64, d_head=64, d_mlp=256,
                            normalization="none")
 
-    def build(self, seed: int = 0) -> "CRTask":
+    def build(self, seed: int = 0) -> CRTask:
         return CRTask(self, seed)
 
 
@@ -437,7 +443,7 @@ class CRTask:
             first[:, 1:1 + W] = True
             loss = is_attr & ~first
         T = self.format_len(K, grammar)
-        tok, role, lmask, pos = self._compress(t, r, loss, v, T)
+        tok, role, lmask, _ = self._compress(t, r, loss, v, T)
         length = v.sum(1)
         query_pos = length - 1
         answer = self.answer_id(chosen[:, K], types)
