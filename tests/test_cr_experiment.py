@@ -106,3 +106,20 @@ def test_tiny_end_to_end(tmp_path):
     # a different config refuses to reuse the run directory
     with pytest.raises(ConfigError, match="different config"):
         cr.reproduce("quick", tmp_path, [0], TINY + ["task.lam=0.5"])
+
+
+@pytest.mark.parametrize("grammar", [False, True])
+def test_finetune_batches_use_only_finetune_subjects(grammar):
+    import numpy as np
+
+    from mechinterp_icr.training.loop import batch_rng
+
+    task = cr.validate("quick", [0], []).task.build(3)
+    sample = cr.finetune_sampler(task, grammar)
+    ft = set(task.finetune_subjects.tolist())
+    for step in range(5):
+        b = sample(batch_rng(3, "ft-icl", step), 128)
+        toks = b.tokens.numpy()
+        subs = set((toks[np.isin(toks, task.subject_ids)] - task.subject_base).tolist())
+        assert subs <= ft and len(subs) > len(ft) // 2
+        assert set(b.meta["query_subject"].tolist()) <= ft

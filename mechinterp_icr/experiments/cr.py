@@ -307,6 +307,16 @@ def _open_run(path: Path, rc: RunConfig) -> RunDir:
     return run
 
 
+def finetune_sampler(task: CRTask, grammar: bool):
+    """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only."""
+    subs = task.finetune_subjects
+
+    def sample(rng, bs):
+        return task.sample_icl(rng, bs, subjects=subs, grammar=grammar)
+
+    return sample
+
+
 def _train_branch(cfg, task, rc, run, pt_state, phase, order, grammar, trainable, seed,
                   ft_cfg=None):
     ft = replace(ft_cfg or cfg.finetune, trainable=trainable)
@@ -315,9 +325,7 @@ def _train_branch(cfg, task, rc, run, pt_state, phase, order, grammar, trainable
     model = build_model(rc.model, seed=seed)
     model.load_state_dict(pt_state)
     subs = task.finetune_subjects
-    res = train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=subs,
-                                                              grammar=grammar),
-                      ft, run, phase, seed, run_config=replace(rc, train=ft),
+    res = train_phase(model, finetune_sampler(task, grammar), ft, run, phase, seed, run_config=replace(rc, train=ft),
                       eval_fn=_ckpt_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
                       extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
                                   "finetune_subjects": subs.tolist()})
