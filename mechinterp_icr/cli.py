@@ -186,7 +186,8 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
 @click.argument("run", type=click.Path())
 @click.option("--checkpoint", "checkpoint", default="last", show_default=True,
               help="One checkpoint: last, phase:NAME:last, or a name like ft-icl-0000010.")
-@click.option("--prompt", default=None, help='Space-separated tokens, e.g. "[BOS] S1 A0_3 [SEP] S2".')
+@click.option("--prompt", default=None,
+              help='Space-separated tokens, e.g. "[BOS] S1 A0_3 [SEP] S2".')
 @click.option("--example", type=int, default=None,
               help="Index of a task example (CR: held-out ICL prompts) instead of --prompt.")
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False),

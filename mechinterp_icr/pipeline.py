@@ -15,8 +15,13 @@ import torch
 from mechinterp_icr.config import ModelConfig, RunConfig, apply_overrides, task_config_class
 from mechinterp_icr.models.factory import build_model, default_device
 from mechinterp_icr.runs import RunDir
-from mechinterp_icr.training.loop import PhaseResult, batch_rng, masked_accuracy, masked_loss
-from mechinterp_icr.training.loop import train_phase
+from mechinterp_icr.training.loop import (
+    PhaseResult,
+    batch_rng,
+    masked_accuracy,
+    masked_loss,
+    train_phase,
+)
 
 __all__ = ["resolve_run_config", "model_for_task", "train_single_phase", "evaluate_run",
            "load_run_model"]

@@ -172,7 +172,8 @@ class RunDir:
             try:
                 lo, hi = int(a), int(b or a)
             except ValueError:
-                raise RunError(f"--checkpoints {part!r}: expected steps:A-B with integers")
+                raise RunError(
+                    f"--checkpoints {part!r}: expected steps:A-B with integers") from None
             return [c for c in cks if lo <= c.step <= hi]
         return [c for c in cks if c.name == part or c.name == Path(part).stem]
 

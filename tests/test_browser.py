@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from mechinterp_icr.viz.browser import chromium_path, dump_dom, png_stats, screenshot_until
+from mechinterp_icr.viz.browser import chromium_path, dump_dom, screenshot_until
 
 
 @pytest.fixture(scope="module")

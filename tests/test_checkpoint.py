@@ -2,8 +2,8 @@ import json
 
 import pytest
 import torch
-
 from conftest import build_model_cfg
+
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.runs import RunDir, RunError
 from mechinterp_icr.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

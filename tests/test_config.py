@@ -2,8 +2,16 @@ import json
 
 import pytest
 
-from mechinterp_icr.config import (ConfigError, ModelConfig, RunConfig, TrainConfig,
-                                   apply_overrides, from_dict, parse_overrides, to_dict)
+from mechinterp_icr.config import (
+    ConfigError,
+    ModelConfig,
+    RunConfig,
+    TrainConfig,
+    apply_overrides,
+    from_dict,
+    parse_overrides,
+    to_dict,
+)
 from mechinterp_icr.tasks.induction import InductionTaskConfig
 
 

@@ -2,8 +2,8 @@ import random
 
 import numpy as np
 import torch
-
 from conftest import build_model_cfg
+
 from mechinterp_icr.models.factory import build_model
 
 
@@ -11,7 +11,7 @@ def test_same_seed_same_weights_other_seed_differs():
     a = build_model(build_model_cfg(), seed=5)
     b = build_model(build_model_cfg(), seed=5)
     c = build_model(build_model_cfg(), seed=6)
-    for (n, p), q, r in zip(a.named_parameters(), b.parameters(), c.parameters()):
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(p, q), n
     assert any(not torch.equal(p, r) for p, r in zip(a.parameters(), c.parameters()))
 

@@ -10,7 +10,6 @@ this file.
 
 from __future__ import annotations
 
-
 import warnings
 
 import torch

@@ -132,7 +132,8 @@ def _read(stem: Path) -> CheckpointData:
     try:
         tensors = st_load(blob)
     except (SafetensorError, Exception) as e:  # safetensors raises several types
-        raise CheckpointError(f"checkpoint weights {wpath} cannot be read as safetensors: {e}")
+        raise CheckpointError(
+            f"checkpoint weights {wpath} cannot be read as safetensors: {e}") from None
     model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
     return CheckpointData(meta, model_state, optim)

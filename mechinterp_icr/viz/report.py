@@ -140,9 +140,10 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
             f'{"ok" if ok else "failed"}</li>' for name, ok in checks.items()) + "</ul>"
             if checks else "")
         notes = c.get("notes") or ""
+        verdict = "holds" if c.get("holds") else "does not hold"
         sections.append(f"""
 <section class="claim" id="{cid}">
-<h2>{cid} <span class="{cls}">&nbsp;{"holds" if c.get("holds") else "does not hold"}&nbsp;</span></h2>
+<h2>{cid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
 <p class="statement">{html.escape(str(c.get("statement", "")))}</p>
 <p><b>Number:</b> <code>{html.escape(str(c.get("metric")))}</code> = <b>{_f(c.get("mean"))}</b>
 (mean over {c.get("n_seeds", "?")} seeds; 95% CI [{_f(lo)}, {_f(hi)}]) &nbsp;
