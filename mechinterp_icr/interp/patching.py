@@ -42,6 +42,7 @@ __all__ = [
     "batched_activation_patch",
     "candidate_rows",
     "cells_for",
+    "incremental_supported",
     "logit_diff_metric",
     "normalised_recovery",
     "overwrite_attention_row",
@@ -151,6 +152,7 @@ def batched_activation_patch(
     skip_layers: bool = True,
     metric_positions: Sequence[int] | None = None,
     suffix: bool = False,
+    incremental: bool = False,
 ) -> Tensor:
     """Exact activation patching of many cells per forward pass.
 
@@ -168,7 +170,13 @@ def batched_activation_patch(
     position p leaves positions < p unchanged, so each group of cells runs only the positions
     from its smallest p on, with the corrupted prefix's keys and values in a frozen
     TransformerLens key/value cache. Mathematically exact; the float summation order differs
-    from a full forward, so it is off by default.
+    from a full forward, so it is off by default. ``incremental`` (by-position setters, see
+    :func:`incremental_supported`; otherwise ignored): compute only what each patch can
+    change, from the cached corrupted run: layer l at the patched row only for position-local
+    activations, the changed key/value rows of later layers, and the last layer and the
+    unembedding only at ``metric_positions`` (all positions when not given); all cells of a
+    layer in one vectorised pass (:func:`_incremental_patch`). Mathematically exact; float
+    summation order differs from a full forward (tested <= 1e-5), so it is off by default.
     """
     B, T = corrupted_tokens.shape
     axes = ACT_AXES[setter]
@@ -180,11 +188,23 @@ def batched_activation_patch(
     per = max(1, max_batch // B)
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
     todo = list(range(len(cells)))
+    logits_c = cc_inc = None
+    if incremental and incremental_supported(model, setter, act):
+        keep = {f"blocks.{l}.{x}" for l in range(model.cfg.n_layers)
+                for x in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")}
+        logits_c, cc_inc = model.run_with_cache(corrupted_tokens,
+                                                names_filter=lambda n: n in keep)
     if metric_positions is not None:
         skip = [i for i in todo if unreachable(model, setter, act, cells[i], metric_positions)]
         if skip:
-            out[skip] = metric(model(corrupted_tokens)).reshape(()).to(out)
+            base = model(corrupted_tokens) if logits_c is None else logits_c
+            out[skip] = metric(base).reshape(()).to(out)
             todo = [i for i in todo if i not in set(skip)]
+    if cc_inc is not None and todo:
+        mp = range(T) if metric_positions is None else metric_positions
+        _incremental_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells,
+                           todo, out, per, mp, logits_c, cc_inc)
+        todo = []
     if suffix and setter in ("layer_pos", "layer_pos_head") and act in _SUFFIX_ACTS and todo:
         _suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells, todo,
                       out, per, skip_layers)
@@ -305,6 +325,179 @@ def _suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, 
                                                                  device=dev))
         full = logits_c.repeat(C, 1, 1)
         full[:, p0:] = suf
+        for c in range(C):
+            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental exact patching: compute only what a by-position patch can change
+# ---------------------------------------------------------------------------------------------
+# activations whose patch at (layer l, position p) changes layer l's output only at p
+_LOCAL_ACTS = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post"}
+_INCREMENTAL_ACTS = {"layer_pos_head": {"z", "q", "k", "v"},
+                     "layer_pos": {"resid_pre", "resid_mid", "attn_out", "mlp_out",
+                                   "resid_post"}}
+
+
+def incremental_supported(model, setter: str, act: str) -> bool:
+    """True when :func:`batched_activation_patch` can use ``incremental=True`` for this
+    model and activation: by-position setters, and a plain pre-norm causal decoder (standard
+    positional embedding, no split q/k/v input, no parallel attention/MLP, no grouped or local
+    attention, no soft caps). Other cases fall back to the full forward passes."""
+    if act not in _INCREMENTAL_ACTS.get(setter, ()):
+        return False
+    cfg = model.cfg
+    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
+    if cfg.attn_only and act in ("resid_mid", "mlp_out"):
+        return False
+    flags_off = ("use_split_qkv_input", "use_attn_in", "parallel_attn_mlp",
+                 "use_normalization_before_and_after", "use_attn_result", "use_attention_sinks",
+                 "use_logn_attn", "use_qk_norm", "load_in_4bit")
+    if any(getattr(cfg, f, False) for f in flags_off):
+        return False
+    if getattr(cfg, "clip_qkv", None) is not None or getattr(cfg, "n_key_value_heads", None):
+        return False
+    if any(t != "global" for t in (getattr(cfg, "attn_types", None) or [])):
+        return False
+    for cap in ("attn_scores_soft_cap", "output_logits_soft_cap"):
+        c = getattr(cfg, cap, -1.0)
+        if c is not None and c > 0:
+            return False
+    return (cfg.positional_embedding_type == "standard"
+            and cfg.original_architecture not in POST_NORM_ARCHITECTURES
+            and getattr(cfg, "attention_dir", "causal") == "causal"
+            and all(type(b.attn).__name__ == "Attention" for b in model.blocks))
+
+
+def _kv_rows(blk, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Keys and values of block ``blk`` for residual rows ``x`` (N, R, d_model)."""
+    from transformer_lens.utilities.attention import simple_attn_linear
+
+    a, h = blk.attn, blk.ln1(x)
+    return simple_attn_linear(h, a.W_K, a.b_K), simple_attn_linear(h, a.W_V, a.b_V)
+
+
+def _block_rows(blk, x: Tensor, qpos: Tensor, K: Tensor, V: Tensor, attn_only: bool,
+                patch: Callable[[str, Tensor], Tensor]) -> Tensor:
+    """Block output (``resid_post``) at query rows ``x`` (N, R, d_model) that sit at positions
+    ``qpos`` (N, R), attending causally over full keys/values ``K``, ``V`` (N, T, H, d_head).
+    The same operations as TransformerLens's block forward, on fewer rows; ``patch(name, t)``
+    may replace the activation ``name`` (``q``, ``z``, ``attn_out``, ``resid_mid``,
+    ``mlp_out``, ``resid_post``)."""
+    from transformer_lens.utilities.attention import simple_attn_linear
+
+    a = blk.attn
+    q = patch("q", simple_attn_linear(blk.ln1(x), a.W_Q, a.b_Q))  # (N, R, H, d_head)
+    scores = a.calculate_attention_scores(q, K)  # (N, H, R, T)
+    T = K.shape[1]
+    mask = torch.arange(T, device=x.device)[None, None, :] <= qpos[:, :, None]  # (N, R, T)
+    scores = torch.where(mask[:, None], scores, a.IGNORE.to(scores.device))
+    pattern = torch.softmax(scores, dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    z = patch("z", a.calculate_z_scores(V, pattern.to(V.dtype)))  # (N, R, H, d_head)
+    w = a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous()  # (d_model, H*d_head)
+    attn_out = patch("attn_out", torch.nn.functional.linear(
+        z.reshape(z.shape[0], z.shape[1], -1), w, a.b_O))
+    if attn_only:
+        return patch("resid_post", x + attn_out)
+    mid = patch("resid_mid", x + attn_out)
+    mlp_out = patch("mlp_out", blk.mlp(blk.ln2(mid)))
+    return patch("resid_post", mid + mlp_out)
+
+
+@torch.no_grad()
+def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
+                       mp: Sequence[int], logits_c: Tensor, cc) -> None:
+    """Fill ``out[i]`` for cells ``todo`` computing only what each patch can change.
+
+    A patch at (layer l, position p) leaves layers < l and positions < p as in the corrupted
+    run (cached in ``cc``). Position-local activations (z, q, attn_out, resid_mid, mlp_out,
+    resid_post) change layer l's output only at p: layer l is computed at that one row. The
+    next layer then differs from the corrupted run only in the key/value row p; layers
+    between recompute all rows; the last layer computes only the queries at the metric
+    positions ``mp`` (its keys/values come from the cache, with the changed rows recomputed),
+    and the unembedding runs on those rows only. All cells of a chunk (up to ``per``) are
+    vectorised along the batch axis, whatever their position and head."""
+    from transformer_lens.utilities.activation_functions import apply_softcap
+
+    B, T = tokens.shape
+    L = model.cfg.n_layers
+    dev = tokens.device
+    attn_only = bool(model.cfg.attn_only)
+    mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
+    order = sorted(todo, key=lambda i: cells[i])
+    groups: list[list[int]] = []
+    for i in order:  # chunks of one layer each, at most `per` cells
+        if groups and cells[groups[-1][0]][0] == cells[i][0] and len(groups[-1]) < per:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for idx in groups:
+        chunk = [cells[i] for i in idx]
+        C, l = len(chunk), chunk[0][0]
+        N = C * B
+        ar = torch.arange(N, device=dev)
+        bidx = torch.arange(B, device=dev).repeat(C)  # copy c = rows c*B..(c+1)*B
+        P = torch.tensor([c[1] for c in chunk], device=dev).repeat_interleave(B)  # (N,)
+        Hd = (torch.tensor([c[2] for c in chunk], device=dev).repeat_interleave(B)
+              if setter == "layer_pos_head" else None)
+        clean = clean_cache[_act_name(act, l)][bidx, P]  # (N, [H, d_head] | d_model)
+
+        def patch_layer(name, t, qpos):
+            """Put the clean value into rows at position P (and head Hd) of activation t."""
+            if name != act:
+                return t
+            sel = qpos == P[:, None]  # (N, R)
+            if Hd is not None:  # (N, R, H, d_head)
+                sel = sel[:, :, None] & (torch.arange(t.shape[2], device=dev) == Hd[:, None])[
+                    :, None, :]
+                return torch.where(sel[..., None], clean[:, None], t)
+            return torch.where(sel[..., None], clean[:, None], t)  # (N, R, d_model)
+
+        row = clean if act == "resid_pre" else None  # input rows at P that differ
+        dense = None  # or the whole input residual (N, T, d_model)
+        final = None
+        for j in range(l, L):
+            blk = model.blocks[j]
+            last = j == L - 1
+            if dense is not None:
+                K, V = _kv_rows(blk, dense)
+            else:
+                K = cc[f"blocks.{j}.attn.hook_k"][bidx]  # (N, T, H, d_head)
+                V = cc[f"blocks.{j}.attn.hook_v"][bidx]
+                if row is not None:
+                    kr, vr = _kv_rows(blk, row[:, None])
+                    K[ar, P], V[ar, P] = kr[:, 0], vr[:, 0]
+            if j == l and act in ("k", "v"):
+                tgt = K if act == "k" else V
+                tgt[ar, P, Hd] = clean[torch.arange(N, device=dev), Hd]
+            if last:
+                qpos = mp_t.expand(N, -1)
+            elif j == l and act in _LOCAL_ACTS:
+                qpos = P[:, None]
+            else:
+                qpos = torch.arange(T, device=dev).expand(N, -1)
+            if dense is not None:
+                x = dense[ar[:, None], qpos]
+            else:
+                x = cc[f"blocks.{j}.hook_resid_pre"][bidx[:, None], qpos]  # (N, R, d_model)
+                if row is not None:
+                    x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
+            fn = ((lambda name, t, qpos=qpos: patch_layer(name, t, qpos)) if j == l
+                  else (lambda name, t: t))
+            y = _block_rows(blk, x, qpos, K, V, attn_only, fn)
+            if last:
+                final = y
+            elif j == l and act in _LOCAL_ACTS:
+                row, dense = y[:, 0], None
+            else:
+                row, dense = None, y
+        if model.cfg.normalization_type is not None:
+            final = model.ln_final(final)
+        rows = apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
+        full = logits_c.repeat(C, 1, 1)
+        full[:, mp_t] = rows.to(full.dtype)
         for c in range(C):
             out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
 
