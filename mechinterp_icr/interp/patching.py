@@ -406,6 +406,23 @@ def _block_rows(blk, x: Tensor, qpos: Tensor, K: Tensor, V: Tensor, attn_only: b
     return patch("resid_post", mid + mlp_out)
 
 
+def _no_patch(name: str, t: Tensor) -> Tensor:
+    return t
+
+
+def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, P: Tensor, Hd: Tensor | None,
+               clean: Tensor) -> Tensor:
+    """Activation ``name`` with copy n's rows at position ``P[n]`` (head ``Hd[n]``) set to
+    ``clean[n]``; ``t`` is (N, R, H, d_head) or (N, R, d_model) at positions ``qpos`` (N, R)."""
+    if name != act:
+        return t
+    sel = qpos == P[:, None]  # (N, R)
+    if Hd is not None:
+        heads = torch.arange(t.shape[2], device=t.device) == Hd[:, None]  # (N, H)
+        sel = sel[:, :, None] & heads[:, None, :]  # (N, R, H)
+    return torch.where(sel[..., None], clean[:, None], t)
+
+
 @torch.no_grad()
 def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
                        mp: Sequence[int], logits_c: Tensor, cc) -> None:
@@ -444,17 +461,6 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
               if setter == "layer_pos_head" else None)
         clean = clean_cache[_act_name(act, l)][bidx, P]  # (N, [H, d_head] | d_model)
 
-        def patch_layer(name, t, qpos):
-            """Put the clean value into rows at position P (and head Hd) of activation t."""
-            if name != act:
-                return t
-            sel = qpos == P[:, None]  # (N, R)
-            if Hd is not None:  # (N, R, H, d_head)
-                sel = sel[:, :, None] & (torch.arange(t.shape[2], device=dev) == Hd[:, None])[
-                    :, None, :]
-                return torch.where(sel[..., None], clean[:, None], t)
-            return torch.where(sel[..., None], clean[:, None], t)  # (N, R, d_model)
-
         row = clean if act == "resid_pre" else None  # input rows at P that differ
         dense = None  # or the whole input residual (N, T, d_model)
         final = None
@@ -484,8 +490,8 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
                 x = cc[f"blocks.{j}.hook_resid_pre"][bidx[:, None], qpos]  # (N, R, d_model)
                 if row is not None:
                     x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
-            fn = ((lambda name, t, qpos=qpos: patch_layer(name, t, qpos)) if j == l
-                  else (lambda name, t: t))
+            fn = (partial(_put_clean, qpos=qpos, act=act, P=P, Hd=Hd, clean=clean) if j == l
+                  else _no_patch)
             y = _block_rows(blk, x, qpos, K, V, attn_only, fn)
             if last:
                 final = y
