@@ -11,7 +11,7 @@ TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[
         "sweep_n=[8,16]", "sweep_steps=20", "sweep_Nmax=8", "sweep_eval=100",
         "k3_n=16", "pre_n=8", "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3",
         "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
-        "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8"]
+        "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]
 
 
 def test_validate_rejects_bad_overrides():
@@ -38,6 +38,12 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     assert data["claims"]["IR-1"]["holds"]  # the constructed memory is exact at any n
     assert "IR-5 sample complexity" in data["tables"]
     assert (tmp_path / "figures" / "ir_4_attention_rows.html").exists()
+    causal = data["tables"]["IR-3/IR-4 causal: attention-row overwrite"]
+    assert set(causal["checkpoints"]) >= {"ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd"}
+    assert causal["checkpoints"]["ht_sym_gd"][0]["label"] == "init"
+    assert 0 <= causal["per_seed_fixed_rows"]["0"]["acc"]["pairwise"]["clean"] <= 1
+    assert "causal_row_overwrite" in data["claims"]["IR-4"]["details"]
+    assert (tmp_path / "figures" / "ir_causal_row_overwrite.html").exists()
     run = tmp_path / "runs" / "ir" / "seed0" / "ht_sym_pgd"
     assert (run / "config.json").exists()
     assert any(p.name.startswith("pgd-") for p in (run / "checkpoints").iterdir())

@@ -33,7 +33,13 @@ import torch
 
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, parse_overrides
 from mechinterp_icr.experiments.summary import Claim, Summary, atomic_write_text
-from mechinterp_icr.interp.ir_attention import ir_accuracy, row_stats
+from mechinterp_icr.interp.ir_attention import (
+    confusion_batches,
+    ir_accuracy,
+    overwrite_row_table,
+    overwrite_rows_across_checkpoints,
+    row_stats,
+)
 from mechinterp_icr.models.ir import (
     FastIR,
     IRModelSpec,
@@ -64,6 +70,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "ht_n": 32, "ht_steps": 120, "ht_dense": 40, "ht_attn_big_lr": 1.0,
         "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
         "ind_steps": 300, "ind_tokens": 32, "ind_half": 10,
+        "ow_n": 128,
     },
     "paper": {
         "n": 2048, "R": 6, "N": 512, "steps": 2000, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
@@ -79,6 +86,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "ht_n": 32, "ht_steps": 600, "ht_dense": 100, "ht_attn_big_lr": 1.0,
         "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 256, "ht_eval": 512,
         "ind_steps": 1000, "ind_tokens": 64, "ind_half": 12,
+        "ow_n": 512,
     },
 }
 
@@ -391,6 +399,61 @@ def _ht_run(p: dict, seed: int, root: Path, name: str, sym: bool, perturb: bool,
 
 
 # --------------------------------------------------------------------------------------------
+# IR-3 / IR-4 causal: overwrite the step-1 attention row (interp.patching hook)
+# --------------------------------------------------------------------------------------------
+OW_DELTAS = (0.02, 0.05, 0.1)  # half within-pair gaps of the "unequal" rows
+OW_STEPS = (0, 1, 2, 3, 5, 10, 20, 40)  # small-phase checkpoints read (plus init, big, last)
+OW_RUNS = ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd", "ht_raw_qk_pgd")
+
+
+def _ow_selection(run: RunDir) -> str:
+    """init, after the large step, then the small-step phase at OW_STEPS and its last."""
+    cks = run.checkpoints()
+    names = [c.name for c in cks if c.phase == "big"]
+    small = [c for c in cks if c.phase != "big"]
+    names += [c.name for c in small if c.step in OW_STEPS]
+    if small and small[-1].name not in names:
+        names.append(small[-1].name)
+    return ",".join(names)
+
+
+def _ow_label(ck_phase: str, step: int) -> str:
+    if ck_phase == "big":
+        return "init" if step == 0 else "big step"
+    return "perturbed" if (step == 0 and ck_phase == "pgd") else f"{ck_phase} {step}"
+
+
+def overwrite_table_runs(root: Path, n_each: int, seed: int,
+                         names=OW_RUNS) -> dict[str, list[dict[str, Any]]]:
+    """The row-overwrite table over the checkpoints of the first seed's HookedTransformer runs."""
+    out = {}
+    for name in names:
+        path = root / name
+        if not (path / "config.json").exists():
+            continue
+        rows = overwrite_rows_across_checkpoints(path, _ow_selection(RunDir(path)), n_each,
+                                                 OW_DELTAS, seed)
+        for r in rows:
+            r["label"] = _ow_label(r["phase"], r["step"])
+        out[name] = rows
+    return out
+
+
+def _ow_fixed_rows(p: dict, seed: int, a: float) -> dict[str, Any]:
+    """Per seed: fixed rows (learned ``a`` of this seed's IR-3 run) written into the head of
+    an n = ht_n model. The step-1 output depends on the step-1 row only (frozen memory and
+    OV), so this equals the overwrite on any checkpoint of that seed's knowledge base."""
+    task = _task_cfg(p, p["ht_n"]).build(seed)
+    model = build_ir_hooked(task, IRModelSpec(lam2=p["lam2"]), seed=seed)
+    t = overwrite_row_table(model, confusion_batches(task, p["ow_n"], seed), a, OW_DELTAS)
+    t["acc"].pop("model", None)
+    t["prob"].pop("model", None)
+    t["acc"].pop("own_paired", None)
+    t["prob"].pop("own_paired", None)
+    return t
+
+
+# --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
 def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | None = None
@@ -405,6 +468,8 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
     per: dict[str, dict[str, dict[str, Any]]] = {f"IR-{i}": {} for i in range(1, 9)}
     traj: dict[int, dict[str, list]] = {}
     gap_rows, sweep_rows, sweep_rand_rows = [], [], []
+    ow_seed: dict[str, Any] = {}
+    ow_runs: dict[str, list] = {}
     pgd_main = PGDConfig(big_lr=p["big_lr"], sigma=p["sigma"], lr=p["lr"], steps=p["steps"])
     spec = IRModelSpec(lam2=p["lam2"])
     t_start = time.perf_counter()
@@ -469,6 +534,8 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
                 "final_loss_sym_gd": runs[("sym", "gd")][1][-1]["loss"],
                 "final_loss_sym_pgd": runs[("sym", "pgd")][1][-1]["loss"],
             }
+        with summary.stage("IR-3/IR-4 causal: row overwrite"):
+            ow_seed[sk] = _ow_fixed_rows(p, seed, per["IR-3"][sk]["a"])
         with summary.stage("IR-8 induction control"):
             ctrl = _induction_control(p, seed)
             irh = _ir_head_scores(runs[("raw", "pgd")][0], task)
@@ -551,6 +618,8 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
                 ht["ht_raw_qk_pgd"] = _ht_run(p, seed, sroot, "ht_raw_qk_pgd", False, True,
                                               "qk")
                 summary.tables["IR HookedTransformer runs"] = ht
+            with summary.stage("IR-3/IR-4 causal: row overwrite"):
+                ow_runs = overwrite_table_runs(sroot, p["ow_n"], seed)
     summary.timings["ir_total"] = time.perf_counter() - t_start
 
     # ---- IR-5 per-seed metrics from the sweep
@@ -575,10 +644,52 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
                 f"None/{2 * Nmax} = not reached by N = {Nmax}"}
     summary.tables["IR-3 gap vs n"] = gap_rows
 
+    causal = _causal_table(ow_seed, ow_runs, p)
+    summary.tables["IR-3/IR-4 causal: attention-row overwrite"] = causal
     polylog_bound = (math.log2(n_hi) / math.log2(n_lo)) ** 2
-    _add_claims(summary, per, p, polylog_bound)
-    _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seeds, p)
+    _add_claims(summary, per, p, polylog_bound, causal)
+    _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seeds, p, ow_runs)
     return summary
+
+
+def _causal_table(ow_seed: dict, ow_runs: dict, p: dict) -> dict[str, Any]:
+    """Summary of the row-overwrite test: per seed (fixed rows) mean/CI, and per run the
+    checkpoints' step-1 accuracy and P(r*) on clean / single / swap sequences."""
+    from mechinterp_icr.experiments.summary import ci95
+
+    agg: dict[str, Any] = {}
+    if ow_seed:
+        any_t = next(iter(ow_seed.values()))
+        for row in any_t["acc"]:
+            for kind in any_t["acc"][row]:
+                v = [t["acc"][row][kind] for t in ow_seed.values()]
+                agg.setdefault(row, {})[kind] = {"mean": float(np.mean(v)),
+                                                 "ci95": list(ci95(v))}
+        v = [t["critical_gap"] for t in ow_seed.values()]
+        agg["critical_gap"] = {"mean": float(np.mean(v)), "ci95": list(ci95(v))}
+
+    def compact(r):
+        return {"checkpoint": r["checkpoint"], "label": r["label"], "a": r["a"],
+                "acc": r["acc"], "prob_swap": {k: v["swap"] for k, v in r["prob"].items()},
+                "critical_gap": r.get("critical_gap")}
+
+    return {
+        "note": "step-1 accuracy (argmax, ties counted 1/k) with the head's step-1 row "
+                "(query s3) overwritten through blocks.0.attn.hook_pattern; rows: pairwise = "
+                "(a,a,1/2-a,1/2-a,0) at the learned a, one_pair = (1/2,1/2,0,0,0), "
+                "unequal_d = (a+d,a-d,1/2-a-d,1/2-a+d,0) (within-pair gap 2d, tilted toward "
+                "the re-paired relation), uniform = 1/5 each, induction = all on a2 (the "
+                "position before the query), own_paired = the model's own row with each "
+                "pair's mass split equally; critical_gap = smallest within-pair gap 2d at "
+                "which swap accuracy drops below 1/2. Sequences: clean (not confusing), "
+                "single (single-pair confusing), swap (re-pairing confusing), "
+                f"{p['ow_n']} each, n = {p['ht_n']}.",
+        "per_seed_fixed_rows": {k: {"a": t["a"], "acc": t["acc"],
+                                    "critical_gap": t["critical_gap"]}
+                                for k, t in ow_seed.items()},
+        "fixed_rows_mean": agg,
+        "checkpoints": {name: [compact(r) for r in rows] for name, rows in ow_runs.items()},
+    }
 
 
 def _mean_by_n(rows):
@@ -590,7 +701,8 @@ def _mean_by_n(rows):
                 for n in ns]
 
 
-def _add_claims(summary: Summary, per: dict, p: dict, polylog_bound: float) -> None:
+def _add_claims(summary: Summary, per: dict, p: dict, polylog_bound: float,
+                causal: dict | None = None) -> None:
     def vals(cid, key):
         return [m[key] for m in per[cid].values() if m.get(key) is not None]
 
@@ -655,6 +767,18 @@ def _add_claims(summary: Summary, per: dict, p: dict, polylog_bound: float) -> N
         "(within-pair gap <= 0.02, mass on s_q <= 0.02).",
         "within_pair_gap", "<=", 0.02, per["IR-7"], rule="all_seeds",
         extra_checks={"mass on s_q <= 0.02 on every seed": bool(m7) and max(m7) <= 0.02}))
+    if causal and causal.get("fixed_rows_mean"):
+        fm = causal["fixed_rows_mean"]
+        short = {row: {k: round(v["mean"], 4) for k, v in d.items()}
+                 for row, d in fm.items() if row != "critical_gap"}
+        fig = "figures/ir_causal_row_overwrite.html"
+        summary.claims["IR-3"].details["causal_row_overwrite"] = {
+            "step1_acc_mean_over_seeds": short,
+            "critical_within_pair_gap": fm["critical_gap"], "figure": fig,
+            "table": "IR-3/IR-4 causal: attention-row overwrite"}
+        summary.claims["IR-4"].details["causal_row_overwrite"] = {
+            "swap_acc": {row: short[row].get("swap") for row in short},
+            "figure": fig, "table": "IR-3/IR-4 causal: attention-row overwrite"}
     ctrl = vals("IR-8", "control_induction_score")
     summary.add(Claim(
         "IR-8", "The learned IR head is not an induction head: its prefix-matching score "
@@ -665,7 +789,8 @@ def _add_claims(summary: Summary, per: dict, p: dict, polylog_bound: float) -> N
                       bool(ctrl) and min(ctrl) >= 0.5}))
 
 
-def _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seeds, p):
+def _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seeds, p,
+             ow_runs=None):
     try:
         import plotly.graph_objects as go
         from plotly.subplots import make_subplots
@@ -724,4 +849,33 @@ def _figures(summary, traj, gap_rows, sweep_rows, sweep_rand_rows, fig_dir, seed
         fig.update_yaxes(type="log", title_text="smallest N with step-1 acc >= 0.99")
         fig.update_layout(title="IR-5: sample complexity")
         figs["ir_5_sample_complexity"] = save_figure(fig, fig_dir / "ir_5_sample_complexity")
+    if ow_runs:
+        names = [n for n in ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd")
+                 if n in ow_runs]
+        show = [("model", "#000000", "solid"), ("pairwise", "#1f77b4", "solid"),
+                ("own_paired", "#17becf", "dot"), ("one_pair", "#ff7f0e", "solid"),
+                (f"unequal_{OW_DELTAS[0]:g}", "#d62728", "dash"),
+                (f"unequal_{OW_DELTAS[-1]:g}", "#8c564b", "dash"),
+                ("uniform", "#7f7f7f", "dot"), ("induction", "#9467bd", "dashdot")]
+        fig = make_subplots(rows=3, cols=len(names), shared_yaxes=True,
+                            subplot_titles=names, vertical_spacing=0.08)
+        for j, name in enumerate(names):
+            rows = ow_runs[name]
+            x = [r["label"] for r in rows]
+            for i, (kind, key) in enumerate((("swap", "prob"), ("swap", "acc"),
+                                             ("single", "acc"))):
+                for row, color, dash in show:
+                    y = [r[key][row][kind] for r in rows]
+                    fig.add_trace(go.Scatter(x=x, y=y, name=row, mode="lines+markers",
+                                             line={"color": color, "dash": dash},
+                                             legendgroup=row,
+                                             showlegend=(i == 0 and j == 0)),
+                                  row=i + 1, col=j + 1)
+        fig.update_yaxes(title_text="swap: P(r*)", row=1, col=1)
+        fig.update_yaxes(title_text="swap: step-1 acc", row=2, col=1)
+        fig.update_yaxes(title_text="single-pair: step-1 acc", row=3, col=1)
+        fig.update_layout(title="IR-3/IR-4 causal: step-1 attention row overwritten "
+                                f"(n={p['ht_n']}, seed {seeds[0]}) across checkpoints")
+        figs["ir_causal_row_overwrite"] = save_figure(
+            fig, fig_dir / "ir_causal_row_overwrite", width=1400, height=900)
     summary.tables["IR figures"] = figs

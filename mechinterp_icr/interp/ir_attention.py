@@ -20,6 +20,11 @@ import torch
 
 __all__ = [
     "attention_row_table",
+    "confusion_batches",
+    "critical_within_pair_gap",
+    "overwrite_candidates",
+    "overwrite_row_table",
+    "overwrite_rows_across_checkpoints",
     "fast_rows",
     "hooked_rows",
     "ir_accuracy",
@@ -125,4 +130,144 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
         st = row_stats(r1, K)
         rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
                      **ir_accuracy(logits, ev), **st, "step2_mass_sq": float(r2[2 * K])})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Causal test of the pairwise pattern (IR-3 / IR-4): overwrite the step-1 attention row
+# --------------------------------------------------------------------------------------------
+OVERWRITE_KINDS = ("clean", "single", "swap")
+
+
+def confusion_batches(task, n_each: int, seed: int = 0) -> dict[str, Any]:
+    """Step-1 evaluation batches on the knowledge base of ``task`` (pair_symmetric off):
+    ``clean`` (not confusing by the KB flags), ``single`` (single-pair confusing, not swap)
+    and ``swap`` (re-pairing confusing). Drawn from tasks with ``p_single`` / ``p_swap`` set to
+    0 or 1 on the same seed; the knowledge base is checked to be the same."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from mechinterp_icr.training.loop import batch_rng
+
+    out = {}
+    for kind, ps, pw in (("clean", 0.0, 0.0), ("single", 1.0, 0.0), ("swap", 0.0, 1.0)):
+        cfg = replace(task.cfg, p_single=ps, p_swap=pw, pair_symmetric=False)
+        tk = type(task)(cfg, task.seed)
+        if not np.array_equal(tk.kb.f, task.kb.f):  # pragma: no cover - make_kb ignores p_*
+            raise RuntimeError("knowledge base changed with p_single / p_swap")
+        b = tk.sample(batch_rng(seed, f"ir-overwrite-{kind}", 0), 2 * n_each, split="eval")
+        keep = {"clean": ~b.meta["confusing"], "single": b.meta["single"] & ~b.meta["swap"],
+                "swap": b.meta["swap"]}[kind]
+        idx = torch.nonzero(keep).squeeze(-1)[:n_each]
+        out[kind] = type(b)(b.tokens[idx], b.targets[idx],
+                            {k: v[idx] for k, v in b.meta.items()})
+    return out
+
+
+def overwrite_candidates(a: float, deltas=(0.1,), own_row: torch.Tensor | None = None
+                         ) -> dict[str, Any]:
+    """Rows written into the step-1 query (K = 2): the learned pairwise form
+    ``(a, a, 1/2-a, 1/2-a, 0)``, one pair only, unequal within each pair by ``delta`` (in
+    the direction that favours the re-paired relation: ``(a+d, a-d, 1/2-a-d, 1/2-a+d, 0)``,
+    ``d`` capped at ``min(a, 1/2-a)``), uniform over the five positions, the induction-style
+    (previous-token) row, and with ``own_row`` (B, 5) the model's own rows with each pair's
+    mass split equally (``own_paired``: the within-pair gap removed, nothing else changed)."""
+    from mechinterp_icr.interp.patching import candidate_rows
+
+    base = candidate_rows(5, a=a, delta=0.0)
+    rows: dict[str, Any] = {"pairwise": base["pairwise"], "one_pair": base["one_pair"]}
+    for d in deltas:
+        dd = min(float(d), a, 0.5 - a)
+        rows[f"unequal_{d:g}"] = candidate_rows(5, a=a, delta=dd)["unequal"]
+    rows["uniform"] = base["uniform"]
+    rows["induction"] = base["induction"]
+    if own_row is not None:
+        r = own_row.clone()
+        for i in (0, 2):
+            m = (r[:, i] + r[:, i + 1]) / 2
+            r[:, i], r[:, i + 1] = m, m
+        rows["own_paired"] = r
+    return rows
+
+
+@torch.no_grad()
+def overwrite_row_table(model, batches: dict[str, Any], a: float | None = None,
+                        deltas=(0.1,)) -> dict[str, Any]:
+    """Step-1 accuracy (tie-aware) and probability of ``r*`` on each batch with the model's
+    own step-1 row (``model``) and with each row of :func:`overwrite_candidates` written into
+    the head's pattern at the ``s_q`` query (``interp.patching.overwrite_attention_row``).
+    ``a`` defaults to the model's learned value: half the first pair's share of the pair mass
+    of its mean step-1 row on the clean batch. K = 2."""
+    from mechinterp_icr.interp.patching import overwrite_attention_row
+
+    K = 2
+    q = 2 * K
+    if a is None:
+        r1, _ = hooked_rows(model, batches["clean"].tokens, K)
+        a = float((r1[0] + r1[1]) / (2 * (r1[:4].sum())))
+    out: dict[str, Any] = {"a": a, "acc": {}, "prob": {}}
+    for kind, b in batches.items():
+        _, cache = model.run_with_cache(b.tokens,
+                                        names_filter=lambda n: n.endswith("hook_pattern"))
+        own = cache["pattern", 0][:, 0, q, : q + 1].double()
+        logits = model(b.tokens)[:, q: q + 2]
+        res = {"model": ir_accuracy(logits, b)}
+        for name, row in overwrite_candidates(a, deltas, own).items():
+            lg = overwrite_attention_row(model, b.tokens, 0, 0, q, torch.as_tensor(row))
+            res[name] = ir_accuracy(lg[:, q: q + 2], b)
+        for name, m in res.items():
+            out["acc"].setdefault(name, {})[kind] = m["step1_acc"]
+            out["prob"].setdefault(name, {})[kind] = m["step1_prob"]
+    if "swap" in batches:
+        out["critical_gap"] = critical_within_pair_gap(model, batches["swap"], a)
+    return out
+
+
+@torch.no_grad()
+def critical_within_pair_gap(model, swap_batch, a: float, iters: int = 8) -> float:
+    """Smallest within-pair gap ``2 d`` of the row ``(a+d, a-d, 1/2-a-d, 1/2-a+d, 0)`` at
+    which step-1 accuracy on swap-confusing sequences drops below 1/2 (the re-paired
+    relation wins), by bisection on ``d`` in ``[0, min(a, 1/2-a)]``; the largest gap tried
+    when even that keeps swaps resolved. This is how far from pairwise the step-1 row may be
+    before the swap confusion is decided wrongly (compare IR-3's 0.02)."""
+    from mechinterp_icr.interp.patching import candidate_rows, overwrite_attention_row
+
+    q = 4
+    dmax = min(a, 0.5 - a)
+
+    def fails(d: float) -> bool:
+        row = candidate_rows(5, a=a, delta=d)["unequal"]
+        lg = overwrite_attention_row(model, swap_batch.tokens, 0, 0, q, torch.as_tensor(row))
+        return ir_accuracy(lg[:, q: q + 2], swap_batch)["step1_acc"] < 0.5
+
+    if not fails(dmax):
+        return 2 * dmax
+    lo, hi = 0.0, dmax
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fails(mid) else (mid, hi)
+    return float(lo + hi)  # 2 * midpoint
+
+
+def overwrite_rows_across_checkpoints(run_path, selection: str = "all", n_each: int = 128,
+                                      deltas=(0.1,), seed: int = 0) -> list[dict[str, Any]]:
+    """:func:`overwrite_row_table` for every selected checkpoint of an IR run directory
+    (the learned ``a`` is re-read at each checkpoint)."""
+    from mechinterp_icr.pipeline import load_run_model
+    from mechinterp_icr.runs import RunDir
+
+    run = RunDir(run_path)
+    _cfg, task, build = load_run_model(run)
+    if task.cfg.n_pairs != 2:
+        from mechinterp_icr.config import ConfigError
+
+        raise ConfigError(f"task.n_pairs = {task.cfg.n_pairs} is not allowed for the row "
+                          "overwrite; expected 2 (rows over (s1, a1, s2, a2, s3))")
+    batches = confusion_batches(task, n_each, seed)
+    rows = []
+    for ck, model in run.iter_models(selection, lambda: build().to("cpu")):
+        model = model.to("cpu")
+        t = overwrite_row_table(model, batches, None, deltas)
+        rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step, **t})
     return rows
