@@ -378,24 +378,72 @@ def _kv_rows(blk, x: Tensor) -> tuple[Tensor, Tensor]:
     return simple_attn_linear(h, a.W_K, a.b_K), simple_attn_linear(h, a.W_V, a.b_V)
 
 
-def _block_rows(blk, x: Tensor, qpos: Tensor, K: Tensor, V: Tensor, attn_only: bool,
+def _attend_full(a, q: Tensor, qpos: Tensor, K: Tensor, V: Tensor) -> Tensor:
+    """z (N, R, H, d_head) of queries ``q`` (N, R, H, d_head) at positions ``qpos`` (N, R) over
+    per-copy keys/values ``K``, ``V`` (N, T, H, d_head), causally masked."""
+    scores = a.calculate_attention_scores(q, K)  # (N, H, R, T)
+    T = K.shape[1]
+    mask = torch.arange(T, device=q.device)[None, None, :] <= qpos[:, :, None]  # (N, R, T)
+    scores = torch.where(mask[:, None], scores, a.IGNORE.to(scores.device))
+    pattern = torch.softmax(scores, dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    return a.calculate_z_scores(V, pattern.to(V.dtype))
+
+
+def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor,
+                   k_row: Tensor | None, v_row: Tensor | None) -> Tensor:
+    """Like :func:`_attend_full` for C copies of one batch whose keys/values are the shared
+    ``Kc``, ``Vc`` (B, T, H, d_head) except row ``P[n]`` of copy n, which holds ``k_row[n]``,
+    ``v_row[n]`` (N, H, d_head) when given. The copies' queries become extra query rows of
+    the shared batch (no per-copy key/value tensor); the changed key row's scores are set
+    and the changed value row enters as ``pattern[P] * (v_row - v[P])``: the same
+    arithmetic up to float summation order."""
+    N, R, H, dh = q.shape
+    B, T = Kc.shape[:2]
+    C = N // B
+    dev = q.device
+    q_ = q.reshape(C, B, R, H, dh).permute(1, 3, 0, 2, 4).reshape(B, H, C * R, dh)
+    scores = q_ @ Kc.permute(0, 2, 3, 1) / a.attn_scale  # (B, H, C*R, T)
+    s5 = scores.view(B, H, C, R, T)
+    cidx = torch.arange(C, device=dev).repeat_interleave(B)  # copy of row n
+    bidx = torch.arange(B, device=dev).repeat(C)
+    if k_row is not None:
+        s_row = (q * k_row[:, None]).sum(-1) / a.attn_scale  # (N, R, H)
+        s5[bidx, :, cidx, :, P] = s_row.permute(0, 2, 1)  # (N, H, R)
+    qp = qpos.reshape(C, B, R).permute(1, 0, 2).reshape(B, 1, C * R, 1)
+    mask = torch.arange(T, device=dev).view(1, 1, 1, T) <= qp
+    scores = torch.where(mask, scores, a.IGNORE.to(scores.device))
+    pattern = torch.softmax(scores, dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    z = pattern.to(Vc.dtype) @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
+    z = z.view(B, H, C, R, dh).permute(2, 0, 3, 1, 4).reshape(N, R, H, dh)
+    if v_row is not None:
+        p_row = pattern.view(B, H, C, R, T)[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
+        z = z + p_row[..., None] * (v_row - Vc[bidx, P])[:, None]
+    return z
+
+
+def _attend_full_kv(a, q, qpos, kv):
+    return _attend_full(a, q, qpos, *kv)
+
+
+def _attend_shared_kv(a, q, qpos, Kc, Vc, P, k_row, v_row):
+    return _attend_shared(a, q, qpos, Kc, Vc, P, k_row, v_row)
+
+
+def _block_rows(blk, x: Tensor, qpos: Tensor, attend: Callable, attn_only: bool,
                 patch: Callable[[str, Tensor], Tensor]) -> Tensor:
     """Block output (``resid_post``) at query rows ``x`` (N, R, d_model) that sit at positions
-    ``qpos`` (N, R), attending causally over full keys/values ``K``, ``V`` (N, T, H, d_head).
-    The same operations as TransformerLens's block forward, on fewer rows; ``patch(name, t)``
-    may replace the activation ``name`` (``q``, ``z``, ``attn_out``, ``resid_mid``,
-    ``mlp_out``, ``resid_post``)."""
+    ``qpos`` (N, R); ``attend(attn, q, qpos) -> z`` supplies the keys and values
+    (:func:`_attend_full` or :func:`_attend_shared`). The same operations as
+    TransformerLens's block forward, on fewer rows; ``patch(name, t)`` may replace the
+    activation ``name`` (``q``, ``z``, ``attn_out``, ``resid_mid``, ``mlp_out``,
+    ``resid_post``)."""
     from transformer_lens.utilities.attention import simple_attn_linear
 
     a = blk.attn
     q = patch("q", simple_attn_linear(blk.ln1(x), a.W_Q, a.b_Q))  # (N, R, H, d_head)
-    scores = a.calculate_attention_scores(q, K)  # (N, H, R, T)
-    T = K.shape[1]
-    mask = torch.arange(T, device=x.device)[None, None, :] <= qpos[:, :, None]  # (N, R, T)
-    scores = torch.where(mask[:, None], scores, a.IGNORE.to(scores.device))
-    pattern = torch.softmax(scores, dim=-1)
-    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-    z = patch("z", a.calculate_z_scores(V, pattern.to(V.dtype)))  # (N, R, H, d_head)
+    z = patch("z", attend(a, q, qpos))  # (N, R, H, d_head)
     w = a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous()  # (d_model, H*d_head)
     attn_out = patch("attn_out", torch.nn.functional.linear(
         z.reshape(z.shape[0], z.shape[1], -1), w, a.b_O))
@@ -443,6 +491,7 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
     dev = tokens.device
     attn_only = bool(model.cfg.attn_only)
     mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
+    buf = logits_c.clone()
     order = sorted(todo, key=lambda i: cells[i])
     groups: list[list[int]] = []
     for i in order:  # chunks of one layer each, at most `per` cells
@@ -468,31 +517,38 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
             blk = model.blocks[j]
             last = j == L - 1
             if dense is not None:
-                K, V = _kv_rows(blk, dense)
-            else:
-                K = cc[f"blocks.{j}.attn.hook_k"][bidx]  # (N, T, H, d_head)
-                V = cc[f"blocks.{j}.attn.hook_v"][bidx]
+                attend = partial(_attend_full_kv, kv=_kv_rows(blk, dense))
+            else:  # the corrupted keys/values, shared by the copies, except row P
+                Kc = cc[f"blocks.{j}.attn.hook_k"]  # (B, T, H, d_head)
+                Vc = cc[f"blocks.{j}.attn.hook_v"]
+                k_row = v_row = None
                 if row is not None:
                     kr, vr = _kv_rows(blk, row[:, None])
-                    K[ar, P], V[ar, P] = kr[:, 0], vr[:, 0]
-            if j == l and act in ("k", "v"):
-                tgt = K if act == "k" else V
-                tgt[ar, P, Hd] = clean[torch.arange(N, device=dev), Hd]
+                    k_row, v_row = kr[:, 0], vr[:, 0]  # (N, H, d_head)
+                if j == l and act in ("k", "v"):
+                    put = (Kc if act == "k" else Vc)[bidx, P]  # (N, H, d_head)
+                    put[ar, Hd] = clean[ar, Hd]
+                    k_row, v_row = (put, None) if act == "k" else (None, put)
+                attend = partial(_attend_shared_kv, Kc=Kc, Vc=Vc, P=P, k_row=k_row,
+                                 v_row=v_row)
+            # query rows: the metric positions (last layer), the patched row (position-local
+            # patch layer) or every position
+            resid = dense if dense is not None else cc[f"blocks.{j}.hook_resid_pre"]
+            rep = 1 if dense is not None else C
             if last:
                 qpos = mp_t.expand(N, -1)
+                x = resid[:, mp_t].repeat(rep, 1, 1)  # (N, R, d_model)
             elif j == l and act in _LOCAL_ACTS:
                 qpos = P[:, None]
+                x = resid[bidx, P][:, None]
             else:
                 qpos = torch.arange(T, device=dev).expand(N, -1)
-            if dense is not None:
-                x = dense[ar[:, None], qpos]
-            else:
-                x = cc[f"blocks.{j}.hook_resid_pre"][bidx[:, None], qpos]  # (N, R, d_model)
-                if row is not None:
-                    x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
+                x = resid.repeat(rep, 1, 1)
+            if row is not None:
+                x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
             fn = (partial(_put_clean, qpos=qpos, act=act, P=P, Hd=Hd, clean=clean) if j == l
                   else _no_patch)
-            y = _block_rows(blk, x, qpos, K, V, attn_only, fn)
+            y = _block_rows(blk, x, qpos, attend, attn_only, fn)
             if last:
                 final = y
             elif j == l and act in _LOCAL_ACTS:
@@ -502,10 +558,14 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
         if model.cfg.normalization_type is not None:
             final = model.ln_final(final)
         rows = apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
-        full = logits_c.repeat(C, 1, 1)
-        full[:, mp_t] = rows.to(full.dtype)
+        # one buffer of corrupted logits; copy c's metric-position rows are written in just
+        # before its metric is read into `out` (positions the metric does not read keep the
+        # corrupted logits)
+        rows = rows.to(logits_c.dtype)
         for c in range(C):
-            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
+            buf[:, mp_t] = rows[c * B:(c + 1) * B]
+            out[idx[c]] = metric(buf).reshape(())
+        buf[:, mp_t] = logits_c[:, mp_t]
 
 
 # activations whose patch at position p in the last layer only changes position p's output
