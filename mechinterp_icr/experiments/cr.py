@@ -325,7 +325,8 @@ def _train_branch(cfg, task, rc, run, pt_state, phase, order, grammar, trainable
     model = build_model(rc.model, seed=seed)
     model.load_state_dict(pt_state)
     subs = task.finetune_subjects
-    res = train_phase(model, finetune_sampler(task, grammar), ft, run, phase, seed, run_config=replace(rc, train=ft),
+    res = train_phase(model, finetune_sampler(task, grammar), ft, run, phase, seed,
+                      run_config=replace(rc, train=ft),
                       eval_fn=_ckpt_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
                       extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
                                   "finetune_subjects": subs.tolist()})
@@ -677,9 +678,17 @@ def _figures(cfg, results, sweep, fig_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 def reproduce(profile: str, out_dir, seeds: list[int], overrides) -> Summary:
     cfg = validate(profile, seeds, overrides)
-    out_dir = Path(out_dir)
+    prev_threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    try:
+        return _reproduce(cfg, profile, Path(out_dir), seeds)
+    finally:
+        torch.set_num_threads(prev_threads)  # leave the process as we found it
+
+
+def _reproduce(cfg: CRExperimentConfig, profile: str, out_dir: Path, seeds: list[int]
+               ) -> Summary:
     summary = Summary("cr", profile, seeds)
     summary.config["cr"] = to_dict(cfg)
     cpu0, wall0 = time.process_time(), time.perf_counter()
