@@ -213,3 +213,14 @@ def test_incremental_falls_back_where_unsupported(trained):
                                    incremental=True)
     b = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "z")
     assert torch.equal(a, b)
+
+
+def test_bad_metric_positions_are_rejected(trained):
+    from mechinterp_icr.config import ConfigError
+
+    model, clean, corr, metric = trained
+    _, cache = model.run_with_cache(clean)
+    for bad in ([], [99], [-1]):
+        with pytest.raises(ConfigError, match="metric_positions"):
+            P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "z",
+                                       metric_positions=bad, incremental=True)

@@ -4,7 +4,8 @@ Over every selected checkpoint of a run, on the same clean/corrupted prompts:
 
 1. exact head x position sweep of the head outputs (``z``) with the batched engine
    (:func:`interp.patching.batched_activation_patch`) and with TransformerLens's per-cell
-   ``generic_activation_patch`` (the reference): both times, the ratio, the max abs difference;
+   ``generic_activation_patch`` (the reference): both times, the ratio, the max abs difference,
+   for each exact mode (plain batched; + metric-position pruning; + suffix; incremental);
 2. attribution patching of the same cells: time against each exact sweep and the Spearman
    rank correlation of its scores with the exact effects.
 

@@ -11,6 +11,10 @@ Conventions (see ``docs/interp.md``):
 - **Batched exact patching**: the corrupted batch is repeated ``C`` times along the batch axis,
   copy ``c`` gets cell ``c``'s patch, and ``C`` cells cost one forward pass. Results equal the
   per-cell loop (up to float summation order, < 1e-5; tested).
+- **Incremental exact patching** (``incremental=True``, by-position setters): only what a
+  patch can change is computed from the cached corrupted run (the patched row of layer l, the
+  changed key/value rows after it, the last layer at the metric positions), all cells of a
+  layer vectorised; equal to the per-cell loop up to float summation order (tested).
 - **Attribution patching** (fast mode): ``(a_clean - a_corrupted) . d metric / d a`` at the
   corrupted run, summed over the patched slice: one forward + one backward for every cell.
 - **Path patching** (:func:`path_patch`): the effect of a sender head's clean output that
@@ -31,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechinterp_icr.config import ConfigError
+from mechinterp_icr.config import ConfigError, check
 
 __all__ = [
     "ACT_AXES",
@@ -179,6 +183,10 @@ def batched_activation_patch(
     summation order differs from a full forward (tested <= 1e-5), so it is off by default.
     """
     B, T = corrupted_tokens.shape
+    if metric_positions is not None:
+        mps = [int(p) for p in metric_positions]
+        check(len(mps) > 0 and all(0 <= p < T for p in mps), "metric_positions",
+              list(metric_positions), f"a non-empty list of positions in [0, {T - 1}]")
     axes = ACT_AXES[setter]
     shaped = cells is None
     if cells is None:
