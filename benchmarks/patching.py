@@ -2,6 +2,7 @@
 attribution patching vs exact, over a run's checkpoints, in one run.
 
     python benchmarks/patching.py RUN [--checkpoints all] [--n 16] [--K 8] [--out result.json]
+                                      [--float64-check]
 
 Without RUN a tiny induction model is trained into a temporary run directory first.
 Prints per-checkpoint times, the speed-up ratios, the max abs difference between the two
@@ -30,6 +31,8 @@ def main() -> None:
                     "max_demos, the longest prompt)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="write the result as JSON here")
+    ap.add_argument("--float64-check", action="store_true", help="also compare every exact "
+                    "result with TransformerLens's loop on a float64 copy (untimed)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from mechinterp_icr.interp.patch_bench import benchmark_patching
@@ -44,7 +47,7 @@ def main() -> None:
             "train.checkpoint_every=50", "train.eval_every=0", "model.attn_only=true",
             "model.n_heads=2", "model.d_head=16", "model.d_model=32", "task.half_len=6"])
         train_single_phase(cfg, Path(run))
-    res = benchmark_patching(run, a.checkpoints, a.n, K=a.K)
+    res = benchmark_patching(run, a.checkpoints, a.n, K=a.K, float64_check=a.float64_check)
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=2))
 

@@ -53,7 +53,11 @@ def _timed(fn, *args, **kwargs):
 
 
 def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int = 4096,
-                       log=print, K: int | None = None) -> dict:
+                       log=print, K: int | None = None, float64_check: bool = False) -> dict:
+    """The benchmark over ``selection`` of ``run``. ``float64_check`` (untimed) also runs the
+    TransformerLens loop on a float64 copy of each checkpoint and reports how far each float32
+    exact result (TL's own, suffix, incremental) is from it: the float32 rounding scale that
+    a max abs difference between two exact methods should be read against."""
     from scipy.stats import spearmanr
 
     from mechinterp_icr.pipeline import load_run_model
@@ -87,13 +91,25 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
         diff = max(float((ours - ref).abs().max()), float((pruned - ref).abs().max()))
         diff_fast = float((fast - ref).abs().max())
         diff_inc = float((inc - ref).abs().max())
+        err64 = {}
+        if float64_check:
+            import copy
+
+            m64 = copy.deepcopy(model).double()
+            m64.cfg.dtype = torch.float64
+            with torch.no_grad():
+                _, c64 = m64.run_with_cache(c, names_filter=lambda nm: nm.endswith("hook_z"))
+            truth = P.tl_activation_patch(m64, x, c64, metric, "layer_pos_head", "z").double()
+            err64 = {f"f64_err_{k}": float((v.double() - truth).abs().max())
+                     for k, v in (("tl", ref), ("suffix", fast), ("incremental", inc))}
+            del m64, c64
         exact = (ours - base).flatten().cpu().numpy()
         a = attr.flatten().cpu().numpy()
         rho = float(spearmanr(exact, a).statistic) if np.ptp(exact) > 0 else float("nan")
         rows.append({"checkpoint": ck.name, "cells": int(ours.numel()), "batched_s": tb,
                      "batched_pruned_s": tp, "batched_suffix_s": tf,
                      "max_abs_diff_suffix": diff_fast, "batched_incremental_s": ti,
-                     "max_abs_diff_incremental": diff_inc,
+                     "max_abs_diff_incremental": diff_inc, **err64,
                      "tl_s": tt, "attribution_s": ta, "max_abs_diff": diff, "spearman": rho})
         t_b, t_tl, t_attr, t_p, t_f = t_b + tb, t_tl + tt, t_attr + ta, t_p + tp, t_f + tf
         t_i += ti
@@ -129,6 +145,12 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
     log(f"batched incremental (only what each patch changes): {t_tl:.2f}s / {t_i:.2f}s = "
         f"{res['batched_incremental_speedup_vs_tl']:.1f}x faster; max abs diff "
         f"{res['max_abs_diff_incremental']:.2e} (float summation order)")
+    if float64_check:
+        for k in ("tl", "suffix", "incremental"):
+            res[f"f64_err_{k}"] = max(r[f"f64_err_{k}"] for r in rows)
+        log(f"distance to a float64 TransformerLens reference (max abs): TL float32 "
+            f"{res['f64_err_tl']:.2e}, suffix {res['f64_err_suffix']:.2e}, incremental "
+            f"{res['f64_err_incremental']:.2e}")
     log(f"attribution vs exact: {res['attribution_speedup_vs_tl']:.1f}x faster than the TL "
         f"loop, {res['attribution_speedup_vs_batched']:.1f}x faster than batched exact; "
         f"{res['attribution_speedup_vs_fastest_exact']:.1f}x faster than the fastest exact mode; "

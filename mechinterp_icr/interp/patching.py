@@ -404,8 +404,8 @@ def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor
     ``Kc``, ``Vc`` (B, T, H, d_head) except row ``P[n]`` of copy n, which holds ``k_row[n]``,
     ``v_row[n]`` (N, H, d_head) when given. The copies' queries become extra query rows of
     the shared batch (no per-copy key/value tensor); the changed key row's scores are set
-    and the changed value row enters as ``pattern[P] * (v_row - v[P])``: the same
-    arithmetic up to float summation order."""
+    and the changed value row enters as ``pattern[P] * v_row`` added to the other rows' sum:
+    the same arithmetic up to float summation order."""
     N, R, H, dh = q.shape
     B, T = Kc.shape[:2]
     C = N // B
@@ -423,11 +423,16 @@ def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor
     scores = torch.where(mask, scores, a.IGNORE.to(scores.device))
     pattern = torch.softmax(scores, dim=-1)
     pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-    z = pattern.to(Vc.dtype) @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
+    pattern = pattern.to(Vc.dtype)
+    p_row = None
+    if v_row is not None:  # the changed value row enters separately: z = sum_{t != P} + p_P v
+        p5 = pattern.view(B, H, C, R, T)
+        p_row = p5[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
+        p5[bidx, :, cidx, :, P] = 0.0
+    z = pattern @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
     z = z.view(B, H, C, R, dh).permute(2, 0, 3, 1, 4).reshape(N, R, H, dh)
-    if v_row is not None:
-        p_row = pattern.view(B, H, C, R, T)[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
-        z = z + p_row[..., None] * (v_row - Vc[bidx, P])[:, None]
+    if p_row is not None:
+        z = z + p_row[..., None] * v_row[:, None]
     return z
 
 
