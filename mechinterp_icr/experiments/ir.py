@@ -70,7 +70,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
         "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
         "ind_steps": 300, "ind_tokens": 32, "ind_half": 10,
-        "ow_n": 128,
+        "ow_n": 64,
     },
     "paper": {
         "n": 2048, "R": 6, "N": 512, "steps": 2000, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
@@ -401,9 +401,9 @@ def _ht_run(p: dict, seed: int, root: Path, name: str, sym: bool, perturb: bool,
 # --------------------------------------------------------------------------------------------
 # IR-3 / IR-4 causal: overwrite the step-1 attention row (interp.patching hook)
 # --------------------------------------------------------------------------------------------
-OW_DELTAS = (0.02, 0.05, 0.1)  # half within-pair gaps of the "unequal" rows
-OW_STEPS = (0, 1, 2, 3, 5, 10, 15, 23, 34, 52, 79)  # small-phase checkpoints read (plus
-# init, big step and last); these exist with the quick (dense 10) and paper (dense 100) grids
+OW_DELTAS = (0.02, 0.1)  # half within-pair gaps of the "unequal" rows
+OW_STEPS = (0, 3, 10, 34)  # small-phase checkpoints read (plus init, big step and last);
+# these exist with the quick (dense 10) and paper (dense 100) grids
 OW_RUNS = ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd", "ht_raw_qk_pgd")
 
 

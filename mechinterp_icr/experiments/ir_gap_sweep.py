@@ -22,7 +22,12 @@ from mechinterp_icr.experiments.ir import (
     resolve_profile,
 )
 from mechinterp_icr.interp.ir_attention import row_stats
-from mechinterp_icr.models.ir import IRModelSpec, pretrain_memory, token_embeddings
+from mechinterp_icr.models.ir import (
+    IRModelSpec,
+    memory_retrieval,
+    pretrain_memory,
+    token_embeddings,
+)
 from mechinterp_icr.training.pgd import PGDConfig
 
 __all__ = ["gap_sweep"]
@@ -37,7 +42,7 @@ def _k3(p, seed, s):
     pgd = PGDConfig(big_lr=s.get("big_lr", p["big_lr"]), sigma=s.get("sigma", p["sigma"]),
                     lr=s.get("lr", p["lr"]), steps=s.get("steps", p["steps"]))
     _, recs = _run_fast(tk, IRModelSpec(lam2=p["lam2"]), train, ev, pgd, seed)
-    return recs, 3
+    return recs, 3, {}
 
 
 _MEM: dict = {}
@@ -47,8 +52,9 @@ def _pre(p, seed, s):
     """IR-6 setting (pretrained memory), memory cached per (seed, n)."""
     n = s.get("n", p["pre_n"])
     tk = _task_cfg(p, n).build(seed)
-    pspec = IRModelSpec(memory="pretrained", lam2=p["lam2"], pretrain_steps=p["pre_steps"])
-    key = (seed, n, p["pre_steps"])
+    pre_steps = s.get("pre_steps", p["pre_steps"])
+    pspec = IRModelSpec(memory="pretrained", lam2=p["lam2"], pretrain_steps=pre_steps)
+    key = (seed, n, pre_steps)
     if key not in _MEM:
         E6 = token_embeddings(tk, pspec, seed)
         _MEM[key] = (E6, pretrain_memory(tk, pspec, E6, seed))
@@ -58,7 +64,7 @@ def _pre(p, seed, s):
     pgd = PGDConfig(big_lr=s.get("big_lr", p["big_lr"]), sigma=s.get("sigma", p["sigma"]),
                     lr=s.get("lr", p["pre_ft_lr"]), steps=s.get("steps", p["pre_ft_steps"]))
     _, recs = _run_fast(tk, pspec, train, ev, pgd, seed, memory=memory, E=E6)
-    return recs, 2
+    return recs, 2, {"memory": memory_retrieval(tk, pspec, memory, E6)}
 
 
 def gap_sweep(claim: str, seeds: list[int], settings: list[dict[str, Any]],
@@ -72,11 +78,11 @@ def gap_sweep(claim: str, seeds: list[int], settings: list[dict[str, Any]],
     for s in settings:
         for seed in seeds:
             t = time.perf_counter()
-            recs, K = fn(p, seed, s)
+            recs, K, extra = fn(p, seed, s)
             f = _final(recs)
             r1 = next(r for r in recs if r["step"] == 1)
             st1 = row_stats(r1["row1"], K)
-            row = {"claim": claim, **s, "seed": seed,
+            row = {"claim": claim, **s, "seed": seed, **extra,
                    "gap": f["within_pair_gap"], "gap_after_big": st1["within_pair_gap"],
                    "mass_sq": f["mass_sq"], "step1_acc": f["step1_acc"],
                    "step2_acc": f["step2_acc"], "row1": [round(x, 4) for x in f["row1"]],
