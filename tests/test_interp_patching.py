@@ -224,3 +224,23 @@ def test_bad_metric_positions_are_rejected(trained):
         with pytest.raises(ConfigError, match="metric_positions"):
             P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "z",
                                        metric_positions=bad, incremental=True)
+
+
+def test_benchmark_reports_equal_results_and_ratios(tmp_path):
+    from mechinterp_icr.interp.patch_bench import benchmark_patching
+    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+
+    cfg = resolve_run_config("induction", 0, [
+        "train.steps=40", "train.progress=false", "train.checkpoint_schedule=linear",
+        "train.checkpoint_every=20", "train.eval_every=0", "model.attn_only=true",
+        "model.n_heads=2", "model.d_head=16", "model.d_model=32", "task.half_len=6"])
+    train_single_phase(cfg, tmp_path / "run")
+    lines = []
+    res = benchmark_patching(tmp_path / "run", "all", n=4, log=lines.append,
+                             float64_check=True)
+    assert res["n_checkpoints"] >= 2
+    assert res["max_abs_diff"] == 0.0  # plain batched and pruning: bitwise
+    assert res["max_abs_diff_incremental"] <= 1e-5
+    assert res["f64_err_incremental"] <= 1e-5
+    assert res["batched_incremental_speedup_vs_tl"] > 1.0
+    assert any("incremental" in ln for ln in lines)
