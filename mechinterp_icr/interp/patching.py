@@ -416,7 +416,8 @@ def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor
     cidx = torch.arange(C, device=dev).repeat_interleave(B)  # copy of row n
     bidx = torch.arange(B, device=dev).repeat(C)
     if k_row is not None:
-        s_row = (q * k_row[:, None]).sum(-1) / a.attn_scale  # (N, R, H)
+        s_row = (q.permute(0, 2, 1, 3) @ k_row[:, :, :, None])[..., 0].permute(0, 2, 1) \
+            / a.attn_scale  # (N, R, H)
         s5[bidx, :, cidx, :, P] = s_row.permute(0, 2, 1)  # (N, H, R)
     qp = qpos.reshape(C, B, R).permute(1, 0, 2).reshape(B, 1, C * R, 1)
     mask = torch.arange(T, device=dev).view(1, 1, 1, T) <= qp
