@@ -53,8 +53,10 @@ def _pre(p, seed, s):
     n = s.get("n", p["pre_n"])
     tk = _task_cfg(p, n).build(seed)
     pre_steps = s.get("pre_steps", p["pre_steps"])
-    pspec = IRModelSpec(memory="pretrained", lam2=p["lam2"], pretrain_steps=pre_steps)
-    key = (seed, n, pre_steps)
+    jit = s.get("pretrain_pair_jitter", 0.0)
+    pspec = IRModelSpec(memory="pretrained", lam2=p["lam2"], pretrain_steps=pre_steps,
+                        pretrain_pair_jitter=jit)
+    key = (seed, n, pre_steps, jit)
     if key not in _MEM:
         E6 = token_embeddings(tk, pspec, seed)
         _MEM[key] = (E6, pretrain_memory(tk, pspec, E6, seed))

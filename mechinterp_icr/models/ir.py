@@ -71,6 +71,8 @@ class IRModelSpec:
     pretrain_steps: int = 1000
     pretrain_lr: float = 3e-3
     pretrain_batch: int = 512
+    pretrain_pair_jitter: float = 0.0  # 0: the (s, a) -> r inputs carry equal mass on s and a;
+    # j > 0: masses al (1 + u) and al (1 - u), u ~ U(-j, j) (the memory also sees unequal pairs)
 
     def __post_init__(self) -> None:
         check_choice("model.embedding", self.embedding, ["onehot", "random"])
@@ -86,6 +88,7 @@ class IRModelSpec:
         check_range("model.pretrain_steps", self.pretrain_steps, 0, 1_000_000, integer=True)
         check_range("model.pretrain_lr", self.pretrain_lr, 0, 10, lo_open=True)
         check_range("model.pretrain_batch", self.pretrain_batch, 1, 1_000_000, integer=True)
+        check_range("model.pretrain_pair_jitter", self.pretrain_pair_jitter, 0, 1)
 
 
 def resolve_theta(spec: IRModelSpec, K: int) -> IRModelSpec:
@@ -459,7 +462,8 @@ class FastIR(torch.nn.Module):
 # --------------------------------------------------------------------------------------------
 # Pretrained memory (IR-6)
 # --------------------------------------------------------------------------------------------
-def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B: int):
+def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B: int,
+                     jitter: float = 0.0):
     """Residual-stream inputs of triple completion: (s, a) -> r and (s, r) -> a, each mixed
     with random distractor mass as attention would leave it."""
     V, T = task.d_vocab, task.n_ctx
@@ -476,7 +480,12 @@ def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B:
     q = torch.from_numpy(rng.integers(0, n, half))
     others = torch.from_numpy(rng.integers(0, V, (half, 3)))
     w = torch.from_numpy(rng.dirichlet(np.ones(3), half)) * (1 - 2 * al)[:, None]
-    x[:half, L.copy] = al[:, None] * (E[s_tok[:half]] + E[a_tok[:half]]) + \
+    if jitter > 0:
+        u = torch.from_numpy(rng.uniform(-jitter, jitter, half))
+        al_s, al_a = al * (1 + u), al * (1 - u)
+    else:
+        al_s = al_a = al
+    x[:half, L.copy] = al_s[:, None] * E[s_tok[:half]] + al_a[:, None] * E[a_tok[:half]] + \
         torch.einsum("bk,bkd->bd", w, E[others])
     x[:half, L.tok] = E[q]
     x[:half, L.type.start + SUBJ] = 1.0
@@ -515,7 +524,7 @@ def pretrain_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor, seed: int 
     opt = torch.optim.AdamW([W_in, b_in, W_out], lr=spec.pretrain_lr, weight_decay=0.0)
     rng = np.random.default_rng([int(seed), zlib.crc32(b"ir-pretrain-data")])
     for step in range(spec.pretrain_steps):
-        x, y = _pretrain_inputs(task, E, rng, spec.pretrain_batch)
+        x, y = _pretrain_inputs(task, E, rng, spec.pretrain_batch, spec.pretrain_pair_jitter)
         logits = F.relu(x @ (W_in * read) + b_in).pow(2) @ W_out / task.cfg.temperature
         loss = F.cross_entropy(logits, y)
         opt.zero_grad()
