@@ -67,15 +67,7 @@ def _heldout_eval(task, n_batches: int, batch_size: int, seed: int):
 
 
 def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train") -> PhaseResult:
-    run = RunDir(out, create=True)
-    if (run.path / "config.json").exists():
-        old = run.read_config()
-        if old != cfg:
-            from mechinterp_icr.config import ConfigError
-
-            raise ConfigError(f"run directory {out} holds a run with a different config; "
-                              "choose another --out or delete it")
-    run.write_config(cfg)
+    run = RunDir.open_for(out, cfg)
     task = cfg.task.build(cfg.seed)
     model = model_for_task(cfg)
     return train_phase(model, lambda rng, bs: task.sample(rng, bs, "train"), cfg.train, run,

@@ -75,6 +75,23 @@ class RunDir:
     def metrics_path(self) -> Path:
         return self.path / "metrics.jsonl"
 
+    @classmethod
+    def open_for(cls, path: str | Path, cfg: RunConfig) -> "RunDir":
+        """Create (or reopen, to resume) the run directory of ``cfg``; refuse one that holds a
+        run with a different config."""
+        run = cls(path, create=True)
+        run.check_config(cfg)
+        run.write_config(cfg)
+        return run
+
+    def check_config(self, cfg: RunConfig) -> None:
+        """Raise ConfigError if this directory already holds a run with another config."""
+        from mechinterp_icr.config import ConfigError
+
+        if (self.path / "config.json").exists() and self.read_config() != cfg:
+            raise ConfigError(f"run directory {self.path} holds a run with a different config; "
+                              "choose another --out or delete it")
+
     def write_config(self, cfg: RunConfig) -> None:
         from mechinterp_icr.experiments.summary import atomic_write_text
 

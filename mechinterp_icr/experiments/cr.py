@@ -299,17 +299,6 @@ def _pick(rows, split, fmt, K=None, key="exact"):
     return float("nan")
 
 
-def _open_run(path: Path, rc: RunConfig) -> RunDir:
-    run = RunDir(path, create=True)
-    if (run.path / "config.json").exists():
-        old = run.read_config()
-        if old != rc:
-            raise ConfigError(f"run directory {path} holds a run with a different config; "
-                              "choose another --out or delete it")
-    run.write_config(rc)
-    return run
-
-
 def finetune_sampler(task: CRTask, grammar: bool):
     """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only."""
     subs = task.finetune_subjects
@@ -356,7 +345,7 @@ def run_seed(cfg: CRExperimentConfig, out_dir: Path, seed: int, summary: Summary
     """Pretrain + all branches + evaluation for one seed; returns per-phase eval rows."""
     stage = summary.stage if summary is not None else _nullstage
     rc, task = run_config_for(cfg, seed, f"seed{seed}")
-    run = _open_run(Path(out_dir) / "runs" / "cr" / f"seed{seed}", rc)
+    run = RunDir.open_for(Path(out_dir) / "runs" / "cr" / f"seed{seed}", rc)
     result: dict[str, Any] = {"seed": seed, "task": task.describe(), "phases": {},
                               "seconds": {}}
     t = time.perf_counter()
@@ -420,7 +409,7 @@ def run_sweep_setting(cfg: CRExperimentConfig, setting: str, out_dir: Path, seed
         rc = replace(rc, model=_model_cfg(cfg, cfg.task.build(seed)))
     elif scfg.model.n_ctx == cfg.model.n_ctx and task.n_ctx > rc.model.n_ctx:
         rc = replace(rc, model=replace(rc.model, n_ctx=task.n_ctx))
-    run = _open_run(Path(out_dir) / "runs" / "cr-sweep" / _slug(label) / f"seed{seed}", rc)
+    run = RunDir.open_for(Path(out_dir) / "runs" / "cr-sweep" / _slug(label) / f"seed{seed}", rc)
     t = time.perf_counter()
     if own_pt and pt_cache is not None and _pt_key(scfg) in pt_cache:
         pt_state = pt_cache[_pt_key(scfg)]  # same PT as an earlier setting of this seed
@@ -461,7 +450,7 @@ def run_sweep(cfg: CRExperimentConfig, out_dir: Path, seeds, settings, log=None
     rows = []
     for seed in seeds:
         rc, task = run_config_for(cfg, seed, f"seed{seed}")
-        run = _open_run(Path(out_dir) / "runs" / "cr" / f"seed{seed}", rc)
+        run = RunDir.open_for(Path(out_dir) / "runs" / "cr" / f"seed{seed}", rc)
         model, _ = _pretrain(cfg, task, rc, run, seed)
         pt_state = {k: v.clone() for k, v in model.state_dict().items()}
         cache = {_pt_key(cfg): pt_state}
@@ -698,10 +687,9 @@ def _reproduce(cfg: CRExperimentConfig, profile: str, out_dir: Path, seeds: list
     # refuse stale run directories before any training
     for seed in seeds:
         rc, _ = run_config_for(cfg, seed, f"seed{seed}")
-        p = out_dir / "runs" / "cr" / f"seed{seed}" / "config.json"
-        if p.exists() and RunDir(p.parent).read_config() != rc:
-            raise ConfigError(f"run directory {p.parent} holds a run with a different config; "
-                              "choose another --out or delete it")
+        p = out_dir / "runs" / "cr" / f"seed{seed}"
+        if p.is_dir():
+            RunDir(p).check_config(rc)
     results = []
     for seed in seeds:
         results.append(run_seed(cfg, out_dir, seed, summary))

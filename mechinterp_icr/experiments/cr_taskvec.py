@@ -273,11 +273,7 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecParams)
     from mechinterp_icr.training.loop import train_phase
 
     rc = lam_run_config(base, lam, P)
-    run = RunDir(run_path, create=True)
-    if (run.path / "config.json").exists() and run.read_config() != rc:
-        raise ConfigError(f"run directory {run_path} holds a run with a different config; "
-                          "choose another --out or delete it")
-    run.write_config(rc)
+    run = RunDir.open_for(run_path, rc)
     task = rc.task.build(rc.seed)
     model = build_model(rc.model, seed=rc.seed)
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), rc.train, run, PHASE_PT,
@@ -810,7 +806,7 @@ def probe_run(run_path: Path, selection: str, P: TaskvecParams, seed: int = 0,
         f"{name} ({r['boundary_label']}, top-PC {r['acc_pc']:.2f})" for name, r, _, _ in shown])
     n_types = task.cfg.n_types
     cols = _type_colors(n_types)
-    for j, (name, r, Z, t) in enumerate(shown):
+    for j, (_name, _r, Z, t) in enumerate(shown):
         for l in range(n_types):
             m = t == l
             fig.add_trace(go.Scatter(x=Z[m, 0], y=Z[m, 1], mode="markers", name=f"type {l}",
