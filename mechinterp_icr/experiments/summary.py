@@ -150,6 +150,7 @@ class Summary:
         self.tables: dict[str, Any] = {}
         self.config: dict[str, Any] = {}
         self._t0 = time.perf_counter()
+        self.echo = True
 
     def add(self, claim: Claim) -> Claim:
         self.claims[claim.id] = claim
@@ -157,11 +158,16 @@ class Summary:
 
     @contextmanager
     def stage(self, name: str):
+        """Time a stage (accumulating over repeats) and print a progress line when it ends."""
         t = time.perf_counter()
         try:
             yield
         finally:
-            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+            dt = time.perf_counter() - t
+            self.timings[name] = self.timings.get(name, 0.0) + dt
+            if self.echo:
+                print(f"[{self.target} {time.perf_counter() - self._t0:6.0f}s] {name}: "
+                      f"{dt:.1f}s", file=sys.stderr, flush=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {
