@@ -204,3 +204,27 @@ def test_tie_aware_accuracy():
     logits = torch.tensor([[1.0, 1.0, 0.0], [2.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
     c = tie_aware_correct(logits, torch.tensor([0, 0, 0]))
     assert c.tolist() == [0.5, 1.0, 0.0]
+
+
+def test_pretrain_pair_jitter_validates_and_unbalances_pairs():
+    import numpy as np
+
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.models.ir import IRLayout, _pretrain_inputs
+
+    with pytest.raises(ConfigError, match="pretrain_pair_jitter"):
+        IRModelSpec(pretrain_pair_jitter=1.5)
+    task = IRTaskConfig(n_subjects=16).build(0)
+    E = torch.eye(task.d_vocab, dtype=torch.float64)
+    L = IRLayout(task.d_vocab, task.n_ctx, task.d_vocab)
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    # the triples are the rng's first draw: rebuild them to know each row's s and a
+    tr = task.triples[np.random.default_rng(0).integers(0, len(task.triples), 64)][:32]
+    for jit, unequal in ((0.0, False), (0.5, True)):
+        x, _ = _pretrain_inputs(task, E, np.random.default_rng(0), 64, jit)
+        copy = x[:32, L.copy]
+        idx = torch.arange(32)
+        ms = copy[idx, torch.from_numpy(tr[:, 0])]
+        ma = copy[idx, torch.from_numpy(n + R + tr[:, 2])]
+        # (a distractor token may coincide with s or a: look at the median row)
+        assert (float((ms - ma).abs().median()) > 0.02) == unequal
