@@ -43,6 +43,10 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     assert causal["checkpoints"]["ht_sym_gd"][0]["label"] == "init"
     assert 0 <= causal["per_seed_fixed_rows"]["0"]["acc"]["pairwise"]["clean"] <= 1
     assert "causal_row_overwrite" in data["claims"]["IR-4"]["details"]
+    # IR-4's raw-data part checks the saddle and PGD's escape; the GD/PGD ratio is reported
+    checks = data["claims"]["IR-4"]["extra_checks"]
+    assert any(k.startswith("raw data: PGD escapes") for k in checks)
+    assert not any("GD escapes no earlier" in k for k in checks)
     assert (tmp_path / "figures" / "ir_causal_row_overwrite.html").exists()
     run = tmp_path / "runs" / "ir" / "seed0" / "ht_sym_pgd"
     assert (run / "config.json").exists()
