@@ -237,19 +237,27 @@ def _fmt(v: float) -> str:
 
 
 def format_claim_table(claims: dict[str, dict]) -> str:
-    """Readable claim table: id, verdict, metric, mean [ci95], threshold, seeds."""
-    rows = [("claim", "verdict", "metric", "mean [95% CI]", "threshold", "seeds")]
+    """Readable claim table: id, verdict, metric, mean [ci95], threshold, seeds; each claim's
+    extra checks follow it as indented lines (they do not widen the columns)."""
+    head = ("claim", "verdict", "metric", "mean [95% CI]", "threshold", "seeds")
+    rows: list[tuple[tuple[str, ...], list[str]]] = []
     for cid, c in sorted(claims.items(), key=_claim_key):
         lo, hi = c["ci95"]
         verdict = "HOLDS" if c["holds"] else "DOES NOT HOLD"
         th = c["threshold"]
-        rows.append((cid, verdict, c["metric"], f"{_fmt(c['mean'])} [{_fmt(lo)}, {_fmt(hi)}]",
-                     f"{th['op']} {_fmt(th['value'])}" + (" (every seed)" if th.get("rule") ==
-                                                           "all_seeds" else ""),
-                     str(c["n_seeds"])))
-        for name, ok in c.get("extra_checks", {}).items():
-            rows.append(("", "  ok" if ok else "  FAILED", f"  {name}", "", "", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+        every = " (every seed)" if th.get("rule") == "all_seeds" else ""
+        main = (cid, verdict, c["metric"], f"{_fmt(c['mean'])} [{_fmt(lo)}, {_fmt(hi)}]",
+                f"{th['op']} {_fmt(th['value'])}{every}", str(c["n_seeds"]))
+        checks = [f"    [{'ok' if ok else 'FAILED'}] {name}"
+                  for name, ok in c.get("extra_checks", {}).items()]
+        rows.append((main, checks))
+    widths = [max([len(head[i])] + [len(r[0][i]) for r in rows]) for i in range(len(head))]
+
+    def line(cells):
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
+
+    out = [line(head), "  ".join("-" * w for w in widths)]
+    for main, checks in rows:
+        out.append(line(main))
+        out.extend(checks)
+    return "\n".join(out)
