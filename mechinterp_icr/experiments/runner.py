@@ -24,6 +24,10 @@ EXTENSIONS: dict[str, list[tuple[str, str, str]]] = {
          "add_taskvec_claim"),
         ("CR-5..7 mechanism", "mechinterp_icr.experiments.cr_mechanism",
          "add_mechanism_claims"),
+        ("attention views", "mechinterp_icr.viz.views", "write_reproduction_views"),
+    ],
+    "ir": [
+        ("attention views", "mechinterp_icr.viz.views", "write_ir_views"),
     ],
 }
 

@@ -35,7 +35,7 @@ th{background:#eef1f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 .claim{border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:18px 0}
 .claim img{max-width:100%;border:1px solid #e3e6ea;margin-top:8px}
 .statement{font-size:15px;margin:4px 0 10px} .muted{color:#5b6570;font-size:13px}
-code{background:#f0f2f4;padding:1px 4px;border-radius:3px}
+code{background:#f0f2f4;padding:1px 4px;border-radius:3px} .scroll{overflow-x:auto}
 """
 
 
@@ -151,13 +151,14 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
 {"(every seed)" if th.get("rule") == "all_seeds" else "(mean over seeds)"}</p>
 {checks_html}
 {f'<p class="muted">{html.escape(notes)}</p>' if notes else ""}
-<h3>Per seed</h3>{ps_table}
+<h3>Per seed</h3><div class="scroll">{ps_table}</div>
 {_figure_html(c.get("figure"), out_dir)}
 </section>""")
 
     tables = summary.get("tables", {})
-    tables_html = "".join(f"<h3>{html.escape(name)}</h3>{_table_html(t)}"
-                          for name, t in tables.items())
+    tables_html = "".join(f"<h3>{html.escape(name)}</h3><div class=\"scroll\">"
+                          f"{_table_html(t)}</div>"
+                          for name, t in tables.items() if name != "attention views")
     views = sorted((out_dir / "views").glob("*.html")) if (out_dir / "views").is_dir() else []
     views_html = ("<ul>" + "".join(
         f'<li><a href="{html.escape(_rel(v, out_dir))}">{html.escape(v.name)}</a></li>'

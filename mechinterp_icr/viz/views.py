@@ -147,3 +147,48 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
     notes = f"run {rd.path}, checkpoint {ck.name}; prediction at the last position: {pred}"
     return write_attention_view(out, tok_str, pats, names, title=f"{ck.name}: {label}",
                                 notes=notes)
+
+
+def write_reproduction_views(summary, out_dir: str | Path, run_dirs, seeds, profile: str,
+                             phases=("pretrain", "ft-icl", "ft-iclgrm"), n_examples: int = 2
+                             ) -> list[Path]:
+    """Attention views of the first seed's runs for the report: the last checkpoint of each
+    phase on the first held-out examples, written to ``out_dir/views``. Also used for the IR
+    HookedTransformer runs (``out_dir/runs/ir/seed*/ht_*``)."""
+    from mechinterp_icr.runs import RunDir
+
+    out = Path(out_dir) / "views"
+    written: list[Path] = []
+    runs = [Path(r) for r in run_dirs][:1]
+    for run in runs:
+        have = RunDir(run).phases()
+        for ph in [p for p in phases if p in have]:
+            for ex in range(n_examples):
+                written.append(view_run(run, f"phase:{ph}:last", example=ex,
+                                        out=out / f"{run.parent.name}-{run.name}-{ph}-"
+                                                  f"example{ex}.html"))
+    if summary is not None:
+        summary.tables.setdefault("attention views", [])
+        summary.tables["attention views"].extend(
+            {"view": str(p.relative_to(out_dir))} for p in written)
+    return written
+
+
+def write_ir_views(summary, out_dir: str | Path, run_dirs, seeds, profile: str) -> list[Path]:
+    """Attention views of the IR HookedTransformer runs of the first seed (last checkpoint)."""
+    from mechinterp_icr.runs import RunDir
+
+    runs = sorted(p for r in list(run_dirs)[:1] for p in Path(r).glob("ht_*")
+                  if (p / "config.json").exists())
+    written: list[Path] = []
+    out = Path(out_dir) / "views"
+    for run in runs:
+        if not RunDir(run).checkpoints():
+            continue
+        written.append(view_run(run, "last", example=0,
+                                out=out / f"ir-{run.parent.name}-{run.name}-last.html"))
+    if summary is not None:
+        summary.tables.setdefault("attention views", [])
+        summary.tables["attention views"].extend(
+            {"view": str(p.relative_to(out_dir))} for p in written)
+    return written
