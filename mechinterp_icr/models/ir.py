@@ -103,12 +103,12 @@ class IRLayout:
 
     def __init__(self, V: int, T: int, d_e: int):
         self.V, self.T, self.d_e = V, T, d_e
+        # consecutive blocks: token one-hot, token type, copy (written by OV), position, output
+        sizes = {"tok": d_e, "type": 3, "copy": d_e, "pos": T, "out": V}
         o = 0
-        self.tok = slice(o, o + d_e); o += d_e
-        self.type = slice(o, o + 3); o += 3
-        self.copy = slice(o, o + d_e); o += d_e
-        self.pos = slice(o, o + T); o += T
-        self.out = slice(o, o + V); o += V
+        for name, size in sizes.items():
+            setattr(self, name, slice(o, o + size))
+            o += size
         self.d_model = o
         self.d_head = max(T, d_e)
 
