@@ -249,9 +249,11 @@ def train_phase(
         opt.step()
         done = step + 1
         loss_v = float(loss.detach())
-        acc_v = masked_accuracy(logits.detach(), batch.targets)
         is_ck = done in ck_steps
         is_eval = cfg.eval_every > 0 and done % cfg.eval_every == 0
+        show = bar is not None and done % 20 == 0
+        if is_ck or is_eval or done == cfg.steps or show:  # accuracy only where it is used
+            acc_v = masked_accuracy(logits.detach(), batch.targets)
         if is_ck or is_eval or done == cfg.steps:
             metrics = {"train_loss": loss_v, "train_acc": acc_v, "lr": lr_at(cfg, step)}
             if is_eval or done == cfg.steps or (is_ck and eval_fn is not None):
@@ -262,7 +264,7 @@ def train_phase(
                 save(done, metrics)
         if bar is not None:
             bar.update(1)
-            if done % 20 == 0:
+            if show:
                 bar.set_postfix(loss=f"{loss_v:.3f}", acc=f"{acc_v:.3f}")
     if bar is not None:
         bar.close()
