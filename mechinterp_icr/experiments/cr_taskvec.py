@@ -483,6 +483,20 @@ def build_claim(results: list[dict[str, Any]], P: TaskvecParams) -> Claim:
     return claim
 
 
+def _add_type_scatter(fig, x, y, t, colors, row: int, col: int, legend: bool,
+                      size: int) -> None:
+    """One marker trace per attribute type (coloured by type) into subplot (row, col)."""
+    import plotly.graph_objects as go
+
+    x, y, t = np.asarray(x), np.asarray(y), np.asarray(t)
+    for l in range(len(colors)):
+        m = t == l
+        fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", name=f"type {l}",
+                                 legendgroup=f"type {l}", showlegend=legend,
+                                 marker=dict(size=size, color=colors[l], opacity=0.7)),
+                      row, col)
+
+
 def _type_colors(n):
     base = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
             "#e377c2"]
@@ -510,12 +524,7 @@ def write_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any
     for j, p in enumerate(phases):
         d = r0["pca"][p]
         x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
-        for l in range(n_types):
-            m = t == l
-            fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", name=f"type {l}",
-                                     legendgroup=f"type {l}", showlegend=j == 0,
-                                     marker=dict(size=5, color=cols[l], opacity=0.7)),
-                          1, j + 1)
+        _add_type_scatter(fig, x, y, t, cols, 1, j + 1, legend=j == 0, size=5)
         fig.update_xaxes(title_text=f"PC1 ({d['var_ratio'][0]:.0%} var)", row=1, col=j + 1)
         fig.update_yaxes(title_text=f"PC2 ({d['var_ratio'][1]:.0%} var)", row=1, col=j + 1)
     fig.update_layout(title=f"CR-4: task vectors of held-out-subject ICL prompts at the query "
@@ -623,12 +632,7 @@ def overview_figure(results: list[dict[str, Any]]):
     for j, p in enumerate(phases):
         d = r0["pca"][p]
         x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
-        for l in range(n_types):
-            m = t == l
-            fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", name=f"type {l}",
-                                     legendgroup=f"type {l}", showlegend=j == 0,
-                                     marker=dict(size=4, color=tcols[l], opacity=0.7)),
-                          1, j + 1)
+        _add_type_scatter(fig, x, y, t, tcols, 1, j + 1, legend=j == 0, size=4)
     for p in phases:
         ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
         mean = [float(np.mean([row["type_variance_fraction"] for r in results
@@ -773,7 +777,6 @@ def probe_run(run_path: Path, selection: str, P: TaskvecParams, seed: int = 0,
     Writes ``<run>/analyses/task_vectors.json`` and figures (PCA scatter per checkpoint, and a
     UMAP view with ``umap``) into ``out_dir`` (default ``<run>/analyses``).
     """
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from mechinterp_icr.pipeline import load_run_model
@@ -807,12 +810,7 @@ def probe_run(run_path: Path, selection: str, P: TaskvecParams, seed: int = 0,
     n_types = task.cfg.n_types
     cols = _type_colors(n_types)
     for j, (_name, _r, Z, t) in enumerate(shown):
-        for l in range(n_types):
-            m = t == l
-            fig.add_trace(go.Scatter(x=Z[m, 0], y=Z[m, 1], mode="markers", name=f"type {l}",
-                                     legendgroup=f"type {l}", showlegend=j == 0,
-                                     marker=dict(size=5, color=cols[l], opacity=0.7)),
-                          1, j + 1)
+        _add_type_scatter(fig, Z[:, 0], Z[:, 1], t, cols, 1, j + 1, legend=j == 0, size=5)
     kind = "UMAP" if umap else "PCA"
     fig.update_layout(title=f"Task vectors of held-out-subject ICL prompts ({kind}), coloured "
                             "by attribute type")
