@@ -143,6 +143,18 @@ class PatchResult:
 # ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
+def _group_cells(todo, sort_key, group_key, per: int) -> list[list[int]]:
+    """Cell indices sorted by ``sort_key`` and cut into runs of equal ``group_key`` holding at
+    most ``per`` cells each (one batched forward per run)."""
+    groups: list[list[int]] = []
+    for i in sorted(todo, key=sort_key):
+        if groups and group_key(groups[-1][0]) == group_key(i) and len(groups[-1]) < per:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 @torch.no_grad()
 def batched_activation_patch(
     model,
@@ -226,13 +238,8 @@ def batched_activation_patch(
         names = {f"blocks.{l}.hook_resid_pre" for l in layers if l > 0}
         _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
         start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
-    order = sorted(todo, key=lambda i: cells[i][0])
-    groups: list[list[int]] = []
-    for i in order:  # chunks of one layer each, at most `per` cells
-        if groups and cells[groups[-1][0]][0] == cells[i][0] and len(groups[-1]) < per:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+    # chunks of one layer each, at most `per` cells
+    groups = _group_cells(todo, lambda i: cells[i][0], lambda i: cells[i][0], per)
     for idx in groups:
         chunk = [cells[i] for i in idx]
         C = len(chunk)
@@ -285,14 +292,8 @@ def _suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, 
     logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
     fn = SETTERS[setter]
     width = max(1, -(-T // n_windows))
-    order = sorted(todo, key=lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]))
-    groups: list[list[int]] = []
-    for i in order:
-        w = cells[i][1] // width
-        if groups and cells[groups[-1][0]][1] // width == w and len(groups[-1]) < per:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+    groups = _group_cells(todo, lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
+                          lambda i: cells[i][1] // width, per)
     for idx in groups:
         chunk = [cells[i] for i in idx]
         C = len(chunk)
@@ -506,13 +507,8 @@ def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, t
     attn_only = bool(model.cfg.attn_only)
     mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
     buf = logits_c.clone()
-    order = sorted(todo, key=lambda i: cells[i])
-    groups: list[list[int]] = []
-    for i in order:  # chunks of one layer each, at most `per` cells
-        if groups and cells[groups[-1][0]][0] == cells[i][0] and len(groups[-1]) < per:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+    # chunks of one layer each, at most `per` cells
+    groups = _group_cells(todo, lambda i: cells[i], lambda i: cells[i][0], per)
     for idx in groups:
         chunk = [cells[i] for i in idx]
         C, l = len(chunk), chunk[0][0]
