@@ -17,11 +17,11 @@ from pathlib import Path
 import click
 
 from mechinterp_icr.config import ConfigError
+from mechinterp_icr.experiments.runner import TARGETS
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
 
-REPRODUCE_TARGETS = ("cr", "ir")
 
 
 def _fail(msg: str) -> None:
@@ -136,7 +136,7 @@ def checkpoints(run: str, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("target", type=click.Choice(REPRODUCE_TARGETS + ("all",)))
+@click.argument("target", type=click.Choice(TARGETS + ("all",)))
 @click.option("--profile", default="quick", show_default=True,
               type=click.Choice(["quick", "paper"]), help="quick: minutes on a laptop CPU.")
 @click.option("--out", "out", default="out", show_default=True, type=click.Path(file_okay=False),
@@ -158,7 +158,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
     from mechinterp_icr.experiments.runner import run_target, validate_target
     from mechinterp_icr.viz.report import write_report
 
-    targets = REPRODUCE_TARGETS if target == "all" else (target,)
+    targets = TARGETS if target == "all" else (target,)
     out_dir = Path(out)
     for t in targets:
         try:

@@ -263,14 +263,6 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def dumps(cfg: Any) -> str:
-    return json.dumps(to_dict(cfg), indent=2, sort_keys=True)
-
-
-def loads(cls: type, text: str) -> Any:
-    return from_dict(cls, json.loads(text))
-
-
 # --------------------------------------------------------------------------------------------
 # Dotted overrides: --set model.d_model=64 --set task.lam=0.5
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from mechinterp_icr.config import ConfigError, ModelConfig
 
-__all__ = ["default_device", "hooked_config", "build_model", "init_weights_", "model_config_from"]
+__all__ = ["default_device", "hooked_config", "build_model", "init_weights_", "flops_per_token"]
 
 
 def default_device() -> str:
@@ -82,24 +82,6 @@ def build_model(cfg: ModelConfig, seed: int = 0, device: str | None = None) -> H
         model.pos_embed.W_pos.requires_grad_(False)
     model.eval()
     return model
-
-
-def model_config_from(model: HookedTransformer, base: ModelConfig | None = None) -> ModelConfig:
-    """ModelConfig describing an existing HookedTransformer (used to check checkpoints)."""
-    c = model.cfg
-    norm = "none" if c.normalization_type is None else c.normalization_type
-    return ModelConfig(
-        n_layers=c.n_layers, n_heads=c.n_heads, d_model=c.d_model, d_head=c.d_head,
-        d_mlp=(c.d_mlp or (base.d_mlp if base else 1)), attn_only=c.attn_only,
-        normalization=norm, act_fn=c.act_fn,
-        positional_embedding=base.positional_embedding if base else "standard",
-        init_range=base.init_range if base else c.initializer_range,
-        d_vocab=c.d_vocab, n_ctx=c.n_ctx,
-    )
-
-
-def count_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
