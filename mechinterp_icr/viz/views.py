@@ -149,6 +149,13 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
                                 notes=notes)
 
 
+def _record_views(summary, out_dir: str | Path, written: list[Path]) -> None:
+    """List the written views (relative to the output folder) in the summary's tables."""
+    if summary is not None:
+        summary.tables.setdefault("attention views", []).extend(
+            {"view": str(p.relative_to(out_dir))} for p in written)
+
+
 def write_reproduction_views(summary, out_dir: str | Path, run_dirs, seeds, profile: str,
                              phases=("pretrain", "ft-icl", "ft-iclgrm"), n_examples: int = 2
                              ) -> list[Path]:
@@ -167,10 +174,7 @@ def write_reproduction_views(summary, out_dir: str | Path, run_dirs, seeds, prof
                 written.append(view_run(run, f"phase:{ph}:last", example=ex,
                                         out=out / f"{run.parent.name}-{run.name}-{ph}-"
                                                   f"example{ex}.html"))
-    if summary is not None:
-        summary.tables.setdefault("attention views", [])
-        summary.tables["attention views"].extend(
-            {"view": str(p.relative_to(out_dir))} for p in written)
+    _record_views(summary, out_dir, written)
     return written
 
 
@@ -187,8 +191,5 @@ def write_ir_views(summary, out_dir: str | Path, run_dirs, seeds, profile: str) 
             continue
         written.append(view_run(run, "last", example=0,
                                 out=out / f"ir-{run.parent.name}-{run.name}-last.html"))
-    if summary is not None:
-        summary.tables.setdefault("attention views", [])
-        summary.tables["attention views"].extend(
-            {"view": str(p.relative_to(out_dir))} for p in written)
+    _record_views(summary, out_dir, written)
     return written
