@@ -26,8 +26,8 @@ def setup(a) -> None:
 
 
 def write_table(run: str, name: str, rows: list[dict], cols: list[str]) -> Path:
-    from mechinterp_icr.experiments.summary import atomic_write_text
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.io import atomic_write_text
+    from mechinterp_icr.store.rundir import RunDir
 
     out = RunDir(run).analyses_dir / f"{name}.json"
     atomic_write_text(out, json.dumps(rows, indent=2, default=str))

@@ -13,7 +13,7 @@ def main() -> None:
     setup(a)
     from mechinterp_icr.interp.attention import ROLE_GROUPS, roles_figure, roles_over_checkpoints
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
     from mechinterp_icr.viz.figures import save_figure
 
     _, task, _ = load_run_model(RunDir(a.run))

@@ -11,7 +11,7 @@ def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
     from mechinterp_icr.experiments.cr_mechanism import _cr6_seed
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     rc = RunDir(a.run).read_config()
     r = _cr6_seed(rc.task.build(rc.seed), a.seed)

@@ -22,9 +22,9 @@ def main(argv=None) -> int:
 
     import plotly.graph_objects as go
 
-    from mechinterp_icr.experiments.summary import atomic_write_text
+    from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.interp.ir_attention import attention_row_table
-    from mechinterp_icr.runs import RunDir, RunError
+    from mechinterp_icr.store.rundir import RunDir, RunError
     from mechinterp_icr.viz.figures import save_figure
 
     try:

@@ -25,9 +25,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from mechinterp_icr.config import ConfigError
-    from mechinterp_icr.experiments.summary import atomic_write_text
+    from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.interp.ir_attention import overwrite_rows_across_checkpoints
-    from mechinterp_icr.runs import RunDir, RunError
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     try:
         deltas = tuple(float(d) for d in args.deltas.split(","))

@@ -16,7 +16,7 @@ def main() -> None:
     from mechinterp_icr.interp.cache import map_checkpoints
     from mechinterp_icr.interp.patch_bench import patching_prompts
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     _, task, _ = load_run_model(RunDir(a.run))
     clean, corr, metric, mpos = patching_prompts(task, a.n, a.seed)

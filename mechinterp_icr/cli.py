@@ -88,8 +88,8 @@ def eval_cmd(run: str, selection: str, batches: int) -> None:
     """Evaluate checkpoints of RUN on held-out data; prints a table and writes
     RUN/analyses/eval.json."""
     from mechinterp_icr.pipeline import evaluate_run
-    from mechinterp_icr.runs import RunError
-    from mechinterp_icr.training.checkpoint import CheckpointError
+    from mechinterp_icr.store.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunError
 
     try:
         rows, path = evaluate_run(Path(run), selection, batches)
@@ -109,8 +109,8 @@ def eval_cmd(run: str, selection: str, batches: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def checkpoints(run: str, as_json: bool) -> None:
     """List the checkpoints of RUN (phase, step, metrics at that step)."""
-    from mechinterp_icr.runs import RunDir, RunError
-    from mechinterp_icr.training.checkpoint import CheckpointError
+    from mechinterp_icr.store.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     try:
         rd = RunDir(run)
@@ -149,7 +149,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
     """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
     and prints the claim table."""
-    from mechinterp_icr.experiments.summary import format_claim_table
+    from mechinterp_icr.claims import format_claim_table
 
     try:
         seed_list = _seeds(seeds)
@@ -196,8 +196,8 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
          out: str | None) -> None:
     """Write an offline circuitsvis attention view of one checkpoint of RUN and print its path
     (the JS bundle is written once next to it as circuitsvis.js; no network needed)."""
-    from mechinterp_icr.runs import RunError
-    from mechinterp_icr.training.checkpoint import CheckpointError
+    from mechinterp_icr.store.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunError
     from mechinterp_icr.viz.views import view_run
 
     try:

@@ -83,15 +83,12 @@ def register_task(kind: str) -> Callable[[type], type]:
 
 
 def task_config_class(kind: str) -> type:
-    _ensure_tasks_imported()
+    """The config class registered for ``kind``. Task modules register themselves when they
+    are imported (``import mechinterp_icr.tasks`` registers every built-in kind); this module
+    never imports them, so config stays the lowest layer."""
     if kind not in _TASKS:
         raise ConfigError(f"task.kind = {kind!r} is not allowed; expected one of {sorted(_TASKS)}")
     return _TASKS[kind]
-
-
-def _ensure_tasks_imported() -> None:
-    # Importing the task package registers every task config class.
-    import mechinterp_icr.tasks  # noqa: F401
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
+import mechinterp_icr.tasks  # noqa: F401  (registers every task kind)
 from mechinterp_icr.config import ModelConfig, RunConfig, apply_overrides, task_config_class
 from mechinterp_icr.models.factory import build_model, default_device
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.loop import (
     PhaseResult,
     batch_rng,
@@ -91,7 +92,7 @@ def evaluate_run(path: Path, selection: str, n_batches: int = 4):
     for ck, model in run.iter_models(selection, build):
         rows.append({"checkpoint": ck.name, **fn(model)})
     out = run.analyses_dir / "eval.json"
-    from mechinterp_icr.experiments.summary import atomic_write_text
+    from mechinterp_icr.store.io import atomic_write_text
 
     atomic_write_text(out, json.dumps(rows, indent=2))
     return rows, out

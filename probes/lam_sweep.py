@@ -31,7 +31,7 @@ def main(argv=None) -> int:
 
     from mechinterp_icr.config import ConfigError, check
     from mechinterp_icr.experiments import cr_taskvec as ct
-    from mechinterp_icr.runs import RunDir, RunError
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     torch.set_num_threads(1)
     try:

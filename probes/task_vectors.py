@@ -40,8 +40,8 @@ def main(argv=None) -> int:
 
     from mechinterp_icr.config import ConfigError
     from mechinterp_icr.experiments import cr_taskvec as ct
-    from mechinterp_icr.runs import RunError
-    from mechinterp_icr.training.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunError
+    from mechinterp_icr.store.checkpoint import CheckpointError
 
     torch.set_num_threads(1)
     try:

@@ -1,4 +1,10 @@
-"""Shared test builders (SAELens style: build_*(**overrides)) and settings."""
+"""Test settings and fixtures. Builders live in ``helpers.py`` (imported as ``helpers``).
+
+Tests are layered by cost: ``unit/`` (milliseconds, no training), ``integration/`` (tiny
+training, seconds), ``e2e/`` (the CLI and tiny reproductions). Each folder's tests get the
+marker of the same name, so ``pytest -m unit`` runs the fast layer only; ``slow`` tests run in
+a separate CI step.
+"""
 
 import os
 import warnings
@@ -7,26 +13,18 @@ import pytest
 import torch
 
 os.environ.setdefault("MECHINTERP_ICR_NO_PNG", "1")  # tests do not need kaleido PNGs
+_LAYERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for layer in _LAYERS:
+            if f"{os.sep}tests{os.sep}{layer}{os.sep}" in str(item.fspath):
+                item.add_marker(getattr(pytest.mark, layer))
+
+
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-
-
-def build_model_cfg(**overrides):
-    from mechinterp_icr.config import ModelConfig
-
-    base = dict(n_layers=2, n_heads=1, d_model=32, d_head=32, d_mlp=64, attn_only=True,
-                d_vocab=17, n_ctx=17)
-    base.update(overrides)
-    return ModelConfig(**base)
-
-
-def build_train_cfg(**overrides):
-    from mechinterp_icr.config import TrainConfig
-
-    base = dict(steps=60, batch_size=32, lr=3e-3, eval_every=0, progress=False,
-                checkpoint_schedule="linear", checkpoint_every=20)
-    base.update(overrides)
-    return TrainConfig(**base)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mechinterp_icr.claims import Claim, Summary, ci95
 from mechinterp_icr.config import (
     ConfigError,
     ModelConfig,
@@ -43,9 +44,8 @@ from mechinterp_icr.config import (
     parse_overrides,
     to_dict,
 )
-from mechinterp_icr.experiments.summary import Claim, Summary, ci95
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import CRTask, CRTaskConfig, evaluate_icl, evaluate_pt
 from mechinterp_icr.training.loop import train_phase
 
@@ -725,7 +725,7 @@ def _reproduce(cfg: CRExperimentConfig, profile: str, out_dir: Path, seeds: list
                                 "wall_s": time.perf_counter() - wall0,
                                 "torch_threads": torch.get_num_threads()}
     (out_dir / "cr").mkdir(parents=True, exist_ok=True)
-    from mechinterp_icr.experiments.summary import atomic_write_text
+    from mechinterp_icr.store.io import atomic_write_text
 
     atomic_write_text(out_dir / "cr" / "sweep_rows.json", json.dumps(sweep_rows, indent=2))
     print_sweep(sweep)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mechinterp_icr.experiments.summary import Claim, Summary
+from mechinterp_icr.claims import Claim, Summary
 from mechinterp_icr.interp.cascade import CascadeConfig, run_cascade
 
 __all__ = ["PROFILE_CASCADE", "add_mechanism_claims", "cascade_config"]
@@ -61,7 +61,7 @@ def _fig(fig, out_dir: Path, stem: str) -> str | None:
 def _cr5_seed(run_dir: Path, seed: int, n: int, n_ckpts: int) -> dict:
     from mechinterp_icr.interp.roles import role_verdict
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     rd = RunDir(run_dir)
     _, task, build = load_run_model(rd)
@@ -120,7 +120,7 @@ def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds:
     """Add CR-5, CR-6 and CR-7 (per-seed numbers, figures, tables) to ``summary``."""
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     out_dir = Path(out_dir)
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     runs = {_seed_of(p): Path(p) for p in run_dirs}
     seed_list = [s for s in seeds if s in runs] or sorted(runs)

@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from mechinterp_icr.claims import Claim, Summary
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check, check_choice
-from mechinterp_icr.experiments.summary import Claim, Summary, atomic_write_text
 from mechinterp_icr.interp import probes as pr
 from mechinterp_icr.interp import taskvec as tv
+from mechinterp_icr.store.io import atomic_write_text
 
 __all__ = [
     "PHASE_FT",
@@ -269,7 +270,7 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecParams)
     """Pretrain (all subjects, PT format) then finetune attention on ICL (finetune subjects);
     checkpoints ``pretrain`` and ``ft-icl`` (start and end only) in ``run_path``. Resumes."""
     from mechinterp_icr.models.factory import build_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
     from mechinterp_icr.training.loop import train_phase
 
     rc = lam_run_config(base, lam, P)
@@ -288,7 +289,7 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecParams)
 
 def _lam_metrics(path: Path, seed: int, P: TaskvecParams) -> dict[str, Any]:
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     run = RunDir(path)
     rc, task, build = load_run_model(run)
@@ -358,7 +359,7 @@ def probe_curve(run, task, build, seed: int, P: TaskvecParams, phase: str = PHAS
 def analyse_seed(run_path: Path, seed: int, P: TaskvecParams, log=print) -> dict[str, Any]:
     """CR-4 numbers of one CR run directory (phases pretrain, ft-icl, ft-iclgrm)."""
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     run = RunDir(run_path)
     _, task, build = load_run_model(run)
@@ -674,7 +675,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
     (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``params``
     overrides the profile's sizes (tests use tiny ones).
     """
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     P = params or params_for(profile)
     out_dir = Path(out_dir)
@@ -723,7 +724,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         claim.details["errors"] = {str(k): v for k, v in errors.items()}
     with summary.stage("cr4_figures"):
         figs = write_figures(results, out_dir / "figures")
-    from mechinterp_icr.experiments.summary import ci95
+    from mechinterp_icr.claims import ci95
 
     keys = ("ft_acc_pc", "ft_acc_full", "ft_transfer_acc_pc", "ft_acc_pc_by_subject",
             "pt_acc_pc", "pt_acc_full", "pt_transfer_acc_pc", "ft_shuffle_pc",
@@ -780,7 +781,7 @@ def probe_run(run_path: Path, selection: str, P: TaskvecParams, seed: int = 0,
     from plotly.subplots import make_subplots
 
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
     from mechinterp_icr.viz.figures import save_figure
 
     run = RunDir(run_path)

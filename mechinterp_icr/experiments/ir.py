@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from mechinterp_icr.claims import Claim, Summary
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, parse_overrides
-from mechinterp_icr.experiments.summary import Claim, Summary, atomic_write_text
 from mechinterp_icr.interp.ir_attention import (
     confusion_batches,
     ir_accuracy,
@@ -49,7 +49,8 @@ from mechinterp_icr.models.ir import (
     pretrain_memory,
     token_embeddings,
 )
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.ir import IRTaskConfig
 from mechinterp_icr.training.pgd import PGDConfig, pgd_fast, pgd_hooked
 
@@ -659,7 +660,7 @@ def reproduce(profile: str, out_dir, seeds: list[int], overrides: list[str] | No
 def _causal_table(ow_seed: dict, ow_runs: dict, p: dict) -> dict[str, Any]:
     """Summary of the row-overwrite test: per seed (fixed rows) mean/CI, and per run the
     checkpoints' step-1 accuracy and P(r*) on clean / single / swap sequences."""
-    from mechinterp_icr.experiments.summary import ci95
+    from mechinterp_icr.claims import ci95
 
     agg: dict[str, Any] = {}
     if ow_seed:

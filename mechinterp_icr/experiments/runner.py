@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from mechinterp_icr.experiments.summary import Summary
+from mechinterp_icr.claims import Summary
 
 __all__ = ["EXTENSIONS", "TARGETS", "run_target", "validate_target"]
 

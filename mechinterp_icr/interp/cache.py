@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 
 __all__ = ["as_filter", "cache_activations", "iter_checkpoint_caches", "map_checkpoints"]
 

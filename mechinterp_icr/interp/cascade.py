@@ -19,7 +19,7 @@ import torch
 
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.loop import train_phase
 
 __all__ = [

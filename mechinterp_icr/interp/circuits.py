@@ -154,7 +154,7 @@ def probes_over_checkpoints(run, selection: str, n: int = 128, seed: int = 0) ->
     a CR run (held-out-subject ICL prompts), one model in memory at a time."""
     from mechinterp_icr.interp.cache import map_checkpoints
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     rd = run if isinstance(run, RunDir) else RunDir(run)
     _, task, _ = load_run_model(rd)

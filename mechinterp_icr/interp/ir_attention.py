@@ -115,7 +115,7 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
     """Per checkpoint of an IR run directory: step-1 / step-2 accuracies (overall and on
     confusing sequences) and the step-1 row statistics, from the HookedTransformer."""
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
     from mechinterp_icr.training.loop import batch_rng
 
     run = RunDir(run_path)
@@ -258,7 +258,7 @@ def overwrite_rows_across_checkpoints(run_path, selection: str = "all", n_each: 
     """:func:`overwrite_row_table` for every selected checkpoint of an IR run directory
     (the learned ``a`` is re-read at each checkpoint)."""
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     run = RunDir(run_path)
     _cfg, task, build = load_run_model(run)

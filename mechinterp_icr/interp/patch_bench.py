@@ -61,7 +61,7 @@ def benchmark_patching(run, selection: str = "all", n: int = 16, max_batch: int 
     from scipy.stats import spearmanr
 
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     torch.set_grad_enabled(True)
     rd = run if isinstance(run, RunDir) else RunDir(run)

@@ -168,7 +168,7 @@ def roles_across_checkpoints(run, selection: str, seed: int = 0, n: int = 64) ->
     """``role_verdict`` for every selected checkpoint of a CR run (one model at a time)."""
     from mechinterp_icr.interp.cache import map_checkpoints
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     rd = run if isinstance(run, RunDir) else RunDir(run)
     _, task, _ = load_run_model(rd)

@@ -221,7 +221,7 @@ def iter_checkpoint_task_vectors(run, selection: str, n: int, K: int | None = No
     prompts (same seed) are used at every checkpoint.
     """
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     _, task, build = load_run_model(run)

@@ -207,6 +207,17 @@ def set_pos_block(model, B: torch.Tensor) -> None:
 
 
 @torch.no_grad()
+def add_pos_block_through_keys(model, dB: torch.Tensor) -> None:
+    """Add ``dB[t, j]`` to the position-position scores by moving W_K's position rows only
+    (``k_j += delta_j`` with ``q_t . delta_j / scale = dB[t, j]``), for a trainable W_Q."""
+    L = _layout_of(model)
+    a = model.blocks[0].attn
+    q = a.W_Q[0, L.pos] + a.b_Q[0]  # (T, d_head)
+    delta = torch.linalg.lstsq(q / a.attn_scale, dB.to(q)).solution  # (d_head, T)
+    a.W_K[0, L.pos] += delta.T
+
+
+@torch.no_grad()
 def get_pos_block(model) -> torch.Tensor:
     """Scores B[t, j] realised by the position rows of W_Q and W_K (general W_Q too)."""
     L = _layout_of(model)

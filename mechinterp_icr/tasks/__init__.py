@@ -1,11 +1,4 @@
 """Data-generating processes. Importing this package registers every task config kind."""
 
-import importlib
-import importlib.util
-
+from mechinterp_icr.tasks import cr, induction, ir  # noqa: F401  (each registers its kind)
 from mechinterp_icr.tasks.base import IGNORE, Batch, Task, Vocab  # noqa: F401
-
-# Each task module registers its config kind on import.
-for _name in ("induction", "cr", "ir"):
-    if importlib.util.find_spec(f"mechinterp_icr.tasks.{_name}") is not None:
-        importlib.import_module(f"mechinterp_icr.tasks.{_name}")

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, to_dict
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.checkpoint import load_checkpoint, save_checkpoint
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.base import IGNORE, Batch
-from mechinterp_icr.training.checkpoint import load_checkpoint, save_checkpoint
 
 __all__ = ["TRAINABLE_PRESETS", "resolve_trainable", "masked_loss", "masked_accuracy",
            "checkpoint_steps", "lr_at", "train_phase", "PhaseResult", "batch_rng"]
@@ -186,7 +186,7 @@ def train_phase(
     meta_base = {"phase": phase, "phase_order": phase_order, "seed": seed,
                  "trainable": names, "config": to_dict(run_config) if run_config else None,
                  "train": to_dict(cfg), **(extra_meta or {})}
-    from mechinterp_icr.experiments.summary import git_revision, package_versions
+    from mechinterp_icr.store.provenance import git_revision, package_versions
 
     versions, rev = package_versions(), git_revision()
 

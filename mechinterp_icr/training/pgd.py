@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from mechinterp_icr.config import TrainConfig, check, check_choice, check_range
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.base import Batch
 from mechinterp_icr.training.loop import train_phase
 
@@ -139,7 +139,12 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
     (PGD only), then ``pgd`` or ``gd`` (``steps`` SGD steps of ``lr``) with a checkpoint at
     every step up to ``dense_until`` and log-spaced after.
     """
-    from mechinterp_icr.models.ir import get_pos_block, pos_block_mask, set_pos_block
+    from mechinterp_icr.models.ir import (
+        add_pos_block_through_keys,
+        get_pos_block,
+        pos_block_mask,
+        set_pos_block,
+    )
 
     N = len(batch)
     masks = pos_block_mask(model) if cfg.target == "pos" else None
@@ -159,16 +164,7 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
         if cfg.target == "pos":
             set_pos_block(model, B)
         else:  # full attention: W_Q is trainable too; add the noise through W_K's pos rows
-            with torch.no_grad():
-                from mechinterp_icr.models.ir import _layout_of
-
-                L = _layout_of(model)
-                a = model.blocks[0].attn
-                q = a.W_Q[0, L.pos] + a.b_Q[0]  # (T, d_head)
-                dB = perturbation(model.cfg.n_ctx, cfg.sigma, seed).to(q)
-                # k_j += delta_j with q_t . delta_j / scale = dB[t, j]
-                delta = torch.linalg.lstsq(q / a.attn_scale, dB).solution  # (d_head, T)
-                a.W_K[0, L.pos] += delta.T
+            add_pos_block_through_keys(model, perturbation(model.cfg.n_ctx, cfg.sigma, seed))
     phase = "pgd" if cfg.perturb else "gd"
     small = TrainConfig(steps=cfg.steps, batch_size=N, optimizer="sgd", lr=cfg.lr,
                         grad_clip=cfg.clip, trainable=trainable, eval_every=0,

@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+from mechinterp_icr.store.io import atomic_write_text
+
 __all__ = ["save_figure", "png_available", "PLOTLY_JS"]
 
 PLOTLY_JS = "plotly.min.js"
@@ -41,9 +43,7 @@ def _ensure_plotly_js(folder: Path) -> None:
         return
     from plotly.offline import get_plotlyjs
 
-    tmp = folder / f".{PLOTLY_JS}.tmp{os.getpid()}"
-    tmp.write_text(get_plotlyjs())
-    os.replace(tmp, target)
+    atomic_write_text(target, get_plotlyjs())
 
 
 def save_figure(fig, stem: str | Path, png: bool = True, width: int = 900,

@@ -17,7 +17,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mechinterp_icr.experiments.summary import _claim_key, atomic_write_text
+from mechinterp_icr.claims import claim_key
+from mechinterp_icr.store.io import atomic_write_text
 
 __all__ = ["write_report", "render_report"]
 
@@ -100,7 +101,7 @@ def _table_html(rows: Any) -> str:
 
 def render_report(summary: dict[str, Any], out_dir: Path) -> str:
     claims = summary.get("claims", {})
-    items = sorted(claims.items(), key=_claim_key)
+    items = sorted(claims.items(), key=claim_key)
     n_hold = sum(1 for _, c in items if c.get("holds"))
     rows = []
     for cid, c in items:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from mechinterp_icr.store.io import atomic_write_text
 
 __all__ = [
     "BUNDLE_NAME",
@@ -46,9 +47,7 @@ def write_bundle(folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / BUNDLE_NAME
     if not target.exists():
-        tmp = folder / f".{BUNDLE_NAME}.tmp{os.getpid()}"
-        tmp.write_text(bundle_source(), encoding="utf-8")
-        os.replace(tmp, target)
+        atomic_write_text(target, bundle_source())
     return target
 
 
@@ -81,11 +80,8 @@ def write_attention_view(path: str | Path, tokens: Sequence[str], patterns,
                          notes: str = "") -> Path:
     path = Path(path)
     write_bundle(path.parent)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(attention_view_html(tokens, patterns, head_names, title, notes=notes),
-                   encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(path, attention_view_html(tokens, patterns, head_names, title,
+                                                       notes=notes))
 
 
 def _example_tokens(task, seed: int, n: int):
@@ -107,7 +103,7 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
     """Write the attention view of one checkpoint of ``run`` on a prompt or a task example."""
     from mechinterp_icr.config import ConfigError
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir, RunError
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     rd = RunDir(run)
     cfg, task, build = load_run_model(rd)
@@ -162,7 +158,7 @@ def write_reproduction_views(summary, out_dir: str | Path, run_dirs, seeds, prof
     """Attention views of the first seed's runs for the report: the last checkpoint of each
     phase on the first held-out examples, written to ``out_dir/views``. Also used for the IR
     HookedTransformer runs (``out_dir/runs/ir/seed*/ht_*``)."""
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     out = Path(out_dir) / "views"
     written: list[Path] = []
@@ -180,7 +176,7 @@ def write_reproduction_views(summary, out_dir: str | Path, run_dirs, seeds, prof
 
 def write_ir_views(summary, out_dir: str | Path, run_dirs, seeds, profile: str) -> list[Path]:
     """Attention views of the IR HookedTransformer runs of the first seed (last checkpoint)."""
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     runs = sorted(p for r in list(run_dirs)[:1] for p in Path(r).glob("ht_*")
                   if (p / "config.json").exists())

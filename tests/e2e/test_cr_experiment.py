@@ -4,22 +4,10 @@ import json
 
 import pytest
 import torch
+from helpers import CR_TINY as TINY
 
 from mechinterp_icr.config import ConfigError
 from mechinterp_icr.experiments import cr
-
-# A tiny configuration that pretrains and finetunes in a few seconds on one core.
-TINY = [
-    "task.n_subjects=16", "task.n_grammar=4", "task.n_types=2", "task.n_values=4",
-    "task.n_tuples=3", "task.n_demos=2", "task.max_demos=3", "task.grammar_len_max=3",
-    "model.d_model=32", "model.d_head=32", "model.d_mlp=64", "model.n_ctx=0",
-    "pretrain.steps=300", "pretrain.lr=0.005", "pretrain.batch_size=64",
-    "finetune.steps=80", "finetune.lr=0.005", "finetune.batch_size=64",
-    "finetune.checkpoint_dense_until=3",
-    "eval_n=128", "ckpt_eval_n=32", "eval_ks=[1,2,3]", "allweights_arm=true",
-    "sweep=[\"default|\",\"type chain|task.iclgrm_chain=type\",\"sga|task.order=sga\"]",
-    "sweep_seeds=1",
-]
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -86,7 +74,7 @@ def test_tiny_end_to_end(tmp_path):
     assert set(data["timings_s"]) >= {"pretrain", "finetune", "evaluate", "sweep", "total"}
     # the run directory is readable by the toolkit: config + phases in order
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     run = RunDir(tmp_path / "runs" / "cr" / "seed0")
     rcfg, task, build = load_run_model(run)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import mechinterp_icr.tasks  # noqa: F401  (registers every task kind that read_config may meet)
 from mechinterp_icr.config import RunConfig, from_dict, to_dict
-from mechinterp_icr.training.checkpoint import CheckpointError, read_sidecar
+from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
 
 __all__ = ["RunDir", "CheckpointInfo", "RunError"]
 
@@ -93,7 +94,7 @@ class RunDir:
                               "choose another --out or delete it")
 
     def write_config(self, cfg: RunConfig) -> None:
-        from mechinterp_icr.experiments.summary import atomic_write_text
+        from mechinterp_icr.store.io import atomic_write_text
 
         atomic_write_text(self.path / "config.json", json.dumps(to_dict(cfg), indent=2,
                                                                 sort_keys=True))
@@ -199,7 +200,7 @@ class RunDir:
 
         Only one checkpoint's weights are in memory at a time.
         """
-        from mechinterp_icr.training.checkpoint import load_checkpoint
+        from mechinterp_icr.store.checkpoint import load_checkpoint
 
         for ck in self.select(selection):
             model = build()

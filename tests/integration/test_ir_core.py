@@ -180,7 +180,7 @@ def test_gd_on_pair_symmetric_data_stays_at_the_tie():
 
 
 def test_pgd_hooked_matches_fast_and_writes_checkpoints(tmp_path):
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     task = _task(n=12)
     spec = IRModelSpec()

@@ -8,7 +8,7 @@ import torch
 
 @pytest.mark.slow
 def test_add_mechanism_claims_tiny(tmp_path):
-    from test_cr_experiment import TINY
+    from helpers import CR_TINY as TINY
 
     from mechinterp_icr.experiments import cr
     from mechinterp_icr.experiments.cr_mechanism import add_mechanism_claims

@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig
 from mechinterp_icr.experiments import cr_taskvec as ct
-from mechinterp_icr.experiments.summary import Summary
 from mechinterp_icr.interp import probes as pr
 
 TINY = ct.TaskvecParams(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
@@ -86,7 +86,7 @@ def test_missing_runs_are_skipped_or_reported(tiny_runs, tmp_path):
 def test_real_task_splits_do_not_leak(tiny_runs):
     from mechinterp_icr.interp import taskvec as tv
     from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     _, paths = tiny_runs
     run = RunDir(paths[0])
@@ -110,7 +110,7 @@ def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
 
     _, paths = tiny_runs
     spec = importlib.util.spec_from_file_location(
-        "task_vectors_script", Path(__file__).resolve().parents[1] / "probes" / "task_vectors.py")
+        "task_vectors_script", Path(__file__).resolve().parents[2] / "probes" / "task_vectors.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     rc = mod.main([str(paths[0]), "--checkpoints", "phase:ft-icl:last", "--quick", "--n", "120",
@@ -124,7 +124,7 @@ def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
 
 def test_iter_checkpoint_task_vectors_same_prompts_every_checkpoint(tiny_runs):
     from mechinterp_icr.interp import taskvec as tv
-    from mechinterp_icr.runs import RunDir
+    from mechinterp_icr.store.rundir import RunDir
 
     _, paths = tiny_runs
     run = RunDir(paths[0])

@@ -2,11 +2,11 @@ import json
 
 import pytest
 import torch
-from conftest import build_model_cfg
+from helpers import build_model_cfg
 
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.runs import RunDir, RunError
-from mechinterp_icr.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mechinterp_icr.store.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mechinterp_icr.store.rundir import RunDir, RunError
 
 
 def _saved(tmp_path):

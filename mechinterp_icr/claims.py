@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -20,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Claim", "Summary", "ci95", "package_versions", "git_revision", "atomic_write_text",
-           "peak_memory_mb"]
+from mechinterp_icr.store.io import atomic_write_json
+from mechinterp_icr.store.provenance import git_revision, package_versions, peak_memory_mb
+
+__all__ = ["Claim", "Summary", "ci95", "claim_key", "format_claim_table"]
 
 
 def ci95(values) -> tuple[float, float]:
@@ -98,46 +97,6 @@ class Claim:
         }
 
 
-def package_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("mechinterp_icr", "torch", "transformer-lens", "numpy", "safetensors",
-                "scikit-learn", "plotly", "circuitsvis"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
-def git_revision(cwd: str | Path | None = None) -> str | None:
-    try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                           cwd=cwd or Path(__file__).resolve().parent, timeout=5)
-        return r.stdout.strip() or None if r.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def peak_memory_mb() -> float:
-    """Peak resident memory of this process (and finished children), in MiB."""
-    import resource
-
-    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    scale = 1024.0 if sys.platform != "darwin" else 1024.0 * 1024.0
-    return max(self_kb, child_kb) / scale
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 class Summary:
     """Collects claims, stage timings and tables; writes ``summary.json`` (merging by claim id)."""
 
@@ -174,7 +133,7 @@ class Summary:
             "target": self.target,
             "profile": self.profile,
             "seeds": self.seeds,
-            "claims": {k: c.to_dict() for k, c in sorted(self.claims.items(), key=_claim_key)},
+            "claims": {k: c.to_dict() for k, c in sorted(self.claims.items(), key=claim_key)},
             "tables": self.tables,
             "config": self.config,
             "timings_s": {**self.timings, "total": time.perf_counter() - self._t0},
@@ -193,7 +152,7 @@ class Summary:
             except (OSError, json.JSONDecodeError):
                 old = {}
             claims = {**old.get("claims", {}), **data["claims"]}
-            data["claims"] = dict(sorted(claims.items(), key=_claim_key))
+            data["claims"] = dict(sorted(claims.items(), key=claim_key))
             data["tables"] = {**old.get("tables", {}), **data["tables"]}
             timings = dict(old.get("timings_by_target", {}))
             timings[self.target] = data["timings_s"]
@@ -202,32 +161,17 @@ class Summary:
                                                   [self.target]) - {""}))
         else:
             data["timings_by_target"] = {self.target: data["timings_s"]}
-        atomic_write_text(out, json.dumps(data, indent=2, default=_json_default))
+        atomic_write_json(out, data)
         return out
 
     def table(self) -> str:
         return format_claim_table({k: c.to_dict() for k, c in self.claims.items()})
 
 
-def _claim_key(item):
+def claim_key(item):
     cid = item[0]
     prefix, _, num = cid.partition("-")
     return (prefix, int(num) if num.isdigit() else 0, cid)
-
-
-def _json_default(o):
-    try:
-        import numpy as np
-
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-    except ImportError:
-        pass
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def _fmt(v: float) -> str:
@@ -241,7 +185,7 @@ def format_claim_table(claims: dict[str, dict]) -> str:
     extra checks follow it as indented lines (they do not widen the columns)."""
     head = ("claim", "verdict", "metric", "mean [95% CI]", "threshold", "seeds")
     rows: list[tuple[tuple[str, ...], list[str]]] = []
-    for cid, c in sorted(claims.items(), key=_claim_key):
+    for cid, c in sorted(claims.items(), key=claim_key):
         lo, hi = c["ci95"]
         verdict = "HOLDS" if c["holds"] else "DOES NOT HOLD"
         th = c["threshold"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from mechinterp_icr.store.io import atomic_write_bytes
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_sidecar",
            "CheckpointData"]
@@ -38,19 +39,6 @@ class CheckpointError(RuntimeError):
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -87,8 +75,8 @@ def save_checkpoint(stem: str | Path, model: torch.nn.Module, meta: dict[str, An
         "shapes": {k: list(v.shape) for k, v in tensors.items() if k.startswith("model.")},
         "optimizer": optim_meta,
     })
-    _atomic_write_bytes(stem.with_suffix(".safetensors"), blob)
-    _atomic_write_bytes(stem.with_suffix(".json"),
+    atomic_write_bytes(stem.with_suffix(".safetensors"), blob)
+    atomic_write_bytes(stem.with_suffix(".json"),
                         json.dumps(side, indent=2, sort_keys=True, default=str).encode())
     return stem.with_suffix(".json")
 

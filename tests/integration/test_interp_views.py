@@ -34,7 +34,7 @@ def test_view_is_offline_and_readable(run_dir):
 
 def test_view_prompt_and_errors(run_dir, tmp_path):
     from mechinterp_icr.config import ConfigError
-    from mechinterp_icr.runs import RunError
+    from mechinterp_icr.store.rundir import RunError
 
     p = view_run(run_dir, "train-0000010", prompt="[BOS] T1 T2 T3 T1 T2", out=tmp_path / "v.html")
     assert p.exists() and (tmp_path / BUNDLE_NAME).exists()

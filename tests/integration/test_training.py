@@ -1,9 +1,9 @@
 import numpy as np
 import torch
-from conftest import build_model_cfg, build_train_cfg
+from helpers import build_model_cfg, build_train_cfg
 
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.runs import RunDir
+from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.base import IGNORE, Batch
 from mechinterp_icr.training.loop import (
     checkpoint_steps,

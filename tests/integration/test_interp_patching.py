@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from mechinterp_icr.interp import patching as P
-from mechinterp_icr.interp.toy import tiny_induction_model
 from mechinterp_icr.training.loop import batch_rng
+from mechinterp_icr.training.toy import tiny_induction_model
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@ import random
 
 import numpy as np
 import torch
-from conftest import build_model_cfg
+from helpers import build_model_cfg
 
 from mechinterp_icr.models.factory import build_model
 

@@ -26,7 +26,7 @@ def chromium():
 def _small_summary(out_dir):
     import plotly.graph_objects as go
 
-    from mechinterp_icr.experiments.summary import Claim, Summary
+    from mechinterp_icr.claims import Claim, Summary
     from mechinterp_icr.viz.figures import save_figure
 
     s = Summary("demo", "quick", [0, 1, 2])

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+import mechinterp_icr.tasks  # noqa: F401  (registers the task kinds from_dict resolves)
 from mechinterp_icr.config import (
     ConfigError,
     ModelConfig,

@@ -4,7 +4,7 @@ participation ratio on constructed data, within/between cosine, the transplant h
 import numpy as np
 import pytest
 import torch
-from conftest import build_model_cfg
+from helpers import build_model_cfg
 
 from mechinterp_icr.config import ConfigError
 from mechinterp_icr.interp import taskvec as tv

@@ -1,0 +1,20 @@
+"""Store: run directories, checkpoints (safetensors + JSON sidecar), atomic I/O, provenance.
+
+Sits above config/tasks/models and below training: training writes checkpoints through it,
+every analysis reads run directories through it.
+"""
+
+from mechinterp_icr.store.checkpoint import (  # noqa: F401
+    CheckpointData,
+    CheckpointError,
+    load_checkpoint,
+    read_sidecar,
+    save_checkpoint,
+)
+from mechinterp_icr.store.io import (  # noqa: F401
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+)
+from mechinterp_icr.store.provenance import git_revision, package_versions  # noqa: F401
+from mechinterp_icr.store.rundir import CheckpointInfo, RunDir, RunError  # noqa: F401
