@@ -5,25 +5,23 @@ onto demo subjects, demo attributes, grammar, separators, the query subject (CR 
 """
 
 import numpy as np
-from _common import parser, setup, write_table
+from _common import CR, open_run, parser, setup, write_table
 
 
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
+    run, _, task = open_run(a.run, CR, a.checkpoints)
     from mechinterp_icr.interp.attention import ROLE_GROUPS, roles_figure, roles_over_checkpoints
-    from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.store.rundir import RunDir
     from mechinterp_icr.viz.figures import save_figure
 
-    _, task, _ = load_run_model(RunDir(a.run))
     batch = task.sample_icl(np.random.default_rng([a.seed, 0xA77]), a.n,
                             subjects=task.heldout_subjects)
     rows = roles_over_checkpoints(a.run, a.checkpoints, batch)
     write_table(a.run, "attention_roles", rows,
                 ["checkpoint", "layer", "head", *[g for g in ROLE_GROUPS if g != "pad"],
                  "top_role"])
-    paths = save_figure(roles_figure(rows), RunDir(a.run).analyses_dir / "attention_roles")
+    paths = save_figure(roles_figure(rows), run.analyses_dir / "attention_roles")
     print(f"figure: {paths.get('png') or paths['html']}")
 
 

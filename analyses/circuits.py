@@ -5,12 +5,13 @@ similarity of each head's OV blocks to the construction (CR runs).
     python analyses/circuits.py out/runs/cr/seed0 --checkpoints phase:ft-icl
 """
 
-from _common import parser, setup, write_table
+from _common import CR, open_run, parser, setup, write_table
 
 
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
+    open_run(a.run, CR, a.checkpoints)
     from mechinterp_icr.interp.circuits import probes_over_checkpoints
 
     rows = probes_over_checkpoints(a.run, a.checkpoints, a.n, a.seed)

@@ -1,19 +1,26 @@
 """CR-3 sweep: ICL+Grm finetuning under several settings of the open choices, evaluated on
-plain ICL on held-out subjects. Thin wrapper around mechinterp_icr.experiments.cr.run_sweep.
+plain ICL on held-out subjects. Thin wrapper around mechinterp_icr.experiments.cr.sweep.
 
     OMP_NUM_THREADS=1 python analyses/cr_sweep.py --out runs-sweep --seeds 0,1,2 \\
         --setting "sga, type chain|task.order=sga,task.iclgrm_chain=type" --log sweep.jsonl
+
+Existing run directories OUT/runs/cr/seed<N> are resumed; they must be CR runs.
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
 
+from mechinterp_icr.config import ConfigError, apply_overrides
 from mechinterp_icr.experiments import cr
+from mechinterp_icr.experiments.cr.sweep import format_sweep, run_sweep, sweep_table
+from mechinterp_icr.experiments.cr.train import require_cr_run
+from mechinterp_icr.store.rundir import RunError
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", default="paper", choices=cr.PROFILES)
@@ -24,14 +31,22 @@ def main() -> None:
                     help="'label|task.key=v,finetune.key=v' (default: the profile's sweep)")
     ap.add_argument("--log", default=None, help="append one JSON row per (setting, seed)")
     ap.add_argument("--threads", type=int, default=1)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
-    cfg = cr.validate(a.profile, [0], a.overrides)
+    try:
+        cfg = apply_overrides(cr.profile(a.profile), a.overrides)
+        seeds = [int(s) for s in a.seeds.split(",")]
+        for seed in seeds:  # runs resumed here must be CR runs
+            if (Path(a.out) / "runs" / "cr" / f"seed{seed}").is_dir():
+                require_cr_run(Path(a.out) / "runs" / "cr" / f"seed{seed}")
+    except (ConfigError, RunError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     settings = a.setting or list(cfg.sweep)
-    seeds = [int(s) for s in a.seeds.split(",")]
-    rows = cr.run_sweep(cfg, Path(a.out), seeds, settings, log=a.log)
-    print(cr.format_sweep(cr.sweep_table(rows)))
+    rows = run_sweep(cfg, Path(a.out), seeds, settings, log=a.log)
+    print(format_sweep(sweep_table(rows)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -4,12 +4,13 @@ and subject pairs (another query subject); names a Relation head and a Subject h
     python analyses/head_roles.py out/runs/cr/seed0 --checkpoints phase:ft-icl --n 64
 """
 
-from _common import parser, setup, write_table
+from _common import CR, open_run, parser, setup, write_table
 
 
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
+    open_run(a.run, CR, a.checkpoints)
     from mechinterp_icr.interp.roles import roles_across_checkpoints
 
     rows = roles_across_checkpoints(a.run, a.checkpoints, a.seed, a.n)

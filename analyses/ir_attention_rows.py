@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from _common import IR, open_run
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -19,28 +21,24 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoints", default="all", help="all | last | phase:NAME | steps:A-B")
     ap.add_argument("--n-eval", type=int, default=256)
     args = ap.parse_args(argv)
+    run, _, _ = open_run(args.run, IR, args.checkpoints)
 
     import plotly.graph_objects as go
 
-    from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.interp.ir_attention import attention_row_table
-    from mechinterp_icr.store.rundir import RunDir, RunError
+    from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.viz.figures import save_figure
 
-    try:
-        rows = attention_row_table(args.run, args.checkpoints, args.n_eval)
-    except RunError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = RunDir(args.run).analyses_dir
+    rows = attention_row_table(args.run, args.checkpoints, args.n_eval)
+    out = run.analyses_dir
     atomic_write_text(out / "ir_attention_rows.json", json.dumps(rows, indent=2))
     fig = go.Figure()
     x = list(range(len(rows)))
     labels = [r["checkpoint"] for r in rows]
     names = [f"s{i // 2 + 1}" if i % 2 == 0 else f"a{i // 2 + 1}" for i in
-             range(len(rows[0]["row"]) - 1)] + ["s_q"]
+             range(len(rows[0]["row1"]) - 1)] + ["s_q"]
     for j, nm in enumerate(names):
-        fig.add_trace(go.Scatter(x=x, y=[r["row"][j] for r in rows], name=nm, mode="lines"))
+        fig.add_trace(go.Scatter(x=x, y=[r["row1"][j] for r in rows], name=nm, mode="lines"))
     fig.update_xaxes(tickvals=x[:: max(1, len(x) // 12)], ticktext=labels[:: max(1, len(x) // 12)])
     fig.update_layout(title=f"step-1 attention row across checkpoints: {args.run}",
                       yaxis_title="attention")

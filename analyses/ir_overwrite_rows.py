@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from _common import IR, fail, open_run
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -23,20 +25,22 @@ def main(argv=None) -> int:
     ap.add_argument("--deltas", default="0.02,0.05,0.1",
                     help="half within-pair gaps of the unequal rows")
     args = ap.parse_args(argv)
-
-    from mechinterp_icr.config import ConfigError
-    from mechinterp_icr.store.io import atomic_write_text
-    from mechinterp_icr.interp.ir_attention import overwrite_rows_across_checkpoints
-    from mechinterp_icr.store.rundir import RunDir, RunError
-
     try:
         deltas = tuple(float(d) for d in args.deltas.split(","))
+    except ValueError:
+        fail(f"--deltas {args.deltas!r} is not allowed; expected comma-separated numbers")
+    run, _, _ = open_run(args.run, IR, args.checkpoints)
+
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.interp.ir_attention import overwrite_rows_across_checkpoints
+    from mechinterp_icr.store.io import atomic_write_text
+
+    try:  # the row overwrite needs K = 2 (refused before any checkpoint is loaded)
         rows = overwrite_rows_across_checkpoints(args.run, args.checkpoints, args.n_each,
                                                  deltas)
-    except (RunError, ConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    out = RunDir(args.run).analyses_dir / "ir_overwrite_rows.json"
+    except ConfigError as e:
+        fail(str(e))
+    out = run.analyses_dir / "ir_overwrite_rows.json"
     atomic_write_text(out, json.dumps(rows, indent=2))
     for r in rows:
         print(f"{r['checkpoint']}  a={r['a']:.3f}  critical gap={r['critical_gap']:.3f}")

@@ -1,24 +1,26 @@
-"""Exact head x position activation patching (batched engine) and attribution patching on CR
-type pairs, per checkpoint; prints the per-cell normalised recovery.
+"""Exact head x position activation patching (batched engine) and attribution patching, per
+checkpoint; prints the per-cell normalised recovery. Prompts (``interp.patch_bench.
+patching_prompts``): CR runs use held-out type pairs; induction and IR runs two independent
+batches, with the logit difference of their next tokens at the second-to-last position.
 
     python analyses/patching_sweep.py out/runs/cr/seed0 --checkpoints phase:ft-icl:last --n 32
 """
 
-from _common import parser, setup, write_table
+from _common import open_run, parser, setup, write_table
+
+KINDS = ("cr", "induction", "ir")
 
 
 def main() -> None:
     a = parser(__doc__).parse_args()
     setup(a)
+    _, _, task = open_run(a.run, KINDS, a.checkpoints)
     import torch
 
     from mechinterp_icr.interp import patching as P
     from mechinterp_icr.interp.cache import map_checkpoints
     from mechinterp_icr.interp.patch_bench import patching_prompts
-    from mechinterp_icr.pipeline import load_run_model
-    from mechinterp_icr.store.rundir import RunDir
 
-    _, task, _ = load_run_model(RunDir(a.run))
     clean, corr, metric, mpos = patching_prompts(task, a.n, a.seed)
 
     def fn(ck, model):

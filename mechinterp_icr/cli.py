@@ -17,7 +17,6 @@ from pathlib import Path
 import click
 
 from mechinterp_icr.config import ConfigError
-from mechinterp_icr.experiments.runner import TARGETS
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
@@ -135,41 +134,53 @@ def checkpoints(run: str, as_json: bool) -> None:
         click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")
 
 
+_TARGETS = ("cr", "ir")  # the runner's targets (tests check the two lists agree)
+
+
+def _resolve_targets(target: str, profile: str, overrides: tuple[str, ...]):
+    """[(target, config)] for ``target`` (or both for ``all``), validated before any work."""
+    from mechinterp_icr.runner import resolve_config, split_overrides
+
+    targets = list(_TARGETS) if target == "all" else [target]
+    by_target = split_overrides(targets, list(overrides))
+    return [(t, resolve_config(t, profile, by_target[t])) for t in targets]
+
+
+_PROFILE = click.option("--profile", default="quick", show_default=True,
+                        help="Profile of the target's config: quick (minutes on a laptop CPU) "
+                             "or paper.")
+_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                    help="Dotted override of any field of the target's config (see `icr config "
+                         "TARGET`); with `all`, prefix the target: cr.task.lam=0.5.")
+
+
 @main.command()
-@click.argument("target", type=click.Choice(TARGETS + ("all",)))
-@click.option("--profile", default="quick", show_default=True,
-              type=click.Choice(["quick", "paper"]), help="quick: minutes on a laptop CPU.")
+@click.argument("target", type=click.Choice(_TARGETS + ("all",)))
+@_PROFILE
 @click.option("--out", "out", default="out", show_default=True, type=click.Path(file_okay=False),
               help="Output directory: summary.json, runs/, figures.")
 @click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Dotted override of the target's profile config.")
+@_SET
 def reproduce(target: str, profile: str, out: str, seeds: str,
               overrides: tuple[str, ...]) -> None:
     """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
-    and prints the claim table."""
-    from mechinterp_icr.claims import format_claim_table
-
+    and prints the claim table. `icr config TARGET` lists every setting."""
     try:
         seed_list = _seeds(seeds)
+        resolved = _resolve_targets(target, profile, overrides)
     except ConfigError as e:
         _fail(str(e))
-    from mechinterp_icr.experiments.runner import run_target, validate_target
+    from mechinterp_icr.claims import format_claim_table
+    from mechinterp_icr.runner import run_target
     from mechinterp_icr.viz.report import write_report
 
-    targets = TARGETS if target == "all" else (target,)
     out_dir = Path(out)
-    for t in targets:
-        try:
-            validate_target(t, profile, seed_list, list(overrides))
-        except ConfigError as e:
-            _fail(str(e))
     if target == "all" and (out_dir / "summary.json").exists():
         (out_dir / "summary.json").unlink()  # a full run starts a fresh summary
     t0 = time.perf_counter()
-    for t in targets:
-        run_target(t, profile, out_dir, seed_list, list(overrides))
+    for t, cfg in resolved:
+        run_target(t, cfg, out_dir, seed_list, profile)
     data = json.loads((out_dir / "summary.json").read_text())
     report = write_report(out_dir)
     click.echo("\n" + format_claim_table(data["claims"]))
@@ -180,6 +191,31 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
     click.echo(f"wall time {time.perf_counter() - t0:.1f}s; peak memory "
                f"{data.get('peak_memory_mb', float('nan')):.0f} MiB")
     click.echo(f"\nsummary: {out_dir / 'summary.json'}\nreport:  {report}")
+
+
+@main.command("config")
+@click.argument("target", type=click.Choice(_TARGETS + ("all",)))
+@_PROFILE
+@_SET
+@click.option("--json", "as_json", is_flag=True, help="Print the config as JSON instead.")
+def config_cmd(target: str, profile: str, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Print every setting of a reproduction target's config (one KEY = VALUE per line, each
+    settable with `icr reproduce TARGET --set KEY=VALUE`) for a profile, after overrides."""
+    from mechinterp_icr.config import to_dict
+    from mechinterp_icr.runner import config_keys
+
+    try:
+        resolved = _resolve_targets(target, profile, overrides)
+    except ConfigError as e:
+        _fail(str(e))
+    if as_json:
+        click.echo(json.dumps({t: to_dict(c) for t, c in resolved}, indent=2))
+        return
+    for t, cfg in resolved:
+        prefix = t if target == "all" else ""
+        click.echo(f"# {t} ({profile} profile)")
+        for key, value in config_keys(cfg, prefix):
+            click.echo(f"{key} = {json.dumps(value)}")
 
 
 @main.command()

@@ -5,7 +5,8 @@
 Trains small PT + attention-only ICL-finetune runs with the task of RUN at every lam (into
 OUT/runs/cr-taskvec/lam<lam>/seed<N>/, resumable) and prints, for PT only and after
 finetuning, the type variance share of held-out task vectors and the top-PC probe accuracy.
-All computation lives in mechinterp_icr.experiments.cr_taskvec.
+All computation lives in mechinterp_icr.experiments.cr.taskvec; RUN must be a CR run (task
+kind cr).
 """
 
 import argparse
@@ -30,12 +31,16 @@ def main(argv=None) -> int:
     import torch
 
     from mechinterp_icr.config import ConfigError, check
-    from mechinterp_icr.experiments import cr_taskvec as ct
-    from mechinterp_icr.store.rundir import RunDir, RunError
+    from mechinterp_icr.experiments import cr
+    from mechinterp_icr.experiments.cr.claims import spearman
+    from mechinterp_icr.experiments.cr.taskvec import lam_sweep
+    from mechinterp_icr.experiments.cr.train import require_cr_run
+    from mechinterp_icr.store.rundir import RunError
 
     torch.set_num_threads(1)
     try:
-        P = ct.params_for(a.profile)
+        base = require_cr_run(a.run)
+        P = cr.profile(a.profile).taskvec
         if a.lams:
             try:
                 lams = tuple(float(x) for x in a.lams.split(",") if x.strip())
@@ -44,8 +49,7 @@ def main(argv=None) -> int:
             check(len(lams) >= 1 and all(0 <= x <= 1 for x in lams), "--lams", a.lams,
                   "comma-separated numbers in [0, 1], e.g. 0,0.5,0.9")
             P = replace(P, lams=lams)
-        base = RunDir(a.run).read_config()
-        rows = ct.lam_sweep(base, a.out, base.seed, P)
+        rows = lam_sweep(base, a.out, base.seed, P)
     except (ConfigError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -55,7 +59,7 @@ def main(argv=None) -> int:
         print(f"{r['lam']:5.2f} {r['grammar_tv']:10.3f} {r['pt_type_variance_fraction']:8.3f} "
               f"{r['ft_type_variance_fraction']:8.3f} {r['pt_acc_pc']:8.3f} "
               f"{r['ft_acc_pc']:8.3f} {r['ft_icl_exact']:7.3f}")
-    rho = ct._spearman([r["lam"] for r in rows], [r["ft_type_variance_fraction"] for r in rows])
+    rho = spearman([r["lam"] for r in rows], [r["ft_type_variance_fraction"] for r in rows])
     print(f"Spearman rho(lam, separation after finetuning) = {rho:.2f}")
     return 0
 

@@ -6,7 +6,8 @@
 Prints, per checkpoint, the boundary chosen on the dev split and the test accuracy of the
 top-PC and full probes (and, unless --quick, transfer, label-shuffle and random-direction
 controls, type variance share). Writes RUN/analyses/task_vectors.json and a PCA (or UMAP)
-scatter. All computation lives in mechinterp_icr.experiments.cr_taskvec.
+scatter. All computation lives in mechinterp_icr.experiments.cr.taskvec; RUN must be a CR
+run (task kind cr).
 """
 
 import argparse
@@ -26,7 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoints", default="phase:pretrain:last,phase:ft-icl:last",
                     help="all | last | phase:NAME | phase:NAME:last | steps:A-B | names, "
                          "comma-separated")
-    ap.add_argument("--profile", default="quick", choices=["quick", "paper"])
+    ap.add_argument("--profile", default="quick", choices=["quick", "paper"],
+                    help="profile whose taskvec sizes to use")
     ap.add_argument("--n", type=int, default=None, help="held-out prompts per checkpoint")
     ap.add_argument("--n-pc", type=int, default=None, help="principal components of the probe")
     ap.add_argument("--seed", type=int, default=0, help="seed of prompts and splits")
@@ -39,18 +41,21 @@ def main(argv=None) -> int:
     import torch
 
     from mechinterp_icr.config import ConfigError
-    from mechinterp_icr.experiments import cr_taskvec as ct
-    from mechinterp_icr.store.rundir import RunError
+    from mechinterp_icr.experiments import cr
+    from mechinterp_icr.experiments.cr.taskvec import probe_run
+    from mechinterp_icr.experiments.cr.train import require_cr_run
     from mechinterp_icr.store.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunError
 
     torch.set_num_threads(1)
     try:
-        P = ct.params_for(a.profile)
+        require_cr_run(a.run)
+        P = cr.profile(a.profile).taskvec
         if a.n is not None:
             P = replace(P, n_heldout=a.n)
         if a.n_pc is not None:
             P = replace(P, n_pc=a.n_pc)
-        res = ct.probe_run(a.run, a.checkpoints, P, a.seed, full=not a.quick, umap=a.umap,
+        res = probe_run(a.run, a.checkpoints, P, a.seed, full=not a.quick, umap=a.umap,
                            out_dir=a.out, with_k=a.k_sweep)
     except (ConfigError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -20,7 +20,8 @@ def build_train_cfg(**overrides):
     return TrainConfig(**base)
 
 
-# A tiny configuration that pretrains and finetunes in a few seconds on one core.
+# A tiny CR configuration (``--set`` items for the quick profile): every stage, CR-1 .. CR-7,
+# runs in seconds on one core. CR-4 has no lam sweep, CR-7 a short cascade.
 CR_TINY = [
     "task.n_subjects=16", "task.n_grammar=4", "task.n_types=2", "task.n_values=4",
     "task.n_tuples=3", "task.n_demos=2", "task.max_demos=3", "task.grammar_len_max=3",
@@ -31,4 +32,11 @@ CR_TINY = [
     "eval_n=128", "ckpt_eval_n=32", "eval_ks=[1,2,3]", "allweights_arm=true",
     "sweep=[\"default|\",\"type chain|task.iclgrm_chain=type\",\"sga|task.order=sga\"]",
     "sweep_seeds=1",
+    "taskvec.n_heldout=160", "taskvec.n_finetune=120", "taskvec.n_subject_split=80",
+    "taskvec.n_shuffles=2", "taskvec.ks=[1,2]", "taskvec.n_per_k=80", "taskvec.lams=[]",
+    "taskvec.curve_max_checkpoints=2",
+    "mechanism.n_pairs=16", "mechanism.role_checkpoints=2",
+    "cascade.d_model=32", "cascade.d_head=16", "cascade.pt_steps=150", "cascade.ft_steps=30",
+    "cascade.ft_lr=0.006", "cascade.ft_trainable=all", "cascade.dense_until=0",
+    "cascade.checkpoint_every=3", "cascade.probe_batch=32",
 ]

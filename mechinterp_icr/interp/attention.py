@@ -20,6 +20,8 @@ __all__ = [
     "attention_row",
     "head_role_table",
     "role_masses",
+    "roles_figure",
+    "roles_over_checkpoints",
 ]
 
 # role group -> role codes of tasks.cr.ROLES (the groups partition every role)

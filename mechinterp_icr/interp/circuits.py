@@ -37,6 +37,7 @@ __all__ = [
     "kq_probe",
     "ov_probe",
     "pos_qk",
+    "probes_over_checkpoints",
     "restrict",
     "subject_ov_probe",
 ]

@@ -19,15 +19,20 @@ import numpy as np
 import torch
 
 __all__ = [
+    "ROW_KEYS",
+    "ir_metric_record",
     "attention_row_table",
+    "candidate_rows",
     "confusion_batches",
     "critical_within_pair_gap",
-    "overwrite_candidates",
-    "overwrite_row_table",
-    "overwrite_rows_across_checkpoints",
     "fast_rows",
     "hooked_rows",
     "ir_accuracy",
+    "overwrite_attention_row",
+    "overwrite_candidates",
+    "overwrite_row_table",
+    "overwrite_rows_across_checkpoints",
+    "overwrite_rows_sweep",
     "row_stats",
     "tie_aware_correct",
 ]
@@ -47,6 +52,22 @@ def row_stats(row, K: int) -> dict[str, Any]:
         "pair_mass_spread": float(pm.max() - pm.min()),
         "mass_sq": float(r[2 * K]),
     }
+
+
+ROW_KEYS = ("within_pair_gap", "a", "a_min", "pair_mass_spread", "mass_sq")
+
+
+def ir_metric_record(logits2: torch.Tensor, row1, row2, batch, K: int) -> dict[str, Any]:
+    """The metric record of one IR model state on ``batch``: :func:`ir_accuracy` of the CoT
+    logits ``(B, 2, V)``, the statistics of the mean step-1 row ``row1`` (within-pair gap, a,
+    a_min, pair-mass spread, mass on s_q), the row itself as ``row1``, and the step-2 row's
+    mass on s_q (``step2_mass_sq``)."""
+    out = ir_accuracy(logits2, batch)
+    st = row_stats(row1, K)
+    out.update({k: st[k] for k in ROW_KEYS})
+    out["row1"] = st["row"]
+    out["step2_mass_sq"] = float(row2[2 * K])
+    return out
 
 
 @torch.no_grad()
@@ -127,9 +148,8 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
         model = model.to("cpu")
         logits = model(ev.tokens)[:, 2 * K: 2 * K + 2]
         r1, r2 = hooked_rows(model, ev.tokens, K)
-        st = row_stats(r1, K)
         rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
-                     **ir_accuracy(logits, ev), **st, "step2_mass_sq": float(r2[2 * K])})
+                     **ir_metric_record(logits, r1, r2, ev, K)})
     return rows
 
 
@@ -137,6 +157,93 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
 # Causal test of the pairwise pattern (IR-3 / IR-4): overwrite the step-1 attention row
 # --------------------------------------------------------------------------------------------
 OVERWRITE_KINDS = ("clean", "single", "swap")
+
+
+@torch.no_grad()
+def overwrite_attention_row(model, tokens: torch.Tensor, layer: int, head: int, query_pos,
+                            row: torch.Tensor | np.ndarray, answer_pos=None,
+                            answers: torch.Tensor | None = None, renormalise: bool = False):
+    """Run ``model`` with head ``(layer, head)``'s attention row at ``query_pos`` replaced.
+
+    ``query_pos``: int or (B,) tensor. ``row``: (n_src,) or (B, n_src) weights over source
+    positions 0..n_src-1 (the rest get 0); ``renormalise`` divides by its sum. Returns the
+    logits, and with ``answers`` (B,) also the accuracy of argmax at ``answer_pos`` (default
+    ``query_pos``) as a second value. The overwrite goes through the ``hook_pattern`` hook, so
+    the head's value vectors and everything downstream are recomputed.
+    """
+    from transformer_lens.utilities import get_act_name
+
+    B, T = tokens.shape
+    row = torch.as_tensor(np.asarray(row), dtype=torch.float32, device=tokens.device)
+    if row.dim() == 1:
+        row = row.expand(B, -1)
+    if renormalise:
+        row = row / row.sum(-1, keepdim=True)
+    full = torch.zeros(B, T, device=tokens.device)
+    full[:, :row.shape[1]] = row
+    qp = torch.as_tensor(query_pos, device=tokens.device).long()
+    if qp.dim() == 0:
+        qp = qp.expand(B)
+    bidx = torch.arange(B, device=tokens.device)
+
+    def hook(pattern, hook):  # (B, heads, dest, src)
+        pattern = pattern.clone()
+        pattern[bidx, head, qp, :] = full.to(pattern.dtype)
+        return pattern
+
+    logits = model.run_with_hooks(tokens, fwd_hooks=[(get_act_name("pattern", layer), hook)])
+    if answers is None:
+        return logits
+    ap = qp if answer_pos is None else torch.as_tensor(answer_pos, device=tokens.device).long()
+    if ap.dim() == 0:
+        ap = ap.expand(B)
+    pred = logits[bidx, ap].argmax(-1)
+    return logits, float((pred == answers.to(pred.device)).float().mean())
+
+
+def candidate_rows(n_src: int = 5, a: float = 0.2, delta: float = 0.1,
+                   induction_src: int | None = None) -> dict[str, np.ndarray]:
+    """Standard attention rows over ``(s1, a1, s2, a2, s3)`` (IR step-1 query at ``s3``):
+
+    ``pairwise`` ``(a, a, 1/2-a, 1/2-a, 0)``; ``one_pair`` ``(1/2, 1/2, 0, 0, 0)``;
+    ``unequal`` ``(a+delta, a-delta, 1/2-a-delta, 1/2-a+delta, 0)`` (unequal within each
+    pair); ``uniform`` ``1/n_src`` everywhere; ``induction`` all mass on ``induction_src``
+    (default: the position before the query, a previous-token/induction-style row)."""
+    if n_src != 5:
+        from mechinterp_icr.config import ConfigError
+
+        raise ConfigError(f"n_src = {n_src} is not allowed; expected 5 (the IR step-1 row "
+                          "(s1, a1, s2, a2, s3)); build other rows by hand and pass them to "
+                          "overwrite_attention_row")
+    ind = np.zeros(n_src)
+    ind[n_src - 2 if induction_src is None else induction_src] = 1.0
+    return {
+        "pairwise": np.array([a, a, 0.5 - a, 0.5 - a, 0.0]),
+        "one_pair": np.array([0.5, 0.5, 0.0, 0.0, 0.0]),
+        "unequal": np.array([a + delta, a - delta, 0.5 - a - delta, 0.5 - a + delta, 0.0]),
+        "uniform": np.full(n_src, 1.0 / n_src),
+        "induction": ind,
+    }
+
+
+def overwrite_rows_sweep(model, tokens: torch.Tensor, layer: int, head: int, query_pos,
+                         rows: dict[str, np.ndarray], answers: torch.Tensor,
+                         answer_pos=None) -> dict[str, float]:
+    """Accuracy at ``answer_pos`` (default ``query_pos``) with no overwrite (``"model"``) and
+    with each named row written into head ``(layer, head)`` at ``query_pos``."""
+    B = tokens.shape[0]
+    with torch.no_grad():
+        logits = model(tokens)
+    ap = torch.as_tensor(query_pos if answer_pos is None else answer_pos).long()
+    if ap.dim() == 0:
+        ap = ap.expand(B)
+    out = {"model": float((logits[torch.arange(B), ap].argmax(-1).cpu() ==
+                           answers.cpu()).float().mean())}
+    for name, row in rows.items():
+        _, acc = overwrite_attention_row(model, tokens, layer, head, query_pos, row,
+                                         answer_pos=answer_pos, answers=answers)
+        out[name] = acc
+    return out
 
 
 def confusion_batches(task, n_each: int, seed: int = 0) -> dict[str, Any]:
@@ -173,8 +280,6 @@ def overwrite_candidates(a: float, deltas=(0.1,), own_row: torch.Tensor | None =
     ``d`` capped at ``min(a, 1/2-a)``), uniform over the five positions, the induction-style
     (previous-token) row, and with ``own_row`` (B, 5) the model's own rows with each pair's
     mass split equally (``own_paired``: the within-pair gap removed, nothing else changed)."""
-    from mechinterp_icr.interp.patching import candidate_rows
-
     base = candidate_rows(5, a=a, delta=0.0)
     rows: dict[str, Any] = {"pairwise": base["pairwise"], "one_pair": base["one_pair"]}
     for d in deltas:
@@ -196,11 +301,9 @@ def overwrite_row_table(model, batches: dict[str, Any], a: float | None = None,
                         deltas=(0.1,)) -> dict[str, Any]:
     """Step-1 accuracy (tie-aware) and probability of ``r*`` on each batch with the model's
     own step-1 row (``model``) and with each row of :func:`overwrite_candidates` written into
-    the head's pattern at the ``s_q`` query (``interp.patching.overwrite_attention_row``).
+    the head's pattern at the ``s_q`` query (:func:`overwrite_attention_row`).
     ``a`` defaults to the model's learned value: half the first pair's share of the pair mass
     of its mean step-1 row on the clean batch. K = 2."""
-    from mechinterp_icr.interp.patching import overwrite_attention_row
-
     K = 2
     q = 2 * K
     if a is None:
@@ -234,8 +337,6 @@ def critical_within_pair_gap(model, swap_batch, a: float, iters: int = 6) -> flo
     relation wins), by bisection on ``d`` in ``[0, min(a, 1/2-a)]``; the largest gap tried
     when even that keeps swaps resolved. This is how far from pairwise the step-1 row may be
     before the swap confusion is decided wrongly (compare IR-3's 0.02)."""
-    from mechinterp_icr.interp.patching import candidate_rows, overwrite_attention_row
-
     q = 4
     dmax = min(a, 0.5 - a)
 

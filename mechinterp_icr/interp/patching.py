@@ -11,9 +11,10 @@ Conventions (see ``docs/interp.md``):
 - **Batched exact patching**: the corrupted batch is repeated ``C`` times along the batch axis,
   copy ``c`` gets cell ``c``'s patch, and ``C`` cells cost one forward pass. Results equal the
   per-cell loop (up to float summation order, < 1e-5; tested).
-- **Incremental exact patching** (``incremental=True``, by-position setters): only what a
-  patch can change is computed from the cached corrupted run (the patched row of layer l, the
-  changed key/value rows after it, the last layer at the metric positions), all cells of a
+- **Fast paths** (``suffix=True`` / ``incremental=True``, by-position setters; in
+  :mod:`mechinterp_icr.interp.patching_fast`): forwards over the changed suffix only, or only
+  what a patch can change computed from the cached corrupted run (the patched row of layer l,
+  the changed key/value rows after it, the last layer at the metric positions), all cells of a
   layer vectorised; equal to the per-cell loop up to float summation order (tested).
 - **Attribution patching** (fast mode): ``(a_clean - a_corrupted) . d metric / d a`` at the
   corrupted run, summed over the patched slice: one forward + one backward for every cell.
@@ -26,12 +27,10 @@ Conventions (see ``docs/interp.md``):
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -43,14 +42,12 @@ __all__ = [
     "PatchResult",
     "answer_logit_metric",
     "attribution_patch",
+    "act_name",
     "batched_activation_patch",
-    "candidate_rows",
     "cells_for",
-    "incremental_supported",
+    "group_cells",
     "logit_diff_metric",
     "normalised_recovery",
-    "overwrite_attention_row",
-    "overwrite_rows_sweep",
     "patch_attn_out",
     "patch_head_out_all_pos",
     "patch_head_out_by_pos",
@@ -124,7 +121,9 @@ def cells_for(model, n_pos: int, axes: Sequence[str]) -> list[tuple[int, ...]]:
     return list(itertools.product(*[range(rng[a]) for a in axes]))
 
 
-def _act_name(act: str, layer: int) -> str:
+def act_name(act: str, layer: int) -> str:
+    """TransformerLens hook name of activation ``act`` in ``layer`` (``z``, 1 ->
+    ``blocks.1.attn.hook_z``)."""
     from transformer_lens.utilities import get_act_name
 
     return get_act_name(act, layer)
@@ -143,9 +142,10 @@ class PatchResult:
 # ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
-def _group_cells(todo, sort_key, group_key, per: int) -> list[list[int]]:
+def group_cells(todo, sort_key, group_key, per: int) -> list[list[int]]:
     """Cell indices sorted by ``sort_key`` and cut into runs of equal ``group_key`` holding at
-    most ``per`` cells each (one batched forward per run)."""
+    most ``per`` cells each (one batched forward per run; the engine's loop and the fast
+    paths of :mod:`~mechinterp_icr.interp.patching_fast` share it)."""
     groups: list[list[int]] = []
     for i in sorted(todo, key=sort_key):
         if groups and group_key(groups[-1][0]) == group_key(i) and len(groups[-1]) < per:
@@ -186,12 +186,13 @@ def batched_activation_patch(
     position p leaves positions < p unchanged, so each group of cells runs only the positions
     from its smallest p on, with the corrupted prefix's keys and values in a frozen
     TransformerLens key/value cache. Mathematically exact; the float summation order differs
-    from a full forward, so it is off by default. ``incremental`` (by-position setters, see
-    :func:`incremental_supported`; otherwise ignored): compute only what each patch can
-    change, from the cached corrupted run: layer l at the patched row only for position-local
-    activations, the changed key/value rows of later layers, and the last layer and the
-    unembedding only at ``metric_positions`` (all positions when not given); all cells of a
-    layer in one vectorised pass (:func:`_incremental_patch`). Mathematically exact; float
+    from a full forward, so it is off by default (:func:`.patching_fast.suffix_patch`).
+    ``incremental`` (by-position setters, see :func:`.patching_fast.incremental_supported`;
+    otherwise ignored): compute only what each patch can change, from the cached corrupted
+    run: layer l at the patched row only for position-local activations, the changed
+    key/value rows of later layers, and the last layer and the unembedding only at
+    ``metric_positions`` (all positions when not given); all cells of a layer in one
+    vectorised pass (:func:`.patching_fast.incremental_patch`). Mathematically exact; float
     summation order differs from a full forward (tested <= 1e-5), so it is off by default.
     """
     B, T = corrupted_tokens.shape
@@ -208,12 +209,12 @@ def batched_activation_patch(
     per = max(1, max_batch // B)
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
     todo = list(range(len(cells)))
+    fast = None
+    if suffix or incremental:  # the optional fast paths live in their own module
+        from mechinterp_icr.interp import patching_fast as fast
     logits_c = cc_inc = None
-    if incremental and incremental_supported(model, setter, act):
-        keep = {f"blocks.{l}.{x}" for l in range(model.cfg.n_layers)
-                for x in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")}
-        logits_c, cc_inc = model.run_with_cache(corrupted_tokens,
-                                                names_filter=lambda n: n in keep)
+    if incremental and fast.incremental_supported(model, setter, act):
+        logits_c, cc_inc = fast.corrupted_cache(model, corrupted_tokens)
     if metric_positions is not None:
         skip = [i for i in todo if unreachable(model, setter, act, cells[i], metric_positions)]
         if skip:
@@ -222,12 +223,12 @@ def batched_activation_patch(
             todo = [i for i in todo if i not in set(skip)]
     if cc_inc is not None and todo:
         mp = range(T) if metric_positions is None else metric_positions
-        _incremental_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells,
-                           todo, out, per, mp, logits_c, cc_inc)
+        fast.incremental_patch(model, corrupted_tokens, clean_cache, metric, setter, act,
+                               cells, todo, out, per, mp, logits_c, cc_inc)
         todo = []
-    if suffix and setter in ("layer_pos", "layer_pos_head") and act in _SUFFIX_ACTS and todo:
-        _suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells, todo,
-                      out, per, skip_layers)
+    if suffix and fast.suffix_supported(setter, act) and todo:
+        fast.suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells,
+                          todo, out, per, skip_layers)
         todo = []
     # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
     # forward of a group starts at layer l from the corrupted run's residual stream (exact:
@@ -239,7 +240,7 @@ def batched_activation_patch(
         _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
         start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
     # chunks of one layer each, at most `per` cells
-    groups = _group_cells(todo, lambda i: cells[i][0], lambda i: cells[i][0], per)
+    groups = group_cells(todo, lambda i: cells[i][0], lambda i: cells[i][0], per)
     for idx in groups:
         chunk = [cells[i] for i in idx]
         C = len(chunk)
@@ -249,7 +250,7 @@ def batched_activation_patch(
             by_layer.setdefault(cell[0], []).append((c, cell))
         hooks = []
         for layer, items in by_layer.items():
-            name = _act_name(act, layer)
+            name = act_name(act, layer)
             clean = clean_cache[name]
 
             def hook(a, hook, items=items, clean=clean):
@@ -272,310 +273,6 @@ def batched_activation_patch(
         sizes = [max(c[i] for c in cells) + 1 for i in range(len(axes))]
         return out.reshape(sizes)
     return out
-
-
-_SUFFIX_ACTS = {"z", "q", "k", "v", "result", "resid_pre", "resid_mid", "resid_post",
-                "attn_out", "mlp_out"}
-
-
-@torch.no_grad()
-def _suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
-                  skip_layers, n_windows: int = 8) -> None:
-    """Fill ``out[i]`` for cells ``todo`` by suffix forwards over a frozen prefix KV cache."""
-    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-
-    B, T = tokens.shape
-    L = model.cfg.n_layers
-    dev = tokens.device
-    keep = {f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in "kv"}
-    keep |= {f"blocks.{l}.hook_resid_pre" for l in range(L)}
-    logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
-    fn = SETTERS[setter]
-    width = max(1, -(-T // n_windows))
-    groups = _group_cells(todo, lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
-                          lambda i: cells[i][1] // width, per)
-    for idx in groups:
-        chunk = [cells[i] for i in idx]
-        C = len(chunk)
-        p0 = min(c[1] for c in chunk)
-        l0 = min(c[0] for c in chunk) if skip_layers else 0
-        CB = C * B
-        kv = TransformerLensKeyValueCache.init_cache(model.cfg, dev, CB)
-        for l, e in enumerate(kv.entries):
-            e.past_keys = cc[f"blocks.{l}.attn.hook_k"][:, :p0].repeat(C, 1, 1, 1)
-            e.past_values = cc[f"blocks.{l}.attn.hook_v"][:, :p0].repeat(C, 1, 1, 1)
-        kv.previous_attention_mask = torch.ones(CB, p0, dtype=torch.int, device=dev)
-        kv.freeze()
-        by_layer: dict[int, list[tuple[int, tuple]]] = {}
-        for c, cell in enumerate(chunk):
-            by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])))
-        hooks = []
-        for layer, items in by_layer.items():
-            name = _act_name(act, layer)
-            clean = clean_cache[name][:, p0:]
-
-            def hook(a, hook, items=items, clean=clean):
-                a = a.clone()
-                for c, cell in items:
-                    fn(a[c * B:(c + 1) * B], cell, clean)
-                return a
-
-            hooks.append((name, hook))
-        if l0 > 0:
-            resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
-            suf = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=l0,
-                                       tokens=tokens[:, p0:].repeat(C, 1), past_kv_cache=kv,
-                                       attention_mask=torch.ones(CB, T, dtype=torch.int,
-                                                                 device=dev))
-        else:
-            suf = model.run_with_hooks(tokens[:, p0:].repeat(C, 1), fwd_hooks=hooks,
-                                       past_kv_cache=kv,
-                                       attention_mask=torch.ones(CB, T - p0, dtype=torch.int,
-                                                                 device=dev))
-        full = logits_c.repeat(C, 1, 1)
-        full[:, p0:] = suf
-        for c in range(C):
-            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
-
-
-# ---------------------------------------------------------------------------------------------
-# Incremental exact patching: compute only what a by-position patch can change
-# ---------------------------------------------------------------------------------------------
-# activations whose patch at (layer l, position p) changes layer l's output only at p
-_LOCAL_ACTS = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post"}
-_INCREMENTAL_ACTS = {"layer_pos_head": {"z", "q", "k", "v"},
-                     "layer_pos": {"resid_pre", "resid_mid", "attn_out", "mlp_out",
-                                   "resid_post"}}
-
-
-def incremental_supported(model, setter: str, act: str) -> bool:
-    """True when :func:`batched_activation_patch` can use ``incremental=True`` for this
-    model and activation: by-position setters, and a plain pre-norm causal decoder (standard
-    positional embedding, no split q/k/v input, no parallel attention/MLP, no grouped or local
-    attention, no soft caps). Other cases fall back to the full forward passes."""
-    if act not in _INCREMENTAL_ACTS.get(setter, ()):
-        return False
-    cfg = model.cfg
-    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
-
-    if cfg.attn_only and act in ("resid_mid", "mlp_out"):
-        return False
-    flags_off = ("use_split_qkv_input", "use_attn_in", "parallel_attn_mlp",
-                 "use_normalization_before_and_after", "use_attn_result", "use_attention_sinks",
-                 "use_logn_attn", "use_qk_norm", "load_in_4bit")
-    if any(getattr(cfg, f, False) for f in flags_off):
-        return False
-    if getattr(cfg, "clip_qkv", None) is not None or getattr(cfg, "n_key_value_heads", None):
-        return False
-    if any(t != "global" for t in (getattr(cfg, "attn_types", None) or [])):
-        return False
-    for cap in ("attn_scores_soft_cap", "output_logits_soft_cap"):
-        c = getattr(cfg, cap, -1.0)
-        if c is not None and c > 0:
-            return False
-    return (cfg.positional_embedding_type == "standard"
-            and cfg.original_architecture not in POST_NORM_ARCHITECTURES
-            and getattr(cfg, "attention_dir", "causal") == "causal"
-            and all(type(b.attn).__name__ == "Attention" for b in model.blocks))
-
-
-def _kv_rows(blk, x: Tensor) -> tuple[Tensor, Tensor]:
-    """Keys and values of block ``blk`` for residual rows ``x`` (N, R, d_model)."""
-    from transformer_lens.utilities.attention import simple_attn_linear
-
-    a, h = blk.attn, blk.ln1(x)
-    return simple_attn_linear(h, a.W_K, a.b_K), simple_attn_linear(h, a.W_V, a.b_V)
-
-
-def _attend_full(a, q: Tensor, qpos: Tensor, K: Tensor, V: Tensor) -> Tensor:
-    """z (N, R, H, d_head) of queries ``q`` (N, R, H, d_head) at positions ``qpos`` (N, R) over
-    per-copy keys/values ``K``, ``V`` (N, T, H, d_head), causally masked."""
-    scores = a.calculate_attention_scores(q, K)  # (N, H, R, T)
-    T = K.shape[1]
-    mask = torch.arange(T, device=q.device)[None, None, :] <= qpos[:, :, None]  # (N, R, T)
-    scores = torch.where(mask[:, None], scores, a.IGNORE.to(scores.device))
-    pattern = torch.softmax(scores, dim=-1)
-    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-    return a.calculate_z_scores(V, pattern.to(V.dtype))
-
-
-def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor,
-                   k_row: Tensor | None, v_row: Tensor | None) -> Tensor:
-    """Like :func:`_attend_full` for C copies of one batch whose keys/values are the shared
-    ``Kc``, ``Vc`` (B, T, H, d_head) except row ``P[n]`` of copy n, which holds ``k_row[n]``,
-    ``v_row[n]`` (N, H, d_head) when given. The copies' queries become extra query rows of
-    the shared batch (no per-copy key/value tensor); the changed key row's scores are set
-    and the changed value row enters as ``pattern[P] * v_row`` added to the other rows' sum:
-    the same arithmetic up to float summation order."""
-    N, R, H, dh = q.shape
-    B, T = Kc.shape[:2]
-    C = N // B
-    dev = q.device
-    q_ = q.reshape(C, B, R, H, dh).permute(1, 3, 0, 2, 4).reshape(B, H, C * R, dh)
-    scores = q_ @ Kc.permute(0, 2, 3, 1) / a.attn_scale  # (B, H, C*R, T)
-    s5 = scores.view(B, H, C, R, T)
-    cidx = torch.arange(C, device=dev).repeat_interleave(B)  # copy of row n
-    bidx = torch.arange(B, device=dev).repeat(C)
-    if k_row is not None:
-        s_row = (q.permute(0, 2, 1, 3) @ k_row[:, :, :, None])[..., 0].permute(0, 2, 1) \
-            / a.attn_scale  # (N, R, H)
-        s5[bidx, :, cidx, :, P] = s_row.permute(0, 2, 1)  # (N, H, R)
-    qp = qpos.reshape(C, B, R).permute(1, 0, 2).reshape(B, 1, C * R, 1)
-    mask = torch.arange(T, device=dev).view(1, 1, 1, T) <= qp
-    scores = torch.where(mask, scores, a.IGNORE.to(scores.device))
-    pattern = torch.softmax(scores, dim=-1)
-    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
-    pattern = pattern.to(Vc.dtype)
-    p_row = None
-    if v_row is not None:  # the changed value row enters separately: z = sum_{t != P} + p_P v
-        p5 = pattern.view(B, H, C, R, T)
-        p_row = p5[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
-        p5[bidx, :, cidx, :, P] = 0.0
-    z = pattern @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
-    z = z.view(B, H, C, R, dh).permute(2, 0, 3, 1, 4).reshape(N, R, H, dh)
-    if p_row is not None:
-        z = z + p_row[..., None] * v_row[:, None]
-    return z
-
-
-def _attend_full_kv(a, q, qpos, kv):
-    return _attend_full(a, q, qpos, *kv)
-
-
-def _attend_shared_kv(a, q, qpos, Kc, Vc, P, k_row, v_row):
-    return _attend_shared(a, q, qpos, Kc, Vc, P, k_row, v_row)
-
-
-def _block_rows(blk, x: Tensor, qpos: Tensor, attend: Callable, attn_only: bool,
-                patch: Callable[[str, Tensor], Tensor]) -> Tensor:
-    """Block output (``resid_post``) at query rows ``x`` (N, R, d_model) that sit at positions
-    ``qpos`` (N, R); ``attend(attn, q, qpos) -> z`` supplies the keys and values
-    (:func:`_attend_full` or :func:`_attend_shared`). The same operations as
-    TransformerLens's block forward, on fewer rows; ``patch(name, t)`` may replace the
-    activation ``name`` (``q``, ``z``, ``attn_out``, ``resid_mid``, ``mlp_out``,
-    ``resid_post``)."""
-    from transformer_lens.utilities.attention import simple_attn_linear
-
-    a = blk.attn
-    q = patch("q", simple_attn_linear(blk.ln1(x), a.W_Q, a.b_Q))  # (N, R, H, d_head)
-    z = patch("z", attend(a, q, qpos))  # (N, R, H, d_head)
-    w = a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous()  # (d_model, H*d_head)
-    attn_out = patch("attn_out", torch.nn.functional.linear(
-        z.reshape(z.shape[0], z.shape[1], -1), w, a.b_O))
-    if attn_only:
-        return patch("resid_post", x + attn_out)
-    mid = patch("resid_mid", x + attn_out)
-    mlp_out = patch("mlp_out", blk.mlp(blk.ln2(mid)))
-    return patch("resid_post", mid + mlp_out)
-
-
-def _no_patch(name: str, t: Tensor) -> Tensor:
-    return t
-
-
-def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, P: Tensor, Hd: Tensor | None,
-               clean: Tensor) -> Tensor:
-    """Activation ``name`` with copy n's rows at position ``P[n]`` (head ``Hd[n]``) set to
-    ``clean[n]``; ``t`` is (N, R, H, d_head) or (N, R, d_model) at positions ``qpos`` (N, R)."""
-    if name != act:
-        return t
-    sel = qpos == P[:, None]  # (N, R)
-    if Hd is not None:
-        heads = torch.arange(t.shape[2], device=t.device) == Hd[:, None]  # (N, H)
-        sel = sel[:, :, None] & heads[:, None, :]  # (N, R, H)
-    return torch.where(sel[..., None], clean[:, None], t)
-
-
-@torch.no_grad()
-def _incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
-                       mp: Sequence[int], logits_c: Tensor, cc) -> None:
-    """Fill ``out[i]`` for cells ``todo`` computing only what each patch can change.
-
-    A patch at (layer l, position p) leaves layers < l and positions < p as in the corrupted
-    run (cached in ``cc``). Position-local activations (z, q, attn_out, resid_mid, mlp_out,
-    resid_post) change layer l's output only at p: layer l is computed at that one row. The
-    next layer then differs from the corrupted run only in the key/value row p; layers
-    between recompute all rows; the last layer computes only the queries at the metric
-    positions ``mp`` (its keys/values come from the cache, with the changed rows recomputed),
-    and the unembedding runs on those rows only. All cells of a chunk (up to ``per``) are
-    vectorised along the batch axis, whatever their position and head."""
-    from transformer_lens.utilities.activation_functions import apply_softcap
-
-    B, T = tokens.shape
-    L = model.cfg.n_layers
-    dev = tokens.device
-    attn_only = bool(model.cfg.attn_only)
-    mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
-    buf = logits_c.clone()
-    # chunks of one layer each, at most `per` cells
-    groups = _group_cells(todo, lambda i: cells[i], lambda i: cells[i][0], per)
-    for idx in groups:
-        chunk = [cells[i] for i in idx]
-        C, l = len(chunk), chunk[0][0]
-        N = C * B
-        ar = torch.arange(N, device=dev)
-        bidx = torch.arange(B, device=dev).repeat(C)  # copy c = rows c*B..(c+1)*B
-        P = torch.tensor([c[1] for c in chunk], device=dev).repeat_interleave(B)  # (N,)
-        Hd = (torch.tensor([c[2] for c in chunk], device=dev).repeat_interleave(B)
-              if setter == "layer_pos_head" else None)
-        clean = clean_cache[_act_name(act, l)][bidx, P]  # (N, [H, d_head] | d_model)
-
-        row = clean if act == "resid_pre" else None  # input rows at P that differ
-        dense = None  # or the whole input residual (N, T, d_model)
-        final = None
-        for j in range(l, L):
-            blk = model.blocks[j]
-            last = j == L - 1
-            if dense is not None:
-                attend = partial(_attend_full_kv, kv=_kv_rows(blk, dense))
-            else:  # the corrupted keys/values, shared by the copies, except row P
-                Kc = cc[f"blocks.{j}.attn.hook_k"]  # (B, T, H, d_head)
-                Vc = cc[f"blocks.{j}.attn.hook_v"]
-                k_row = v_row = None
-                if row is not None:
-                    kr, vr = _kv_rows(blk, row[:, None])
-                    k_row, v_row = kr[:, 0], vr[:, 0]  # (N, H, d_head)
-                if j == l and act in ("k", "v"):
-                    put = (Kc if act == "k" else Vc)[bidx, P]  # (N, H, d_head)
-                    put[ar, Hd] = clean[ar, Hd]
-                    k_row, v_row = (put, None) if act == "k" else (None, put)
-                attend = partial(_attend_shared_kv, Kc=Kc, Vc=Vc, P=P, k_row=k_row,
-                                 v_row=v_row)
-            # query rows: the metric positions (last layer), the patched row (position-local
-            # patch layer) or every position
-            resid = dense if dense is not None else cc[f"blocks.{j}.hook_resid_pre"]
-            rep = 1 if dense is not None else C
-            if last:
-                qpos = mp_t.expand(N, -1)
-                x = resid[:, mp_t].repeat(rep, 1, 1)  # (N, R, d_model)
-            elif j == l and act in _LOCAL_ACTS:
-                qpos = P[:, None]
-                x = resid[bidx, P][:, None]
-            else:
-                qpos = torch.arange(T, device=dev).expand(N, -1)
-                x = resid.repeat(rep, 1, 1)
-            if row is not None:
-                x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
-            fn = (partial(_put_clean, qpos=qpos, act=act, P=P, Hd=Hd, clean=clean) if j == l
-                  else _no_patch)
-            y = _block_rows(blk, x, qpos, attend, attn_only, fn)
-            if last:
-                final = y
-            elif j == l and act in _LOCAL_ACTS:
-                row, dense = y[:, 0], None
-            else:
-                row, dense = None, y
-        if model.cfg.normalization_type is not None:
-            final = model.ln_final(final)
-        rows = apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
-        # one buffer of corrupted logits; copy c's metric-position rows are written in just
-        # before its metric is read into `out` (positions the metric does not read keep the
-        # corrupted logits)
-        rows = rows.to(logits_c.dtype)
-        for c in range(C):
-            buf[:, mp_t] = rows[c * B:(c + 1) * B]
-            out[idx[c]] = metric(buf).reshape(())
-        buf[:, mp_t] = logits_c[:, mp_t]
 
 
 # activations whose patch at position p in the last layer only changes position p's output
@@ -664,7 +361,7 @@ def attribution_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     activations, as the exact functions do.
     """
     L = model.cfg.n_layers
-    names = [_act_name(act, l) for l in range(L)]
+    names = [act_name(act, l) for l in range(L)]
     keep = set(names)
     if clean_cache is None or not all(n in clean_cache for n in names):
         with torch.no_grad():
@@ -744,9 +441,9 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
 
     hooks = []
     for l in range(sl, L):
-        hooks.append((_act_name("z", l), partial(freeze_z, layer=l)))
+        hooks.append((act_name("z", l), partial(freeze_z, layer=l)))
         if freeze_mlps and not model.cfg.attn_only and l >= sl:
-            hooks.append((_act_name("mlp_out", l), lambda a, hook: corr[hook.name]))
+            hooks.append((act_name("mlp_out", l), lambda a, hook: corr[hook.name]))
     want = set()
     for r in receivers:
         if r[0] == "logits":
@@ -756,7 +453,7 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
             if rl <= sl:
                 raise ConfigError(f"receivers = {r!r} is not allowed; expected a head in a "
                                   f"later layer than the sender {sender} (or ('logits',))")
-            want.add(_act_name(kind, rl))
+            want.add(act_name(kind, rl))
     hooks += [(n, record) for n in sorted(want)]
     model.run_with_hooks(corrupted_tokens, fwd_hooks=hooks)
 
@@ -767,7 +464,7 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
             hooks2.append((n, lambda a, hook: rec[hook.name]))
         else:
             rl, rh, kind = r
-            n = _act_name(kind, rl)
+            n = act_name(kind, rl)
 
             def put(a, hook, rh=rh):
                 a = a.clone()
@@ -820,95 +517,3 @@ def normalised_recovery(value, clean_value, corrupted_value):
         return (value - corrupted_value) / torch.where(den.abs() < 1e-12,
                                                        torch.full_like(den, 1e-12), den)
     return (value - corrupted_value) / (den if abs(den) > 1e-12 else 1e-12)
-
-
-# ---------------------------------------------------------------------------------------------
-# Attention-row overwrite (causal tests of a pattern, e.g. IR-3/IR-4)
-# ---------------------------------------------------------------------------------------------
-@torch.no_grad()
-def overwrite_attention_row(model, tokens: Tensor, layer: int, head: int, query_pos,
-                            row: Tensor | np.ndarray, answer_pos=None,
-                            answers: Tensor | None = None, renormalise: bool = False):
-    """Run ``model`` with head ``(layer, head)``'s attention row at ``query_pos`` replaced.
-
-    ``query_pos``: int or (B,) tensor. ``row``: (n_src,) or (B, n_src) weights over source
-    positions 0..n_src-1 (the rest get 0); ``renormalise`` divides by its sum. Returns the
-    logits, and with ``answers`` (B,) also the accuracy of argmax at ``answer_pos`` (default
-    ``query_pos``) as a second value. The overwrite goes through the ``hook_pattern`` hook, so
-    the head's value vectors and everything downstream are recomputed.
-    """
-    B, T = tokens.shape
-    row = torch.as_tensor(np.asarray(row), dtype=torch.float32, device=tokens.device)
-    if row.dim() == 1:
-        row = row.expand(B, -1)
-    if renormalise:
-        row = row / row.sum(-1, keepdim=True)
-    full = torch.zeros(B, T, device=tokens.device)
-    full[:, :row.shape[1]] = row
-    qp = torch.as_tensor(query_pos, device=tokens.device).long()
-    if qp.dim() == 0:
-        qp = qp.expand(B)
-    bidx = torch.arange(B, device=tokens.device)
-
-    def hook(pattern, hook):  # (B, heads, dest, src)
-        pattern = pattern.clone()
-        pattern[bidx, head, qp, :] = full.to(pattern.dtype)
-        return pattern
-
-    logits = model.run_with_hooks(tokens, fwd_hooks=[(_act_name("pattern", layer), hook)])
-    if answers is None:
-        return logits
-    ap = qp if answer_pos is None else torch.as_tensor(answer_pos, device=tokens.device).long()
-    if ap.dim() == 0:
-        ap = ap.expand(B)
-    pred = logits[bidx, ap].argmax(-1)
-    return logits, float((pred == answers.to(pred.device)).float().mean())
-
-
-def time_call(fn, *a, **k):
-    t = time.perf_counter()
-    r = fn(*a, **k)
-    return r, time.perf_counter() - t
-
-
-def candidate_rows(n_src: int = 5, a: float = 0.2, delta: float = 0.1,
-                   induction_src: int | None = None) -> dict[str, np.ndarray]:
-    """Standard attention rows over ``(s1, a1, s2, a2, s3)`` (IR step-1 query at ``s3``):
-
-    ``pairwise`` ``(a, a, 1/2-a, 1/2-a, 0)``; ``one_pair`` ``(1/2, 1/2, 0, 0, 0)``;
-    ``unequal`` ``(a+delta, a-delta, 1/2-a-delta, 1/2-a+delta, 0)`` (unequal within each
-    pair); ``uniform`` ``1/n_src`` everywhere; ``induction`` all mass on ``induction_src``
-    (default: the position before the query, a previous-token/induction-style row)."""
-    if n_src != 5:
-        raise ConfigError(f"n_src = {n_src} is not allowed; expected 5 (the IR step-1 row "
-                          "(s1, a1, s2, a2, s3)); build other rows by hand and pass them to "
-                          "overwrite_attention_row")
-    ind = np.zeros(n_src)
-    ind[n_src - 2 if induction_src is None else induction_src] = 1.0
-    return {
-        "pairwise": np.array([a, a, 0.5 - a, 0.5 - a, 0.0]),
-        "one_pair": np.array([0.5, 0.5, 0.0, 0.0, 0.0]),
-        "unequal": np.array([a + delta, a - delta, 0.5 - a - delta, 0.5 - a + delta, 0.0]),
-        "uniform": np.full(n_src, 1.0 / n_src),
-        "induction": ind,
-    }
-
-
-def overwrite_rows_sweep(model, tokens: Tensor, layer: int, head: int, query_pos,
-                         rows: dict[str, np.ndarray], answers: Tensor,
-                         answer_pos=None) -> dict[str, float]:
-    """Accuracy at ``answer_pos`` (default ``query_pos``) with no overwrite (``"model"``) and
-    with each named row written into head ``(layer, head)`` at ``query_pos``."""
-    B = tokens.shape[0]
-    with torch.no_grad():
-        logits = model(tokens)
-    ap = torch.as_tensor(query_pos if answer_pos is None else answer_pos).long()
-    if ap.dim() == 0:
-        ap = ap.expand(B)
-    out = {"model": float((logits[torch.arange(B), ap].argmax(-1).cpu() ==
-                           answers.cpu()).float().mean())}
-    for name, row in rows.items():
-        _, acc = overwrite_attention_row(model, tokens, layer, head, query_pos, row,
-                                         answer_pos=answer_pos, answers=answers)
-        out[name] = acc
-    return out

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.config import check, check_choice, check_range
+from mechinterp_icr.interp.taskvec import pca
 
 __all__ = [
     "LinearProbe",
@@ -250,8 +251,7 @@ def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int 
     proj = None
     if kind == "pca":
         check_range("n_pc", n_pc, 1, min(X.shape), integer=True)
-        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
-        proj = vt[:n_pc].T  # (d, n_pc)
+        proj = pca(X, n_pc).components_.T  # (d, n_pc): the top PCs of the training vectors
     elif kind == "random":
         proj = random_orthonormal(X.shape[1], n_pc, seed)
     Z = Xc if proj is None else Xc @ proj

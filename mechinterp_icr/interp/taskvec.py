@@ -10,8 +10,10 @@ last token). We read it at every layer boundary of a HookedTransformer:
 so a model with ``n_layers`` layers has ``n_layers + 1`` boundaries. Extraction is one batched
 ``run_with_cache`` per chunk of prompts with a names filter (only these hooks are stored).
 
-Geometry (all deterministic, numpy only on the quick path): PCA by SVD with a fixed sign
-convention, explained variance, participation ratio, number of components for 90% variance,
+Geometry (all deterministic): PCA (:func:`pca`, the package's one PCA: sklearn's with the full
+SVD solver, whose sign convention makes the largest loading of each component positive; the
+probes' top-PC feature map uses it too), explained variance, participation ratio, number of
+components for 90% variance,
 within- vs between-type cosine similarity, silhouette, and the fraction of variance explained
 by the type (``type_variance_fraction``, the between-type share of the total variance; the
 scalar "separation" used by the K and ``lam`` sweeps). UMAP is optional (``umap_embed``) and
@@ -251,36 +253,16 @@ def _as2d(X) -> np.ndarray:
     return X
 
 
-@dataclass
-class PCA:
-    """Deterministic PCA by SVD: components' signs fixed so the largest |loading| is positive."""
+def pca(X, k: int | None = None):
+    """A fitted ``sklearn.decomposition.PCA`` of the rows of X with ``k`` components (default
+    all), full SVD solver: deterministic, the largest |loading| of each component positive.
+    Use ``components_`` (k, d), ``explained_variance_ratio_`` and ``transform``."""
+    from sklearn.decomposition import PCA
 
-    mean: np.ndarray  # (d,)
-    components: np.ndarray  # (k, d) orthonormal rows
-    explained_variance: np.ndarray  # (k,)
-    explained_variance_ratio: np.ndarray  # (k,)
-
-    def transform(self, X) -> np.ndarray:
-        return (np.asarray(X, dtype=np.float64) - self.mean) @ self.components.T
-
-
-def pca(X, k: int | None = None) -> PCA:
-    """PCA of the rows of X (centred); ``k`` components (default all)."""
     X = _as2d(X)
-    mean = X.mean(0)
-    Xc = X - mean
-    _, s, vt = np.linalg.svd(Xc, full_matrices=False)
-    var = s ** 2 / max(1, X.shape[0] - 1)
-    total = var.sum()
-    k = len(s) if k is None else int(k)
-    check_range("k", k, 1, len(s), integer=True)
-    comps = vt[:k].copy()
-    idx = np.abs(comps).argmax(1)
-    signs = np.sign(comps[np.arange(k), idx])
-    signs[signs == 0] = 1.0
-    comps *= signs[:, None]
-    ratio = var[:k] / total if total > 0 else np.zeros(k)
-    return PCA(mean, comps, var[:k], ratio)
+    k = min(X.shape) if k is None else int(k)
+    check_range("k", k, 1, min(X.shape), integer=True)
+    return PCA(n_components=k, svd_solver="full").fit(X)
 
 
 def participation_ratio(X) -> float:
@@ -380,7 +362,7 @@ def geometry(X, labels, n_pc: int = 3) -> dict[str, float]:
         **cosine_within_between(X, labels),
         "participation_ratio": participation_ratio(X),
         "n_components_90": n_components_for(X, 0.9),
-        "top_pc_variance": float(p.explained_variance_ratio.sum()),
+        "top_pc_variance": float(p.explained_variance_ratio_.sum()),
     }
 
 

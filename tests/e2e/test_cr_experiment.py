@@ -1,4 +1,5 @@
-"""CR reproduction pipeline: validation before any work, and a tiny end-to-end run."""
+"""CR reproduction pipeline: the config (profiles, overrides, validation before any work, JSON
+round trip) and a tiny end-to-end run of every stage, CR-1 .. CR-7."""
 
 import json
 
@@ -6,8 +7,14 @@ import pytest
 import torch
 from helpers import CR_TINY as TINY
 
-from mechinterp_icr.config import ConfigError
+from mechinterp_icr.claims import Summary
+from mechinterp_icr.config import ConfigError, apply_overrides, from_dict, to_dict
 from mechinterp_icr.experiments import cr
+from mechinterp_icr.experiments.cr.config import parse_sweep_setting
+
+
+def _cfg(overrides, profile="quick"):
+    return apply_overrides(cr.profile(profile), overrides)
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -20,42 +27,56 @@ from mechinterp_icr.experiments import cr
     (["sweep=[\"x|task.nope=1\"]"], "sweep setting"),
     (["sweep=[\"x|model.d_model=8\"]"], "sweep"),
     (["finetune.trainable=nonsense_pattern"], "train.trainable"),
+    (["sweep=[\"x|finetune.trainable=nonsense\"]"], "sweep setting"),
+    (["taskvec.n_pc=0"], "taskvec.n_pc = 0"),
+    (["taskvec.lams=[0.5,2]"], "taskvec.lams"),
+    (["taskvec.nope=1"], "taskvec.nope"),
+    (["cascade.ft_lr=0"], "cascade.ft_lr = 0"),
+    (["mechanism.n_pairs=0"], "mechanism.n_pairs = 0"),
 ])
-def test_validate_rejects_bad_overrides_before_work(tmp_path, override, needle):
-    out = tmp_path / "out"
+def test_bad_overrides_are_refused_by_the_config(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace(".", r"\.")):
-        cfg = cr.validate("quick", [0], override)
-        # trainable patterns are only checkable against a model: reproduce checks them first
-        cr.reproduce("quick", out, [0], override)
-        del cfg
-    assert not out.exists()
+        _cfg(override)
 
 
 def test_unknown_profile_rejected():
-    with pytest.raises(ConfigError, match="--profile"):
-        cr.validate("huge", [0], [])
+    with pytest.raises(ConfigError, match="profile = 'huge'.*'quick', 'paper'"):
+        cr.profile("huge")
 
 
-def test_profiles_resolve_and_sweep_settings_parse():
+def test_profiles_resolve_round_trip_and_sweep_settings_parse():
+    assert cr.PROFILES == ("quick", "paper")
     for p in cr.PROFILES:
-        cfg = cr.validate(p, [0, 1, 2], [])
+        cfg = cr.profile(p)
+        assert isinstance(cfg, cr.CRConfig)
         assert cfg.finetune.trainable == "attention"
         assert cfg.model.n_layers == 2 and cfg.model.n_heads == 1
         assert cfg.model.normalization == "none"
+        assert from_dict(cr.CRConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
         for s in cfg.sweep:
-            label, ov = cr.parse_sweep_setting(s)
+            label, ov = parse_sweep_setting(s)
             assert label and all(k.split(".")[0] in ("task", "finetune") for k in ov)
+    quick, paper = cr.profile("quick"), cr.profile("paper")
+    assert quick.taskvec.lams == (0.0, 0.5, 0.9) and paper.taskvec.lam_seeds == 3
+    assert (quick.cascade.ft_lr, paper.cascade.ft_lr) == (6e-3, 3e-3)
+    assert (quick.mechanism.n_pairs, paper.mechanism.n_pairs) == (64, 256)
+    # every stage is reachable by a dotted key
+    cfg = _cfg(["taskvec.n_pc=4", "cascade.checkpoint_every=5", "mechanism.n_pairs=8",
+                "taskvec.lams=[0,1]"])
+    assert (cfg.taskvec.n_pc, cfg.cascade.checkpoint_every, cfg.mechanism.n_pairs) == (4, 5, 8)
+    assert cfg.taskvec.lams == (0.0, 1.0)
 
 
 def test_tiny_end_to_end(tmp_path):
     torch.set_num_threads(1)
-    summary = cr.reproduce("quick", tmp_path, [0], TINY)
-    summary.write(tmp_path)
+    cfg = _cfg(TINY)
+    summary = Summary("cr", "quick", [0])
+    cr.reproduce(cfg, tmp_path, [0], summary)
     data = json.loads((tmp_path / "summary.json").read_text())
-    for cid in ("CR-1", "CR-2", "CR-3"):
+    for cid in ("CR-1", "CR-2", "CR-3", "CR-4", "CR-5", "CR-6", "CR-7"):
         c = data["claims"][cid]
         assert set(c) >= {"statement", "per_seed", "mean", "ci95", "threshold", "holds"}
-        assert isinstance(c["holds"], bool)
+        assert isinstance(c["holds"], bool) and "0" in c["per_seed"], cid
     c1 = data["claims"]["CR-1"]["per_seed"]["0"]
     c2 = data["claims"]["CR-2"]["per_seed"]["0"]
     # pretraining stores the facts; ICL finetuning on half the subjects lifts held-out ICL
@@ -71,7 +92,17 @@ def test_tiny_end_to_end(tmp_path):
     assert "sga" in data["claims"]["CR-1"]["details"][
         "pt_only_heldout_icl_exact_other_pretraining"]
     assert all(0 <= r["heldout_plain_icl_acc"] <= 1 for r in table)
-    assert set(data["timings_s"]) >= {"pretrain", "finetune", "evaluate", "sweep", "total"}
+    assert set(data["timings_s"]) >= {"pretrain", "finetune", "evaluate", "sweep", "figures",
+                                      "CR-4 task vectors and probes", "CR-5..7 mechanism",
+                                      "attention views", "total"}
+    # the later stages: CR-4 tables, the construction, the cascade's run and figures
+    assert {r["K"] for r in data["tables"]["cr4_k_sweep"]} == {1, 2}
+    assert data["claims"]["CR-6"]["per_seed"]["0"]["own_format_min"] >= 0.99
+    assert {"t_half_ov", "t_half_kq", "ov_first"} <= set(data["claims"]["CR-7"]["per_seed"]["0"])
+    assert (tmp_path / "runs" / "cr-mech" / "seed0" / "metrics.jsonl").exists()
+    for stem in ("cr_icl_by_k", "cr3_sweep", "cr4_overview", "cr7_cascade"):
+        assert (tmp_path / "figures" / f"{stem}.html").exists(), stem
+    assert data["tables"]["attention views"]
     # the run directory is readable by the toolkit: config + phases in order
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.store.rundir import RunDir
@@ -87,23 +118,25 @@ def test_tiny_end_to_end(tmp_path):
 
     r = evaluate_icl(model, task, 5, task.heldout_subjects, 2, 128)
     assert r["exact"] == pytest.approx(c2["heldout_icl_exact"], abs=0.2)
-    # re-running resumes everything from the checkpoints and reproduces the numbers
-    again = cr.reproduce("quick", tmp_path, [0], TINY)
+    # re-running resumes CR-1..3 from the checkpoints and reproduces the numbers
+    again = Summary("cr", "quick", [0])
+    cr.reproduce(cfg, tmp_path, [0], again)
     a2 = again.claims["CR-2"].per_seed["0"]["heldout_icl_exact"]
     assert a2 == pytest.approx(c2["heldout_icl_exact"])
-    # a different config refuses to reuse the run directory
+    # a different config refuses to reuse the run directory, before any work
     with pytest.raises(ConfigError, match="different config"):
-        cr.reproduce("quick", tmp_path, [0], TINY + ["task.lam=0.5"])
+        cr.reproduce(_cfg(TINY + ["task.lam=0.5"]), tmp_path, [0], Summary("cr", "quick", [0]))
 
 
 @pytest.mark.parametrize("grammar", [False, True])
 def test_finetune_batches_use_only_finetune_subjects(grammar):
     import numpy as np
 
+    from mechinterp_icr.experiments.cr.train import finetune_sampler
     from mechinterp_icr.training.loop import batch_rng
 
-    task = cr.validate("quick", [0], []).task.build(3)
-    sample = cr.finetune_sampler(task, grammar)
+    task = cr.profile("quick").task.build(3)
+    sample = finetune_sampler(task, grammar)
     ft = set(task.finetune_subjects.tolist())
     for step in range(5):
         b = sample(batch_rng(3, "ft-icl", step), 128)

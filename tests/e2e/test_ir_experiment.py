@@ -1,10 +1,12 @@
-"""IR reproduction pipeline: validation and a tiny end-to-end run."""
+"""IR reproduction pipeline: the config (profiles, overrides, validation, JSON round trip)
+and a tiny end-to-end run."""
 
 import json
 
 import pytest
 
-from mechinterp_icr.config import ConfigError
+from mechinterp_icr.claims import Summary
+from mechinterp_icr.config import ConfigError, apply_overrides, from_dict, to_dict
 from mechinterp_icr.experiments import ir
 
 TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[16]",
@@ -13,23 +15,92 @@ TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[
         "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
         "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]
 
+# the profiles as they were before the config became a dataclass (a 45-key dict)
+QUICK_BEFORE = {
+    "n": 512, "R": 6, "N": 256, "steps": 200, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
+    "p_single": 0.25, "p_swap": 0.25, "temperature": 0.05, "lam2": 10.0,
+    "eval_size": 1000, "escape_spread": 0.05, "gd_sym_steps": 400,
+    "gap_n": [64, 128, 256, 512],
+    "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_steps": 100, "sweep_Nmax": 256,
+    "sweep_eval": 1000, "sweep_target": 0.99,
+    "sweep_random_n": [32, 64, 128, 256], "sweep_random_d": 128, "sweep_random_seeds": 0,
+    "k3_n": 512, "pre_n": 32, "pre_steps": 600, "pre_N": 256, "pre_ft_steps": 1000,
+    "pre_ft_lr": 0.25,
+    "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
+    "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
+    "ind_steps": 300, "ind_tokens": 32, "ind_half": 10,
+    "ow_n": 64,
+}
+PAPER_BEFORE = {
+    "n": 2048, "R": 6, "N": 512, "steps": 2000, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
+    "p_single": 0.25, "p_swap": 0.25, "temperature": 0.05, "lam2": 10.0,
+    "eval_size": 5000, "escape_spread": 0.05, "gd_sym_steps": 3000,
+    "gap_n": [64, 128, 256, 512, 1024, 2048],
+    "sweep_n": [64, 128, 256, 512, 1024, 2048], "sweep_steps": 400, "sweep_Nmax": 512,
+    "sweep_eval": 2000, "sweep_target": 0.99,
+    "sweep_random_n": [64, 128, 256, 512, 1024, 2048],
+    "sweep_random_d": 128, "sweep_random_seeds": 3,
+    "k3_n": 2048, "pre_n": 64, "pre_steps": 3000, "pre_N": 512, "pre_ft_steps": 3000,
+    "pre_ft_lr": 0.25,
+    "ht_n": 32, "ht_steps": 600, "ht_dense": 100, "ht_attn_big_lr": 1.0,
+    "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 256, "ht_eval": 512,
+    "ind_steps": 1000, "ind_tokens": 64, "ind_half": 12,
+    "ow_n": 512,
+}
 
-def test_validate_rejects_bad_overrides():
-    ir.validate("quick", [0], [])
+
+def _cfg(overrides=(), name="quick"):
+    return apply_overrides(ir.profile(name), list(overrides))
+
+
+def test_profiles_keep_their_values_and_round_trip():
+    assert ir.PROFILES == ("quick", "paper")
+    for name, before in (("quick", QUICK_BEFORE), ("paper", PAPER_BEFORE)):
+        cfg = ir.profile(name)
+        assert to_dict(cfg) == before
+        assert all(type(v) is type(before[k]) for k, v in to_dict(cfg).items())
+        assert from_dict(ir.IRConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
+    tiny = _cfg(TINY)
+    assert tiny.sweep_n == (8, 16) and tiny.n == 16
+    assert from_dict(ir.IRConfig, json.loads(json.dumps(to_dict(tiny)))) == tiny
+
+
+def test_overrides_coerce_and_validate():
+    cfg = _cfg(["big_lr=2", "sweep_random_seeds=0"])
+    assert cfg.big_lr == 2.0 and isinstance(cfg.big_lr, float)
     with pytest.raises(ConfigError, match="n_subjectz"):
-        ir.validate("quick", [0], ["n_subjectz=5"])
+        _cfg(["n_subjectz=5"])
     with pytest.raises(ConfigError, match="sweep_n"):
-        ir.validate("quick", [0], ["sweep_n=5"])
+        _cfg(["sweep_n=5"])
+    with pytest.raises(ConfigError, match="sweep_n"):
+        _cfg(["sweep_n=[2,64]"])
     with pytest.raises(ConfigError, match="task.n_subjects"):
-        ir.validate("quick", [0], ["n=5"])
-    with pytest.raises(ConfigError, match="profile"):
-        ir.validate("huge", [0], [])
+        _cfg(["n=5"])
+    with pytest.raises(ConfigError, match="sigma"):
+        _cfg(["sigma=0"])
+    with pytest.raises(ConfigError, match="steps"):
+        _cfg(["steps=1.5"])
+    with pytest.raises(ConfigError, match="sweep_target"):
+        _cfg(["sweep_target=1.5"])
+    with pytest.raises(ConfigError, match="sweep_Nmax"):
+        _cfg(["sweep_Nmax=1"])
+    with pytest.raises(ConfigError, match=r"profile = 'huge'.*quick"):
+        ir.profile("huge")
+
+
+def test_gap_sweep_refuses_unknown_knobs():
+    from mechinterp_icr.experiments.ir.sweeps import gap_sweep
+
+    with pytest.raises(ConfigError, match="bogus"):
+        gap_sweep("IR-7", [0], [{"bogus": 1}])
+    with pytest.raises(ConfigError, match="claim"):
+        gap_sweep("IR-5", [0], [{}])
 
 
 def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     monkeypatch.setenv("MECHINTERP_ICR_NO_PNG", "1")
-    s = ir.reproduce("quick", tmp_path, [0], TINY)
-    s.write(tmp_path)
+    s = Summary("ir", "quick", [0])
+    ir.reproduce(_cfg(TINY), tmp_path, [0], s)
     data = json.loads((tmp_path / "summary.json").read_text())
     for i in range(1, 9):
         c = data["claims"][f"IR-{i}"]
@@ -48,6 +119,10 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     assert any(k.startswith("raw data: PGD escapes") for k in checks)
     assert not any("GD escapes no earlier" in k for k in checks)
     assert (tmp_path / "figures" / "ir_causal_row_overwrite.html").exists()
+    assert set(data["tables"]["IR figures"]) == {"ir_4_attention_rows", "ir_3_gap_vs_n",
+                                                 "ir_5_sample_complexity",
+                                                 "ir_causal_row_overwrite"}
+    assert "attention views" in data["timings_s"]
     run = tmp_path / "runs" / "ir" / "seed0" / "ht_sym_pgd"
     assert (run / "config.json").exists()
     assert any(p.name.startswith("pgd-") for p in (run / "checkpoints").iterdir())

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mechinterp_icr.interp.cache import cache_activations, iter_checkpoint_caches, map_checkpoints
-from mechinterp_icr.interp.cascade import CascadeConfig, half_gain_step, run_cascade
+from mechinterp_icr.interp.cascade import half_gain_step
 
 
 def test_half_gain_step():
@@ -45,8 +45,31 @@ def test_cache_batches_and_checkpoints(tmp_path):
     assert rows == [{"checkpoint": "train-0000010", "phase": "train", "step": 10, "n": 2}]
 
 
+def test_cascade_probes_and_timing_on_an_untrained_model():
+    """The probe rows logged per checkpoint and their timing, without any training."""
+    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
+    from mechinterp_icr.experiments.cr.config import CascadeConfig
+    from mechinterp_icr.interp.cascade import cascade_timing, checkpoint_probes
+    from mechinterp_icr.models.factory import build_model
+    from mechinterp_icr.tasks.cr import CRTaskConfig
+
+    task = CRTaskConfig(n_subjects=16, n_values=4, n_types=2, n_demos=2, max_demos=3).build(0)
+    model = build_model(mechanism_model_config(task, CascadeConfig(d_model=16, d_head=8)))
+    batch = task.sample_icl(np.random.default_rng(0), 16, subjects=task.heldout_subjects)
+    row = checkpoint_probes(task, batch)(model)
+    assert {"h0_ov", "h1_kq", "h1_kq_mass", "h0_ov_top1", "icl_heldout_exact"} <= set(row)
+    # three fake checkpoints: the OV probe rises at step 2, the KQ probe at step 4
+    rows = [{**row, "step": s, "h0_ov": ov, "h1_ov": ov, "h0_kq": kq, "h1_kq": kq}
+            for s, ov, kq in ((0, 0.0, 0.0), (2, 1.0, 0.2), (4, 1.0, 1.0))]
+    t = cascade_timing(model, task, rows, batch)
+    assert t["steps"] == [0, 2, 4] and t["relation_head"] in (0, 1)
+    assert (t["t_half_ov"], t["t_half_kq"], t["ov_first"], t["lead_steps"]) == (2, 4, 1.0, 2)
+
+
 @pytest.mark.slow
 def test_cascade_runs_end_to_end(tmp_path):
+    from mechinterp_icr.experiments.cr.cascade import run_cascade
+    from mechinterp_icr.experiments.cr.config import CascadeConfig
     from mechinterp_icr.tasks.cr import CRTaskConfig
 
     tc = CRTaskConfig(n_subjects=32, n_values=8)

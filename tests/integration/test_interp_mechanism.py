@@ -1,4 +1,5 @@
-"""End-to-end: CR-5/6/7 claims on a tiny CR reproduction (slow: about a minute on one core)."""
+"""CR-5/6/7 on a tiny CR run: the mechanism stage adds its claims, tables and figures (slow:
+trains a tiny CR model and the mechanism model). The full pipeline is tests/e2e."""
 
 import json
 
@@ -10,17 +11,26 @@ import torch
 def test_add_mechanism_claims_tiny(tmp_path):
     from helpers import CR_TINY as TINY
 
+    from mechinterp_icr.claims import Summary
+    from mechinterp_icr.config import apply_overrides
     from mechinterp_icr.experiments import cr
-    from mechinterp_icr.experiments.cr_mechanism import add_mechanism_claims
+    from mechinterp_icr.experiments.cr.mechanism import add_mechanism_claims
+    from mechinterp_icr.experiments.cr.sweep import run_sweep
 
     torch.set_num_threads(1)
-    summary = cr.reproduce("quick", tmp_path, [0], TINY + ["sweep=[]"])
-    add_mechanism_claims(summary, tmp_path, [tmp_path / "runs" / "cr" / "seed0"], [0], "quick")
+    cfg = apply_overrides(cr.profile("quick"), TINY + ["sweep=[]", "allweights_arm=false"])
+    # a CR run with its pretraining only (a sweep without settings): CR-5 has no ft-icl model
+    # to patch, CR-6 and CR-7 need only the run's task
+    run_sweep(cfg, tmp_path, [0], [])
+    summary = Summary("cr", "quick", [0])
+    add_mechanism_claims(summary, tmp_path, [tmp_path / "runs" / "cr" / "seed0"], [0],
+                         cfg.mechanism, cfg.cascade)
     summary.write(tmp_path)
     data = json.loads((tmp_path / "summary.json").read_text())
-    for cid in ("CR-5", "CR-6", "CR-7"):
+    for cid in ("CR-6", "CR-7"):
         c = data["claims"][cid]
         assert "0" in c["per_seed"] and isinstance(c["holds"], bool)
+    assert data["claims"]["CR-5"]["per_seed"] == {}  # no ft-icl phase: nothing to patch
     assert data["claims"]["CR-6"]["per_seed"]["0"]["own_format_min"] >= 0.99
     c7 = data["claims"]["CR-7"]["per_seed"]["0"]
     assert {"t_half_ov", "t_half_kq", "ov_first"} <= set(c7)

@@ -1,3 +1,8 @@
+"""The exact patching engine (batched, metric-position pruning) against TransformerLens's
+per-cell loop, attribution and path patching, the metrics, and the benchmark's equalities.
+The fast paths (suffix, incremental) are tested in ``test_patching_fast.py``; the IR
+attention-row overwrite in ``test_ir_overwrite.py``."""
+
 import numpy as np
 import pytest
 import torch
@@ -96,40 +101,6 @@ def test_attribution_patching_correlates(trained):
     assert all(not p.requires_grad or p.grad is None for p in model.parameters())
 
 
-def test_overwrite_attention_row_is_applied(trained):
-    model, clean, _corr, _metric = trained
-    T = clean.shape[1]
-    row = torch.zeros(T)
-    row[0] = 1.0
-    seen = {}
-    logits = P.overwrite_attention_row(model, clean, 1, 0, T - 1, row)
-    # check through a second hook that the pattern really holds the row
-    model.run_with_hooks(clean, fwd_hooks=[("blocks.1.attn.hook_pattern",
-                                            lambda a, hook: seen.setdefault("p", a.clone()))])
-    assert logits.shape == (clean.shape[0], T, model.cfg.d_vocab)
-    answers = clean[:, -1]
-    _, acc = P.overwrite_attention_row(model, clean, 1, 0, T - 2, row, answers=answers)
-    assert 0.0 <= acc <= 1.0
-
-
-def test_overwrite_rows_sweep_matches_manual(trained):
-    model, clean, _corr, _metric = trained
-    T = clean.shape[1]
-    rows = P.candidate_rows()
-    assert all(abs(r.sum() - 1.0) < 1e-9 for r in rows.values())
-    answers = clean[:, T - 1]
-    qp = T - 2
-    res = P.overwrite_rows_sweep(model, clean, 1, 0, qp, rows, answers)
-    assert set(res) == {"model", *rows}
-    # the "model" entry is the plain accuracy; an overwrite with the model's own row is a no-op
-    from mechinterp_icr.interp.attention import attention_row
-
-    own = attention_row(model, clean, 1, 0, qp)  # (B, T)
-    logits, acc = P.overwrite_attention_row(model, clean, 1, 0, qp, own, answers=answers)
-    assert torch.allclose(logits, model(clean), atol=1e-5)
-    assert abs(acc - res["model"]) < 1e-9
-
-
 @pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
                                         ("layer_pos", "resid_pre"), ("layer_pos_head", "q")])
 def test_metric_position_pruning_is_exact(trained, setter, act):
@@ -146,75 +117,6 @@ def test_metric_position_pruning_is_exact(trained, setter, act):
     assert n_skip > 0
 
 
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
-                                        ("layer_pos_head", "k"), ("layer_pos", "resid_pre"),
-                                        ("layer_pos", "attn_out")])
-def test_suffix_mode_equals_transformer_lens(trained, setter, act):
-    model, clean, corr, metric = trained
-    _, cache = model.run_with_cache(clean)
-    ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
-    for kw in ({"suffix": True}, {"suffix": True, "metric_positions": [11], "max_batch": 40}):
-        ours = P.batched_activation_patch(model, corr, cache, metric, setter, act, **kw)
-        assert float((ours - ref).abs().max()) <= 1e-5
-
-
-INCREMENTAL_ACTS = [("layer_pos_head", a) for a in "zqkv"] + [
-    ("layer_pos", a) for a in ("resid_pre", "attn_out", "resid_post")]
-
-
-@pytest.mark.parametrize("setter,act", INCREMENTAL_ACTS)
-def test_incremental_equals_transformer_lens(trained, setter, act):
-    model, clean, corr, metric = trained
-    assert P.incremental_supported(model, setter, act)
-    _, cache = model.run_with_cache(clean)
-    ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
-    assert float(ref.abs().max()) > 0.01
-    # metric positions: none declared (last layer at every position), the metric's own
-    # position, and a superset; max_batch=40 splits the cells of a layer into chunks
-    for kw in ({}, {"metric_positions": [11]}, {"metric_positions": [3, 11], "max_batch": 40}):
-        ours = P.batched_activation_patch(model, corr, cache, metric, setter, act,
-                                          incremental=True, **kw)
-        assert ours.shape == ref.shape
-        assert float((ours - ref).abs().max()) <= 1e-5, kw
-
-
-@pytest.fixture(scope="module")
-def trained_mlp_ln():
-    """3 layers (a middle layer recomputed in full), MLPs and LayerNorm."""
-    model, task = tiny_induction_model(n_layers=3, n_heads=2, steps=60, attn_only=False,
-                                       normalization="LN")
-    b = task.sample(batch_rng(2, "t", 0), 6)
-    clean, corr = b.tokens, b.tokens.clone()
-    h = task.cfg.half_len
-    corr[:, 1:h + 1] = torch.from_numpy(np.random.default_rng(1).integers(1, 17, (6, h)))
-    pos = 2 * h - 1
-    return model, clean, corr, P.logit_diff_metric(pos, clean[:, pos + 1], corr[:, h]), pos
-
-
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "k"),
-                                        ("layer_pos", "resid_pre"), ("layer_pos", "resid_mid"),
-                                        ("layer_pos", "mlp_out")])
-def test_incremental_equals_transformer_lens_mlp_layernorm(trained_mlp_ln, setter, act):
-    model, clean, corr, metric, pos = trained_mlp_ln
-    _, cache = model.run_with_cache(clean)
-    ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
-    ours = P.batched_activation_patch(model, corr, cache, metric, setter, act,
-                                      incremental=True, metric_positions=[pos])
-    assert float(ref.abs().max()) > 0.01
-    assert float((ours - ref).abs().max()) <= 1e-5
-
-
-def test_incremental_falls_back_where_unsupported(trained):
-    model, clean, corr, metric = trained
-    _, cache = model.run_with_cache(clean)
-    assert not P.incremental_supported(model, "layer_head", "z")
-    assert not P.incremental_supported(model, "layer_pos", "mlp_out")  # attention-only model
-    a = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "z",
-                                   incremental=True)
-    b = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "z")
-    assert torch.equal(a, b)
-
-
 def test_bad_metric_positions_are_rejected(trained):
     from mechinterp_icr.config import ConfigError
 
@@ -227,6 +129,8 @@ def test_bad_metric_positions_are_rejected(trained):
 
 
 def test_benchmark_reports_equal_results_and_ratios(tmp_path):
+    """The benchmark's exact modes agree; its timings are only reported (no speed assertion:
+    wall-clock ratios belong to ``benchmarks/patching.py``)."""
     from mechinterp_icr.interp.patch_bench import benchmark_patching
     from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
 
@@ -240,7 +144,10 @@ def test_benchmark_reports_equal_results_and_ratios(tmp_path):
                              float64_check=True)
     assert res["n_checkpoints"] >= 2
     assert res["max_abs_diff"] == 0.0  # plain batched and pruning: bitwise
+    assert res["max_abs_diff_suffix"] <= 1e-5
     assert res["max_abs_diff_incremental"] <= 1e-5
     assert res["f64_err_incremental"] <= 1e-5
-    assert res["batched_incremental_speedup_vs_tl"] > 1.0
+    # the speed-up ratios are reported (benchmarks/patching.py prints them); their size depends
+    # on the machine's load, so it is not asserted here
+    assert {"batched_speedup_vs_tl", "batched_incremental_speedup_vs_tl"} <= set(res)
     assert any("incremental" in ln for ln in lines)

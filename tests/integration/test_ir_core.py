@@ -151,9 +151,9 @@ def test_pgd_on_tiny_n_reaches_claimed_accuracy():
     fin = recs[-1]
     # IR-2: step 1 >= 0.999 or within 0.001 of the ideal-attention ceiling (0.989 here: at
     # n = 16 some single-pair confusions cannot be resolved by position-only attention)
-    from mechinterp_icr.experiments.ir import _ceiling
+    from mechinterp_icr.experiments.ir.train import ceiling
 
-    ceil = _ceiling(task, spec, ev, 0)["step1_acc"]
+    ceil = ceiling(task, spec, ev, 0)["step1_acc"]
     assert 0.95 < ceil < 1.0
     assert fin["step1_acc"] >= min(0.999, ceil - 0.001) and fin["step2_acc"] >= 0.99
     st = row_stats(recs[-1]["row1"], 2)

@@ -9,10 +9,11 @@ import pytest
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig
-from mechinterp_icr.experiments import cr_taskvec as ct
+from mechinterp_icr.experiments.cr import taskvec as ct
+from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.interp import probes as pr
 
-TINY = ct.TaskvecParams(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
+TINY = TaskvecConfig(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
                         ks=(1, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
                         lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30, lam_ft_steps=10,
                         curve_max_checkpoints=1)
@@ -42,7 +43,7 @@ def tiny_runs(tmp_path_factory):
 def test_add_taskvec_claim_end_to_end(tiny_runs):
     root, paths = tiny_runs
     s = Summary("cr", "quick", [0, 1])
-    ct.add_taskvec_claim(s, root, paths, [0, 1], "quick", params=TINY, log=None)
+    ct.add_taskvec_claim(s, root, paths, [0, 1], TINY, log=None)
     c = s.claims["CR-4"].to_dict()
     assert c["metric"] == "ft_acc_pc" and c["threshold"]["value"] == 0.95
     assert set(c["per_seed"]) == {"0", "1"}
@@ -73,14 +74,12 @@ def test_missing_runs_are_skipped_or_reported(tiny_runs, tmp_path):
     _, paths = tiny_runs
     s = Summary("cr", "quick", [0, 7])
     small = replace(TINY, lams=(), curve_max_checkpoints=1)
-    ct.add_taskvec_claim(s, tmp_path, paths[:1], [0, 7], "quick", params=small, log=None)
+    ct.add_taskvec_claim(s, tmp_path, paths[:1], [0, 7], small, log=None)
     c = s.claims["CR-4"]
     assert set(c.per_seed) == {"0"} and "[7]" in c.notes
     s2 = Summary("cr", "quick", [5])
-    ct.add_taskvec_claim(s2, tmp_path, [], [5], "quick", params=small, log=None)
+    ct.add_taskvec_claim(s2, tmp_path, [], [5], small, log=None)
     assert s2.claims["CR-4"].to_dict()["holds"] is False
-    with pytest.raises(ConfigError, match="--profile"):
-        ct.params_for("huge")
 
 
 def test_real_task_splits_do_not_leak(tiny_runs):
@@ -104,15 +103,22 @@ def test_real_task_splits_do_not_leak(tiny_runs):
         pr.split_from_sets(100, 100, T2.prompt_ids(), S2)
 
 
-def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
+def _script(rel: str, monkeypatch):
+    """Load a script of the repository (probes/, analyses/) as a module."""
     import importlib.util
     from pathlib import Path
 
-    _, paths = tiny_runs
-    spec = importlib.util.spec_from_file_location(
-        "task_vectors_script", Path(__file__).resolve().parents[2] / "probes" / "task_vectors.py")
+    path = Path(__file__).resolve().parents[2] / rel
+    monkeypatch.syspath_prepend(str(path.parent))  # analyses/ scripts import _common
+    spec = importlib.util.spec_from_file_location(path.stem + "_script", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys, monkeypatch):
+    _, paths = tiny_runs
+    mod = _script("probes/task_vectors.py", monkeypatch)
     rc = mod.main([str(paths[0]), "--checkpoints", "phase:ft-icl:last", "--quick", "--n", "120",
                    "--out", str(tmp_path)])
     assert rc == 0
@@ -120,6 +126,25 @@ def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys):
     assert out["rows"][0]["checkpoint"].startswith("ft-icl-")
     assert "top-PC" in capsys.readouterr().out
     assert mod.main([str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize("script", ["probes/task_vectors.py", "probes/lam_sweep.py",
+                                    "analyses/construction.py", "analyses/cr_sweep.py"])
+def test_scripts_refuse_a_run_of_another_task(script, tmp_path, capsys, monkeypatch):
+    from mechinterp_icr.store.rundir import RunDir
+    from mechinterp_icr.tasks.induction import InductionTaskConfig
+
+    run = tmp_path / "runs" / "cr" / "seed0"
+    RunDir.open_for(run, RunConfig(name="seed0", task=InductionTaskConfig()))
+    mod = _script(script, monkeypatch)
+    args = ["--out", str(tmp_path), "--seeds", "0"] if "cr_sweep" in script else [str(run)]
+    try:
+        code = mod.main(args)
+    except SystemExit as e:  # analyses/ scripts exit through _common.open_run
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert "cr" in err and "'induction'" in err and "\n" not in err, err
 
 
 def test_iter_checkpoint_task_vectors_same_prompts_every_checkpoint(tiny_runs):
@@ -151,6 +176,6 @@ def test_a_broken_run_is_reported_not_raised(tiny_runs, tmp_path):
     (bad / "config.json").write_text(json.dumps(cfg))
     s = Summary("cr", "quick", [0, 3])
     small = replace(TINY, lams=(), curve_max_checkpoints=1)
-    ct.add_taskvec_claim(s, tmp_path, [paths[0], bad], [0, 3], "quick", params=small, log=None)
+    ct.add_taskvec_claim(s, tmp_path, [paths[0], bad], [0, 3], small, log=None)
     c = s.claims["CR-4"]
     assert set(c.per_seed) == {"0"} and "task.lam" in c.notes

@@ -1,6 +1,6 @@
 """CR-4 science regression at the quick profile's size (slow: trains a 2-layer model).
 
-Run with ``pytest -m slow tests/test_taskvec_slow.py``.
+Run with ``pytest -m slow tests/integration/test_taskvec_slow.py``.
 """
 
 from dataclasses import replace
@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from mechinterp_icr.config import RunConfig
-from mechinterp_icr.experiments import cr_taskvec as ct
+from mechinterp_icr.experiments import cr
+from mechinterp_icr.experiments.cr import taskvec as ct
 
 
 @pytest.mark.slow
@@ -20,7 +21,7 @@ def test_type_subspace_appears_with_icl_finetuning(tmp_path):
                      model=replace(task.default_model(), d_vocab=task.build(0).d_vocab,
                                    n_ctx=64))
     # the main model size and the quick profile's PT / finetuning lengths
-    P = replace(ct.params_for("quick"), lam_d_model=64, lam_d_mlp=256, lam_pt_steps=500,
+    P = replace(cr.profile("quick").taskvec, lam_d_model=64, lam_d_mlp=256, lam_pt_steps=500,
                 lam_pt_lr=2e-3, lam_ft_steps=200, lams=(), ks=(1, 4), n_shuffles=16)
     path = ct.train_lam_run(base, 0.9, tmp_path / "seed0", P)
     res = ct.analyse_seed(path, 0, P, log=None)

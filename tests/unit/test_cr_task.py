@@ -208,14 +208,14 @@ def test_too_many_demos_and_too_long_context_rejected():
     small = build(n_subjects=8, n_demos=2, max_demos=3)
     with pytest.raises(ConfigError, match="distinct subjects"):
         small.sample_icl(np.random.default_rng(0), 4, K=3, subjects=np.arange(3))
-    from mechinterp_icr.tasks.cr import _check_ctx
+    from mechinterp_icr.tasks.cr import evaluate_pt
 
-    class M:  # a model whose context is too short
+    class M:  # a model whose context is too short: refused before any forward pass
         class cfg:
             n_ctx = 10
 
     with pytest.raises(ConfigError, match="n_ctx"):
-        _check_ctx(M, task.pt_len)
+        evaluate_pt(M, task, 0, n=4)
 
 
 def test_override_path_validates():

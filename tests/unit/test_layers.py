@@ -90,8 +90,6 @@ def test_no_import_from_a_higher_layer():
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=True, reason="experiments/cr*, experiments/ir, interp/patching not "
-                   "split yet (issue 10, in progress)")
 def test_no_module_over_the_line_limit():
     long = {p.relative_to(PKG).as_posix(): n for p in _sources()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}

@@ -100,6 +100,10 @@ def test_probe_fits_on_train_only():
     X2[sp.test] += 1000.0  # changing test rows must not change the fitted probe
     p2 = pr.fit_probe(X2[sp.train], y[sp.train], "pca", 2)
     np.testing.assert_array_equal(p1.projection, p2.projection)
+    # the top-PC feature map is the package's one PCA, fitted on the training rows
+    from mechinterp_icr.interp.taskvec import pca
+
+    np.testing.assert_array_equal(p1.projection, pca(X[sp.train], 2).components_.T)
     with pytest.raises(ConfigError, match="kind"):
         pr.fit_probe(X, y, "umap")
 

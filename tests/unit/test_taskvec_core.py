@@ -109,10 +109,18 @@ def test_pca_and_effective_dimension_on_constructed_data():
     Q, _ = np.linalg.qr(rng.standard_normal((10, 10)))
     X = Z @ Q[:, :3].T + 5.0
     p = tv.pca(X, 3)
-    np.testing.assert_allclose(p.explained_variance_ratio, [9 / 14, 4 / 14, 1 / 14], atol=0.02)
-    # components recover the embedding directions (up to sign, fixed deterministically)
-    np.testing.assert_allclose(np.abs(p.components @ Q[:, :3]), np.eye(3), atol=0.05)
-    assert np.array_equal(tv.pca(X, 3).components, p.components)  # deterministic
+    np.testing.assert_allclose(p.explained_variance_ratio_, [9 / 14, 4 / 14, 1 / 14],
+                               atol=0.02)
+    # components recover the embedding directions (up to sign, fixed deterministically:
+    # the largest |loading| of each component is positive)
+    np.testing.assert_allclose(np.abs(p.components_ @ Q[:, :3]), np.eye(3), atol=0.05)
+    assert np.array_equal(tv.pca(X, 3).components_, p.components_)  # deterministic
+    rows = np.arange(3)
+    assert (p.components_[rows, np.abs(p.components_).argmax(1)] > 0).all()
+    np.testing.assert_allclose(p.transform(X), (X - X.mean(0)) @ p.components_.T, atol=1e-9)
+    assert tv.pca(X).n_components_ == 10  # all components by default
+    with pytest.raises(ConfigError, match="k"):
+        tv.pca(X, 11)
     # participation ratio (sum l)^2 / sum l^2 = 14^2 / (81 + 16 + 1) = 2.0
     assert tv.participation_ratio(X) == pytest.approx(196 / 98, rel=0.03)
     iso = rng.standard_normal((20000, 5))

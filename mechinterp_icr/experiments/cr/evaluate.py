@@ -1,0 +1,87 @@
+"""CR-1..3 evaluation: the small held-out evaluation logged at every checkpoint, the full
+evaluation of each phase's final model, and reading those rows back.
+
+A full evaluation row is ``{split, format, K, exact, type, restricted, typed,
+restricted_type, ...}``: PT factual recall (typed, restricted with its Bayes ceiling, exact)
+on finetune and held-out subjects, and ICL / ICL+Grm accuracy (exact, type, restricted) per
+number of demos K.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.tasks.cr import CRTask, evaluate_icl, evaluate_pt
+
+__all__ = ["CURVE_KEYS", "checkpoint_eval", "finetune_curves", "full_eval", "heldout_icl_by_k",
+           "pick"]
+
+# checkpoint metrics drawn as finetuning curves
+CURVE_KEYS = ("heldout_icl_exact", "heldout_iclgrm_exact", "pt_restricted")
+
+
+def checkpoint_eval(task: CRTask, seed: int, n: int):
+    """The small held-out evaluation logged at every checkpoint (``n`` prompts per cell)."""
+
+    def fn(model) -> dict[str, float]:
+        out = {}
+        r = evaluate_icl(model, task, [seed, 101], task.heldout_subjects, task.cfg.n_demos, n)
+        out.update({f"heldout_icl_{k}": v for k, v in r.items()
+                    if k in ("exact", "type", "restricted")})
+        r = evaluate_icl(model, task, [seed, 102], task.heldout_subjects, task.cfg.n_demos, n,
+                         grammar=True)
+        out["heldout_iclgrm_exact"] = r["exact"]
+        r = evaluate_icl(model, task, [seed, 103], task.finetune_subjects, task.cfg.n_demos, n)
+        out["finetune_icl_exact"] = r["exact"]
+        r = evaluate_pt(model, task, [seed, 104], None, max(16, n // 4))
+        out.update({f"pt_{k}": v for k, v in r.items() if k in ("typed", "restricted", "exact")})
+        return out
+
+    return fn
+
+
+def full_eval(model, task: CRTask, seed: int, ks, n: int) -> list[dict[str, Any]]:
+    """Rows (split, format, K, exact, type, restricted, typed, restricted_type)."""
+    rows = []
+    splits = {"heldout": task.heldout_subjects, "finetune": task.finetune_subjects}
+    for si, (split, subs) in enumerate(splits.items()):
+        r = evaluate_pt(model, task, [seed, 200, si], subs, max(64, n // 2))
+        rows.append({"split": split, "format": "pt", "K": None, **r})
+        for gi, fmt in enumerate(("icl", "iclgrm")):
+            for K in ks:
+                r = evaluate_icl(model, task, [seed, 300, si, gi, K], subs, K, n,
+                                 grammar=fmt == "iclgrm")
+                rows.append({"split": split, "format": fmt, "K": K, **r})
+    return rows
+
+
+def pick(rows, split, fmt, K=None, key="exact"):
+    """The ``key`` of the first evaluation row of (split, format[, K]); nan when absent."""
+    for r in rows:
+        if r["split"] == split and r["format"] == fmt and (K is None or r["K"] == K):
+            return r[key]
+    return float("nan")
+
+
+def heldout_icl_by_k(results: list[dict[str, Any]], ks) -> dict[str, list[list[float]]]:
+    """phase -> for every K of ``ks`` the held-out plain-ICL exact accuracy of every seed
+    (phases in the order they ran)."""
+    return {phase: [[pick(r["phases"][phase], "heldout", "icl", K) for r in results]
+                    for K in ks]
+            for phase in results[0]["phases"]}
+
+
+def finetune_curves(out_dir: Path, seeds: list[int]) -> dict[tuple[str, str], dict[int, list]]:
+    """(phase, metric) -> step -> values over seeds, from the checkpoint evaluations
+    (``metrics.jsonl``) of the ``ft-icl`` and ``ft-iclgrm`` branches."""
+    curves: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for seed in seeds:
+        run = RunDir(Path(out_dir) / "runs" / "cr" / f"seed{seed}")
+        for m in run.read_metrics():
+            for key in CURVE_KEYS:
+                if m.get("phase") in ("ft-icl", "ft-iclgrm") and key in m:
+                    curves.setdefault((m["phase"], key), {}).setdefault(
+                        int(m["step"]), []).append(float(m[key]))
+    return curves

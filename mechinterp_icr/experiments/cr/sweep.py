@@ -1,0 +1,192 @@
+"""The CR-3 sweep: ICL+Grm finetuning under other settings of the open choices, evaluated on
+plain ICL on held-out subjects.
+
+A setting is ``"label|task.key=value,finetune.key=value"`` (``config.parse_sweep_setting``).
+Settings that only change finetuning reuse the PT weights of the seed's main run; settings
+that change PT (word order, lam, ...) pretrain their own model in
+``<out>/runs/cr-sweep/<label>/seed<N>/``, shared between settings with the same pretraining.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mechinterp_icr.claims import ci95
+from mechinterp_icr.config import to_dict
+from mechinterp_icr.experiments.cr.config import (
+    PT_FIELDS,
+    CRConfig,
+    parse_sweep_setting,
+    sweep_config,
+)
+from mechinterp_icr.experiments.cr.evaluate import pick
+from mechinterp_icr.experiments.cr.train import (
+    copy_state,
+    finetune_branch,
+    model_config,
+    open_seed_run,
+    pretrain,
+    run_config_for,
+)
+from mechinterp_icr.models.factory import build_model
+from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
+
+__all__ = [
+    "format_sweep",
+    "print_sweep",
+    "pt_key",
+    "run_sweep",
+    "run_sweep_setting",
+    "sweep_seeds",
+    "sweep_table",
+]
+
+
+def _slug(label: str) -> str:
+    keep = "".join(ch if ch.isalnum() else "-" for ch in label.lower())
+    return "-".join(p for p in keep.split("-") if p)[:60] or "default"
+
+
+def pt_key(cfg: CRConfig) -> str:
+    """Identity of the pretraining (task PT fields, model, pretrain config)."""
+    t = {k: getattr(cfg.task, k) for k in sorted(PT_FIELDS)}
+    return json.dumps([t, to_dict(cfg.model), to_dict(cfg.pretrain)], sort_keys=True)
+
+
+def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
+                      pt_state: dict | None, main: dict | None = None,
+                      pt_cache: dict | None = None) -> dict[str, Any]:
+    """ICL+Grm finetuning under one sweep setting for one seed; held-out plain ICL and
+    ICL+Grm accuracy. Reuses ``pt_state`` unless the setting changes the PT data.
+
+    ``main`` is the seed's main result (``{"phases": {...}}``): the default setting (no
+    overrides) is its ``ft-iclgrm`` branch, whose evaluation is reused."""
+    label, scfg, own_pt = sweep_config(cfg, setting)
+    spec = setting.partition("|")[2] if "|" in setting else setting
+    if main is not None and not parse_sweep_setting(setting)[1]:
+        # the default setting is the main ft-iclgrm branch: reuse its evaluation
+        rows, K = main["phases"]["ft-iclgrm"], cfg.task.n_demos
+        return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
+                "heldout_icl_exact": pick(rows, "heldout", "icl", K),
+                "heldout_icl_type": pick(rows, "heldout", "icl", K, "type"),
+                "heldout_iclgrm_exact": pick(rows, "heldout", "iclgrm", K),
+                "pt_typed_after": float(np.mean([pick(rows, sp, "pt", key="typed")
+                                                 for sp in ("heldout", "finetune")])),
+                "seconds": 0.0}
+    rc, task = run_config_for(scfg, seed, f"seed{seed}")
+    if not own_pt:
+        rc = replace(rc, model=model_config(cfg, cfg.task.build(seed)))
+    elif scfg.model.n_ctx == cfg.model.n_ctx and task.n_ctx > rc.model.n_ctx:
+        rc = replace(rc, model=replace(rc.model, n_ctx=task.n_ctx))
+    run = RunDir.open_for(Path(out_dir) / "runs" / "cr-sweep" / _slug(label) / f"seed{seed}", rc)
+    t = time.perf_counter()
+    if own_pt and pt_cache is not None and pt_key(scfg) in pt_cache:
+        pt_state = pt_cache[pt_key(scfg)]  # same PT as an earlier setting of this seed
+    elif own_pt or pt_state is None:
+        pt_state = copy_state(pretrain(scfg, task, rc, run, seed))
+        if pt_cache is not None:
+            pt_cache[pt_key(scfg)] = pt_state
+    pt_icl = None
+    if own_pt:
+        # CR-1 under this setting's pretraining: held-out plain ICL of the PT-only model
+        pt_model = build_model(rc.model, seed=seed)
+        pt_model.load_state_dict(pt_state)
+        pt_icl = evaluate_icl(pt_model, task, [seed, 399], task.heldout_subjects,
+                              scfg.task.n_demos, cfg.eval_n)["exact"]
+    ft = replace(scfg.finetune, checkpoint_schedule="none")
+    model = finetune_branch(scfg, task, rc, run, pt_state, "ft-iclgrm", seed, ft_cfg=ft)
+    n = cfg.eval_n
+    K = scfg.task.n_demos
+    icl = evaluate_icl(model, task, [seed, 400], task.heldout_subjects, K, n)
+    grm = evaluate_icl(model, task, [seed, 401], task.heldout_subjects, K, n, grammar=True)
+    ptr = evaluate_pt(model, task, [seed, 402], None, max(64, n // 2))
+    return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": own_pt,
+            "heldout_icl_exact": icl["exact"], "heldout_icl_type": icl["type"],
+            "heldout_iclgrm_exact": grm["exact"], "pt_typed_after": ptr["typed"],
+            "pt_only_heldout_icl_exact": pt_icl,
+            "seconds": time.perf_counter() - t}
+
+
+def sweep_seeds(cfg: CRConfig, out_dir: Path, results: list[dict[str, Any]],
+                pt_states: dict[int, dict]) -> list[dict[str, Any]]:
+    """Every setting of ``cfg.sweep`` on the first ``cfg.sweep_seeds`` seeds of ``results``
+    (the main runs' evaluations and PT weights); one row per (seed, setting)."""
+    rows: list[dict[str, Any]] = []
+    for r in results[:cfg.sweep_seeds]:
+        state = pt_states[r["seed"]]
+        cache = {pt_key(cfg): state}
+        for setting in cfg.sweep:
+            rows.append(run_sweep_setting(cfg, setting, out_dir, r["seed"], state, main=r,
+                                          pt_cache=cache))
+    return rows
+
+
+def run_sweep(cfg: CRConfig, out_dir: Path, seeds, settings, log=None
+              ) -> list[dict[str, Any]]:
+    """Standalone CR-3 sweep (``analyses/cr_sweep.py``): pretrain (or resume) the main PT run
+    of each seed, then ICL+Grm-finetune every setting from it; one JSON row per (setting,
+    seed) appended to ``log`` as it finishes."""
+    for s in settings:
+        sweep_config(cfg, s)
+    rows = []
+    for seed in seeds:
+        run, rc, task = open_seed_run(cfg, out_dir, seed)
+        pt_state = copy_state(pretrain(cfg, task, rc, run, seed))
+        cache = {pt_key(cfg): pt_state}
+        for setting in settings:
+            _, scfg, _own = sweep_config(cfg, setting)
+            row = run_sweep_setting(cfg, setting, out_dir, seed, cache.get(pt_key(scfg)),
+                                    pt_cache=cache)
+            rows.append(row)
+            if log is not None:
+                with open(log, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    return rows
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Aggregate per-seed sweep rows into (setting, seeds, held-out ICL, held-out ICL+Grm)."""
+    out = []
+    for label in dict.fromkeys(r["setting"] for r in rows):
+        rs = [r for r in rows if r["setting"] == label]
+        icl = [r["heldout_icl_exact"] for r in rs]
+        grm = [r["heldout_iclgrm_exact"] for r in rs]
+        out.append({"setting": label, "spec": rs[0]["spec"], "seeds": [r["seed"] for r in rs],
+                    "heldout_icl_exact_mean": float(np.mean(icl)),
+                    "heldout_icl_exact_ci95": list(ci95(icl)),
+                    "heldout_icl_exact_per_seed": icl,
+                    "heldout_iclgrm_exact_mean": float(np.mean(grm)),
+                    "heldout_iclgrm_exact_per_seed": grm,
+                    "pt_typed_after_mean": float(np.mean([r["pt_typed_after"] for r in rs])),
+                    "pt_only_heldout_icl_exact_mean": (
+                        float(np.mean([r["pt_only_heldout_icl_exact"] for r in rs]))
+                        if all(r.get("pt_only_heldout_icl_exact") is not None for r in rs)
+                        else None),
+                    "own_pretrain": rs[0]["own_pretrain"]})
+    return out
+
+
+def format_sweep(sweep: list[dict[str, Any]]) -> str:
+    """The aggregated sweep as an aligned text table."""
+    rows = [("setting", "seeds", "held-out plain ICL", "held-out ICL+Grm", "PT typed after")]
+    for r in sweep:
+        rows.append((r["setting"], str(len(r["seeds"])),
+                     f"{r['heldout_icl_exact_mean']:.3f} (" +
+                     ", ".join(f"{v:.2f}" for v in r["heldout_icl_exact_per_seed"]) + ")",
+                     f"{r['heldout_iclgrm_exact_mean']:.3f}",
+                     f"{r['pt_typed_after_mean']:.3f}"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(x) for c, x in zip(r, w)) for r in rows)
+
+
+def print_sweep(sweep) -> None:
+    if sweep:
+        print("\nCR-3 sweep (ICL+Grm finetuning; accuracy on held-out subjects)")
+        print(format_sweep(sweep))

@@ -1,0 +1,430 @@
+"""CR-4: task vectors and linear probes across finetuning (SPEC section 1, issue 6).
+
+Given the CR run directories ``<out>/runs/cr/seed<N>/`` (phases ``pretrain``, ``ft-icl``,
+``ft-iclgrm``), :func:`add_taskvec_claim` measures for every seed, at the last checkpoint of
+each phase:
+
+- task vectors of held-out-subject ICL prompts (all types) at every layer boundary;
+- the top-PC probe (PCA on the training split only, ``n_pc`` components) and the full probe
+  on a by-prompt split fixed before fitting (train / dev / test); the boundary is chosen on
+  the dev part, the accuracy reported on the test part;
+- a by-subject split (held-out subjects halved; the two halves' prompts are generated apart);
+- transfer: trained on finetune-subject prompts, tested on held-out-subject prompts;
+- controls: label shuffle (mean over permutations) and random directions;
+- geometry: type variance share, silhouette, within/between cosine, participation ratio;
+- the causal transplant of mean task vectors (type l -> l') at every boundary;
+- separation vs K (numbers of demos) on the same checkpoints, and vs the pretraining ``lam``
+  on small extra PT + finetune runs trained here (``<out>/runs/cr-taskvec/lam<lam>/seed<N>``).
+
+Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
+is a pure function of the seeds; the claim (``claims.cr4_claim``) goes into the Summary as
+``CR-4``, the figures are drawn by ``viz.cr_figures``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mechinterp_icr.claims import Summary
+from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check
+from mechinterp_icr.experiments.cr.claims import cr4_claim, cr4_not_measured, cr4_tables
+from mechinterp_icr.experiments.cr.config import TaskvecConfig
+from mechinterp_icr.interp import probes as pr
+from mechinterp_icr.interp import taskvec as tv
+from mechinterp_icr.models.factory import build_model
+from mechinterp_icr.pipeline import load_run_model
+from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.training.loop import train_phase
+from mechinterp_icr.viz.cr_figures import write_cr4_figures, write_task_vector_views
+
+__all__ = [
+    "PHASE_FT",
+    "PHASE_FT_GRM",
+    "PHASE_PT",
+    "add_taskvec_claim",
+    "analyse_checkpoint",
+    "analyse_seed",
+    "lam_run_config",
+    "lam_sweep",
+    "pca_points",
+    "probe_curve",
+    "probe_run",
+    "separation_vs_k",
+    "train_lam_run",
+]
+
+PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
+
+
+def _rng_seed(seed: int, tag: int) -> int:
+    return int(np.random.default_rng([int(seed), 0xC4, tag]).integers(2**31 - 1))
+
+
+# --------------------------------------------------------------------------------------------
+# One checkpoint
+# --------------------------------------------------------------------------------------------
+def _tvset(model, task, n, seed, tag, subjects, K=None):
+    return tv.icl_task_vectors(model, task, n, K=K, subjects=subjects, seed=_rng_seed(seed, tag))
+
+
+def _subject_matrix(s: tv.TaskVectorSet) -> np.ndarray:
+    return np.concatenate([s.query_subject[:, None], s.demo_subjects], 1)
+
+
+def _transplant(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
+                scale: float, rows) -> dict[str, float]:
+    """Transplant mean task vectors (from the training prompts) into ``rows`` at boundary b."""
+    L = task.cfg.n_types
+    Xtr, ytr = H.at(b)[split.train], H.types[split.train]
+    means = np.stack([Xtr[ytr == l].mean(0) for l in range(L)])
+    rng = np.random.default_rng([seed, 0x7A7])
+    src = H.types[rows]
+    tgt = (src + 1 + rng.integers(L - 1, size=len(rows))) % L
+    tgt_ans = task.answer_id(H.query_subject[rows], tgt)
+    toks = torch.as_tensor(H.tokens[rows])
+    qp = torch.as_tensor(H.query_pos[rows])
+    return tv.transplant_accuracy(model, toks, qp, src, tgt, tgt_ans, means, H.layer_names[b],
+                                  mode="add", scale=scale, original_answers=H.answer[rows])
+
+
+def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = True
+                       ) -> dict[str, Any]:
+    """All CR-4 numbers of one model (see the module docstring). ``full=False``: only the
+    by-prompt probes (for the per-checkpoint curve)."""
+    t0 = time.perf_counter()
+    L = task.cfg.n_types
+    H = _tvset(model, task, P.n_heldout, seed, 1, task.heldout_subjects)
+    names = H.layer_names
+    labels = tv.boundary_labels(len(names) - 1)
+    ids = H.prompt_ids()
+    split = pr.split_by_prompt(ids, P.test_fraction, P.dev_fraction, seed=seed,
+                               stratify=H.types)
+    pr.check_no_leak(split, ids)
+    dev_rows = []
+    for k, name in enumerate(names):
+        X = H.at(k)
+        dev_rows.append({"boundary": k, "hook": name,
+                         "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", P.n_pc, seed,
+                                                     on="dev"),
+                         "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed,
+                                                       on="dev")})
+    b = pr.choose_boundary(dev_rows, "acc_pc")  # the boundary of the top-PC probe
+    bf = pr.choose_boundary(dev_rows, "acc_full")  # the full probe's own best boundary
+    test_rows = []
+    for k, name in enumerate(names):
+        X = H.at(k)
+        test_rows.append({"boundary": k, "hook": name, "label": labels[k],
+                          "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", P.n_pc, seed),
+                          "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed),
+                          "acc_pc_dev": dev_rows[k]["acc_pc"],
+                          "acc_full_dev": dev_rows[k]["acc_full"],
+                          "type_variance_fraction": tv.type_variance_fraction(X, H.types)})
+    out: dict[str, Any] = {
+        "boundary": b, "boundary_label": labels[b], "icl_exact": H.accuracy,
+        "acc_pc": test_rows[b]["acc_pc"], "acc_full_same_boundary": test_rows[b]["acc_full"],
+        "acc_full": test_rows[bf]["acc_full"], "full_boundary_label": labels[bf],
+        "layers": test_rows, "split_sizes": split.sizes(),
+    }
+    if not full:
+        out["seconds"] = time.perf_counter() - t0
+        return out
+    Xb = H.at(b)
+    ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles)
+    out.update({"acc_shuffle_pc": ctrl["acc_shuffle_pc"],
+                "acc_shuffle_full": ctrl["acc_shuffle_full"],
+                "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"]})
+    n_test = len(split.test)
+    k_ok = int(round(out["acc_pc"] * n_test))
+    out["acc_pc_wilson95"] = list(pr.wilson_ci(k_ok, n_test))
+    out.update({f"geom_{k}": v for k, v in tv.geometry(Xb, H.types, P.n_pc).items()})
+
+    # by-subject split: held-out subjects halved, each half's prompts generated apart
+    hs = np.random.default_rng([seed, 0x5B]).permutation(task.heldout_subjects)
+    A, B = np.sort(hs[: len(hs) // 2]), np.sort(hs[len(hs) // 2:])
+    K = task.cfg.n_demos
+    if min(len(A), len(B)) >= K + 1:
+        SA = _tvset(model, task, P.n_subject_split, seed, 2, A)
+        SB = _tvset(model, task, P.n_subject_split, seed, 3, B)
+        S = tv.TaskVectorSet.concat([SA, SB])
+        sp = pr.split_from_sets(len(SA), len(SB), S.prompt_ids(), _subject_matrix(S), "subject")
+        out["acc_pc_by_subject"] = pr.probe_accuracy(S.at(b), S.types, sp, "pca", P.n_pc, seed)
+        out["acc_full_by_subject"] = pr.probe_accuracy(S.at(b), S.types, sp, "full", P.n_pc,
+                                                       seed)
+    # transfer: finetune-subject prompts -> held-out-subject prompts (boundary chosen on a
+    # dev part of the finetune-subject prompts)
+    F = _tvset(model, task, P.n_finetune, seed, 4, task.finetune_subjects)
+    fsplit = pr.split_by_prompt(F.prompt_ids(), 0.25, 0.0, seed=seed, stratify=F.types)
+    f_rows = pr.probe_layers(F.vectors, F.types, fsplit, names, P.n_pc, seed, controls=False)
+    bt = pr.choose_boundary(f_rows, "acc_pc")
+    T = tv.TaskVectorSet.concat([F, H.subset(split.test)])
+    tsp = pr.split_from_sets(len(F), n_test, T.prompt_ids(), _subject_matrix(T), "transfer")
+    out["transfer_boundary"] = bt
+    out["transfer_acc_pc"] = pr.probe_accuracy(T.at(bt), T.types, tsp, "pca", P.n_pc, seed)
+    out["transfer_acc_full"] = pr.probe_accuracy(T.at(bt), T.types, tsp, "full", P.n_pc, seed)
+    out["transfer_acc_pc_same_boundary"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca",
+                                                             P.n_pc, seed)
+    # causal transplant at every boundary: choose on dev, report on test
+    tr_rows = []
+    for k in range(len(names)):
+        d = _transplant(model, task, H, split, k, seed, P.transplant_scale, split.dev)
+        t = _transplant(model, task, H, split, k, seed, P.transplant_scale, split.test)
+        tr_rows.append({"boundary": k, "label": labels[k], "dev": d["transplant_success"],
+                        "test": t["transplant_success"], "kept_original": t["kept_original"]})
+    bc = int(np.argmax([r["dev"] for r in tr_rows]))
+    out["transplant"] = tr_rows
+    out["transplant_boundary"] = bc
+    out["transplant_success"] = tr_rows[bc]["test"]
+    out["transplant_chance"] = 1.0 / (L * task.cfg.n_values)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def pca_points(model, task, seed: int, P: TaskvecConfig, boundary: int, n: int = 400
+               ) -> dict[str, Any]:
+    """2-D PCA coordinates of held-out task vectors at one boundary (for the scatter)."""
+    H = _tvset(model, task, n, seed, 9, task.heldout_subjects)
+    p = tv.pca(H.at(boundary), 2)
+    Z = p.transform(H.at(boundary))
+    return {"x": Z[:, 0].tolist(), "y": Z[:, 1].tolist(), "type": H.types.tolist(),
+            "var_ratio": p.explained_variance_ratio_.tolist()}
+
+
+def separation_vs_k(model, task, seed: int, P: TaskvecConfig, boundary: int
+                    ) -> list[dict[str, Any]]:
+    """Separation of held-out task vectors at ``boundary`` for every K in ``P.ks``."""
+    rows = []
+    n_ho = len(task.heldout_subjects)
+    for K in P.ks:
+        if K + 1 > n_ho or task.format_len(K, False) > model.cfg.n_ctx:
+            continue
+        H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K)
+        X = H.at(boundary)
+        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
+        rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
+                     "silhouette": tv.silhouette(X, H.types),
+                     **tv.cosine_within_between(X, H.types),
+                     "acc_pc": pr.probe_accuracy(X, H.types, sp, "pca", P.n_pc, seed),
+                     "acc_full": pr.probe_accuracy(X, H.types, sp, "full", P.n_pc, seed),
+                     "type_variance_fraction_by_boundary": [
+                         tv.type_variance_fraction(H.at(k), H.types)
+                         for k in range(H.n_boundaries)],
+                     "icl_exact": H.accuracy})
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Small PT + finetune runs at several lam (the lam sweep)
+# --------------------------------------------------------------------------------------------
+def lam_run_config(base: RunConfig, lam: float, P: TaskvecConfig) -> RunConfig:
+    """The main run's task with ``lam`` replaced, on a small model (same layout)."""
+    task_cfg = replace(base.task, lam=float(lam))
+    model = replace(base.model, d_model=P.lam_d_model, d_head=P.lam_d_model,
+                    d_mlp=P.lam_d_mlp)
+    pt = TrainConfig(steps=P.lam_pt_steps, batch_size=64, lr=P.lam_pt_lr, eval_every=0,
+                     checkpoint_schedule="none", progress=False)
+    return RunConfig(name=f"lam{lam:g}-seed{base.seed}", seed=base.seed, task=task_cfg,
+                     model=model, train=pt)
+
+
+def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig) -> Path:
+    """Pretrain (all subjects, PT format) then finetune attention on ICL (finetune subjects);
+    checkpoints ``pretrain`` and ``ft-icl`` (start and end only) in ``run_path``. Resumes."""
+    rc = lam_run_config(base, lam, P)
+    run = RunDir.open_for(run_path, rc)
+    task = rc.task.build(rc.seed)
+    model = build_model(rc.model, seed=rc.seed)
+    train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), rc.train, run, PHASE_PT,
+                rc.seed, run_config=rc, phase_order=0)
+    ft = TrainConfig(steps=P.lam_ft_steps, batch_size=128, lr=1e-3, trainable="attention",
+                     eval_every=0, checkpoint_schedule="none", progress=False)
+    subs = task.finetune_subjects
+    train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=subs), ft, run,
+                PHASE_FT, rc.seed, run_config=replace(rc, train=ft), phase_order=1)
+    return run.path
+
+
+def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
+    run = RunDir(path)
+    rc, task, build = load_run_model(run)
+    out: dict[str, Any] = {"lam": float(rc.task.lam), "seed": seed,
+                           "grammar_tv": task.separation()["tv_transition"]}
+    small = replace(P, n_heldout=max(400, P.n_heldout // 2))
+    for ck, model in run.iter_models(f"phase:{PHASE_PT}:last,phase:{PHASE_FT}:last", build):
+        r = analyse_checkpoint(model, task, seed, small, full=False)
+        H = _tvset(model, task, small.n_heldout, seed, 1, task.heldout_subjects)
+        X = H.at(r["boundary"])
+        key = "pt" if ck.phase == PHASE_PT else "ft"
+        out[f"{key}_acc_pc"] = r["acc_pc"]
+        out[f"{key}_acc_full"] = r["acc_full"]
+        out[f"{key}_icl_exact"] = r["icl_exact"]
+        out[f"{key}_type_variance_fraction"] = tv.type_variance_fraction(X, H.types)
+        out[f"{key}_silhouette"] = tv.silhouette(X, H.types)
+    return out
+
+
+def lam_sweep(base: RunConfig, out_dir: Path, seed: int, P: TaskvecConfig,
+              log=print) -> list[dict[str, Any]]:
+    """Small PT + ICL-finetune runs at every ``P.lams`` for one seed, and their separation."""
+    rows = []
+    for lam in P.lams:
+        t = time.perf_counter()
+        path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
+        train_lam_run(base, lam, path, P)
+        row = _lam_metrics(path, seed, P)
+        row["seconds"] = time.perf_counter() - t
+        rows.append(row)
+        if log:
+            log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft separation "
+                f"{row['ft_type_variance_fraction']:.3f}, ft top-PC probe {row['ft_acc_pc']:.3f}"
+                f" ({row['seconds']:.1f}s)")
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# One seed, and the CR-4 stage
+# --------------------------------------------------------------------------------------------
+def probe_curve(run, task, build, seed: int, P: TaskvecConfig, phase: str = PHASE_FT
+                ) -> list[dict[str, Any]]:
+    """Top-PC / full probe accuracy at every (sub-sampled) checkpoint of ``phase``."""
+    cks = [c for c in run.checkpoints() if c.phase == phase]
+    if len(cks) > P.curve_max_checkpoints:
+        idx = np.unique(np.round(np.linspace(0, len(cks) - 1, P.curve_max_checkpoints)))
+        cks = [cks[int(i)] for i in idx]
+    small = replace(P, n_heldout=max(400, P.n_heldout // 2))
+    rows = []
+    for ck, model in run.iter_models(",".join(c.name for c in cks), build):
+        r = analyse_checkpoint(model, task, seed, small, full=False)
+        rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
+                     "acc_pc": r["acc_pc"], "acc_full": r["acc_full"],
+                     "boundary": r["boundary"], "icl_exact": r["icl_exact"]})
+    return rows
+
+
+def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict[str, Any]:
+    """CR-4 numbers of one CR run directory (phases pretrain, ft-icl, ft-iclgrm)."""
+    run = RunDir(run_path)
+    _, task, build = load_run_model(run)
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if run.latest(p) is not None]
+    check(PHASE_PT in phases and PHASE_FT in phases, "run", str(run_path),
+          f"a CR run directory with phases {PHASE_PT!r} and {PHASE_FT!r} (has {run.phases()})")
+    res: dict[str, Any] = {"seed": seed, "run": str(run_path), "phases": {}, "k_sweep": {},
+                           "pca": {}}
+    sel = ",".join(f"phase:{p}:last" for p in phases)
+    for ck, model in run.iter_models(sel, build):
+        r = analyse_checkpoint(model, task, seed, P)
+        r["checkpoint"] = ck.name
+        res["phases"][ck.phase] = r
+        res["pca"][ck.phase] = {**pca_points(model, task, seed, P, r["boundary"]),
+                                "boundary_label": r["boundary_label"]}
+        res["k_sweep"][ck.phase] = separation_vs_k(model, task, seed, P, r["boundary"])
+        if log:
+            log(f"  CR-4 seed {seed} {ck.name}: top-PC probe {r['acc_pc']:.3f} at "
+                f"{r['boundary_label']}, full {r['acc_full']:.3f}, transfer "
+                f"{r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f} "
+                f"({r['seconds']:.1f}s)")
+    res["curve"] = probe_curve(run, task, build, seed, P)
+    return res
+
+
+def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
+                      seeds: list[int], P: TaskvecConfig, log=print) -> None:
+    """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``.
+
+    Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
+    (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``P`` is the
+    ``taskvec`` section of the CR config (tests pass tiny sizes).
+    """
+    out_dir = Path(out_dir)
+    by_name = {Path(p).name: Path(p) for p in run_dirs}
+    results, skipped = [], []
+    errors: dict[Any, str] = {}
+    for i, seed in enumerate(seeds):
+        path = by_name.get(f"seed{seed}")
+        if path is None and len(run_dirs) == len(seeds):
+            path = Path(run_dirs[i])
+        run = RunDir(path) if path is not None and Path(path).is_dir() else None
+        if run is None or run.latest(PHASE_PT) is None or run.latest(PHASE_FT) is None:
+            skipped.append(seed)
+            continue
+        # a failure on one seed is reported in the claim, not allowed to stop the reproduction
+        try:
+            if getattr(run.read_config().task, "n_types", 0) < 2:
+                skipped.append(seed)  # one attribute type: there is nothing to decode
+                continue
+            with summary.stage("cr4_taskvec"):
+                res = analyse_seed(run.path, seed, P, log=log)
+        except (ConfigError, ValueError, RuntimeError) as e:
+            errors[seed] = f"{type(e).__name__}: {e}"
+            continue
+        if len(results) < P.lam_seeds and len(P.lams) >= 2:
+            try:
+                with summary.stage("cr4_lam_sweep"):
+                    res["lam_sweep"] = lam_sweep(run.read_config(), out_dir, seed, P, log=log)
+            except (ConfigError, ValueError, RuntimeError) as e:
+                errors[f"lam sweep, seed {seed}"] = f"{type(e).__name__}: {e}"
+        results.append(res)
+        atomic_write_text(run.analyses_dir / "taskvec.json",
+                          json.dumps(res, indent=2, default=_json))
+    if not results:
+        summary.add(cr4_not_measured(seeds, errors, P))
+        return
+    with summary.stage("cr4_figures"):
+        figs = write_cr4_figures(results, out_dir / "figures")
+    summary.add(cr4_claim(results, P, skipped, errors, figs))
+    summary.tables.update(cr4_tables(results))
+
+
+def _json(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points of the probes/ scripts
+# --------------------------------------------------------------------------------------------
+def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
+              full: bool = True, umap: bool = False, out_dir: Path | None = None,
+              with_k: bool = False, log=print) -> dict[str, Any]:
+    """CR-4 numbers for every checkpoint of ``selection`` in one CR run directory.
+
+    Writes ``<run>/analyses/task_vectors.json`` and figures (PCA scatter per checkpoint, and a
+    UMAP view with ``umap``) into ``out_dir`` (default ``<run>/analyses``).
+    """
+    run = RunDir(run_path)
+    _, task, build = load_run_model(run)
+    out_dir = Path(out_dir) if out_dir is not None else run.analyses_dir
+    rows, views = [], []
+    for ck, model in run.iter_models(selection, build):
+        r = analyse_checkpoint(model, task, seed, P, full=full)
+        r.update({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step})
+        if with_k:
+            r["k_sweep"] = separation_vs_k(model, task, seed, P, r["boundary"])
+        rows.append(r)
+        H = _tvset(model, task, 400, seed, 9, task.heldout_subjects)
+        X = H.at(r["boundary"])
+        Z = tv.umap_embed(X, seed=seed) if umap else tv.pca(X, 2).transform(X)
+        views.append((ck.name, r, Z, H.types))
+        if log:
+            extra = (f", transfer {r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f}"
+                     f", random dirs {r['acc_random_dir']:.3f}, type var "
+                     f"{r['geom_type_variance_fraction']:.3f}" if full else "")
+            log(f"{ck.name:24s} boundary {r['boundary_label']:5s} top-PC {r['acc_pc']:.3f} "
+                f"full {r['acc_full']:.3f}{extra}  (model ICL exact {r['icl_exact']:.3f})")
+    figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir)
+    result = {"run": str(run.path), "selection": selection, "rows": rows, "figures": figs,
+              "params": {k: getattr(P, k) for k in P.__dataclass_fields__}}
+    atomic_write_text(out_dir / "task_vectors.json", json.dumps(result, indent=2, default=_json))
+    return result

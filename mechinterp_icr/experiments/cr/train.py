@@ -1,0 +1,146 @@
+"""CR-1..3 training: the pretraining phase and the finetuning branches of one seed.
+
+Per seed, in ``<out>/runs/cr/seed<N>/``:
+
+1. ``pretrain`` (phase order 0): the 2-layer, 1-head model on PT over all subjects.
+2. From the same PT weights, finetuning branches on the **finetune subjects only**:
+   ``ft-icl`` (1) on ICL and ``ft-iclgrm`` (2) on ICL+Grm with the default trainable set
+   (attention only), and the all-weights arms ``ft-icl-allw`` (3) / ``ft-iclgrm-allw`` (4).
+
+Every checkpoint logs a small held-out evaluation (``evaluate.checkpoint_eval``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from mechinterp_icr.config import ModelConfig, RunConfig, TrainConfig, check
+from mechinterp_icr.experiments.cr.config import CRConfig
+from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
+from mechinterp_icr.models.factory import build_model
+from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.tasks.cr import CRTask
+from mechinterp_icr.training.loop import train_phase
+
+__all__ = [
+    "BRANCHES",
+    "branch_phases",
+    "check_run_dirs",
+    "copy_state",
+    "finetune_branch",
+    "finetune_sampler",
+    "model_config",
+    "open_seed_run",
+    "pretrain",
+    "require_cr_run",
+    "run_config_for",
+]
+
+# phase name -> (phase order, ICL+Grm format?, all weights?)
+BRANCHES = {
+    "ft-icl": (1, False, False),
+    "ft-iclgrm": (2, True, False),
+    "ft-icl-allw": (3, False, True),
+    "ft-iclgrm-allw": (4, True, True),
+}
+
+
+def model_config(cfg: CRConfig, task: CRTask) -> ModelConfig:
+    """The model of ``cfg`` with the task's vocabulary (and context unless set)."""
+    m = cfg.model
+    return replace(m, d_vocab=task.d_vocab, n_ctx=m.n_ctx or task.n_ctx)
+
+
+def run_config_for(cfg: CRConfig, seed: int, name: str) -> tuple[RunConfig, CRTask]:
+    """The run config written to a CR run directory, and the task of ``seed``."""
+    task = cfg.task.build(seed)
+    rc = RunConfig(name=name, seed=seed, task=cfg.task, model=model_config(cfg, task),
+                   train=cfg.pretrain)
+    return rc, task
+
+
+def seed_run_path(out_dir: Path, seed: int) -> Path:
+    return Path(out_dir) / "runs" / "cr" / f"seed{seed}"
+
+
+def require_cr_run(path: str | Path) -> RunConfig:
+    """The run config of ``path``; ``ConfigError`` (one line) unless it is a CR run (task kind
+    ``cr``), ``RunError`` when it is not a run directory. The analysis scripts call it first."""
+    rc = RunDir(path).read_config()
+    kind = getattr(type(rc.task), "kind", None)
+    check(kind == "cr", "run", str(path),
+          f"a CR run directory (task kind 'cr'); its task kind is {kind!r}")
+    return rc
+
+
+def check_run_dirs(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> None:
+    """Refuse run directories written under another config, before any training."""
+    for seed in seeds:
+        rc, _ = run_config_for(cfg, seed, f"seed{seed}")
+        p = seed_run_path(out_dir, seed)
+        if p.is_dir():
+            RunDir(p).check_config(rc)
+
+
+def open_seed_run(cfg: CRConfig, out_dir: Path, seed: int) -> tuple[RunDir, RunConfig, CRTask]:
+    """The run directory of ``seed`` (created, or resumed when its config matches)."""
+    rc, task = run_config_for(cfg, seed, f"seed{seed}")
+    run = RunDir.open_for(seed_run_path(out_dir, seed), rc)
+    return run, rc, task
+
+
+def branch_phases(cfg: CRConfig) -> list[str]:
+    """The finetuning branches ``cfg`` runs, in order (the all-weights arms when enabled)."""
+    out = []
+    for phase, (_, grammar, allw) in BRANCHES.items():
+        if allw and not (cfg.allweights_iclgrm if grammar else cfg.allweights_arm):
+            continue
+        out.append(phase)
+    return out
+
+
+def copy_state(model) -> dict:
+    """A detached copy of the model's weights (the PT state every branch starts from)."""
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def finetune_sampler(task: CRTask, grammar: bool):
+    """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only."""
+    subs = task.finetune_subjects
+
+    def sample(rng, bs):
+        return task.sample_icl(rng, bs, subjects=subs, grammar=grammar)
+
+    return sample
+
+
+def pretrain(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, seed: int):
+    """Phase ``pretrain`` (PT over all subjects); returns the trained model."""
+    model = build_model(rc.model, seed=seed)
+    train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), cfg.pretrain, run,
+                "pretrain", seed, run_config=rc,
+                eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=0)
+    return model
+
+
+def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_state: dict,
+                    phase: str, seed: int, ft_cfg: TrainConfig | None = None):
+    """Finetune branch ``phase`` (see :data:`BRANCHES`) from ``pt_state``; returns the model.
+
+    ``ft_cfg`` replaces ``cfg.finetune`` (the sweep finetunes without checkpoints); without
+    it an all-weights arm keeps only its start and end checkpoints."""
+    order, grammar, allw = BRANCHES[phase]
+    trainable = cfg.allweights_trainable if allw else cfg.finetune.trainable
+    ft = replace(ft_cfg or cfg.finetune, trainable=trainable)
+    if ft_cfg is None and phase.endswith("-allw"):
+        ft = replace(ft, checkpoint_schedule="none")  # the comparison arm: start and end only
+    model = build_model(rc.model, seed=seed)
+    model.load_state_dict(pt_state)
+    subs = task.finetune_subjects
+    train_phase(model, finetune_sampler(task, grammar), ft, run, phase, seed,
+                run_config=replace(rc, train=ft),
+                eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
+                extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
+                            "finetune_subjects": subs.tolist()})
+    return model

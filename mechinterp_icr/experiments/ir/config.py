@@ -1,0 +1,145 @@
+"""The one configuration of the IR reproduction: a frozen, validated dataclass and its profiles.
+
+Every field is a flat key, so ``--set n=1024`` or ``--set sweep_n=[64,128,256]`` reaches it
+through :func:`mechinterp_icr.config.apply_overrides`. ``QUICK`` (the field defaults) and
+``PAPER`` are the two profiles; :func:`profile` returns one by name. A bad value is a
+:class:`~mechinterp_icr.config.ConfigError` naming the field, the value and what is allowed,
+raised before any work starts (including the task, PGD and model configs the values produce).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from mechinterp_icr.config import ConfigError, check, check_choice, check_range
+from mechinterp_icr.models.ir import IRModelSpec
+from mechinterp_icr.tasks.ir import IRTaskConfig
+from mechinterp_icr.training.pgd import PGDConfig
+
+__all__ = ["IRConfig", "PAPER", "PROFILES", "QUICK", "main_pgd", "profile", "task_config"]
+
+
+@dataclass(frozen=True)
+class IRConfig:
+    """Settings of every IR stage (defaults = the quick profile)."""
+
+    # -- task and the main PGD run (IR-1..IR-4)
+    n: int = 512  # subjects
+    R: int = 6  # relations
+    N: int = 256  # finetuning sequences
+    steps: int = 200  # small PGD steps
+    big_lr: float = 5.0  # the large first step
+    sigma: float = 0.01  # perturbation scale
+    lr: float = 0.05  # small-step learning rate
+    p_single: float = 0.25
+    p_swap: float = 0.25
+    temperature: float = 0.05
+    lam2: float = 10.0
+    eval_size: int = 1000
+    escape_spread: float = 0.05  # IR-4: pair-mass spread that counts as escape from the saddle
+    gd_sym_steps: int = 400  # IR-4: plain GD on pair-symmetric data runs longer
+    # -- IR-3 gap against n
+    gap_n: tuple[int, ...] = (64, 128, 256, 512)
+    # -- IR-5 sample complexity
+    sweep_n: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    sweep_steps: int = 100
+    sweep_Nmax: int = 256
+    sweep_eval: int = 1000
+    sweep_target: float = 0.99
+    sweep_random_n: tuple[int, ...] = (32, 64, 128, 256)
+    sweep_random_d: int = 128
+    sweep_random_seeds: int = 0  # how many seeds also run the random-embedding sweep
+    # -- IR-7 (K = 3) and IR-6 (pretrained memory)
+    k3_n: int = 512
+    pre_n: int = 32
+    pre_steps: int = 600
+    pre_N: int = 256
+    pre_ft_steps: int = 1000
+    pre_ft_lr: float = 0.25
+    # -- HookedTransformer runs with checkpoints (first seed)
+    ht_n: int = 32
+    ht_steps: int = 120
+    ht_dense: int = 10
+    ht_attn_big_lr: float = 1.0
+    ht_attn_lr: float = 0.05
+    ht_attn_clip: float = 1.0
+    ht_N: int = 128
+    ht_eval: int = 256
+    # -- IR-8 induction control
+    ind_steps: int = 300
+    ind_tokens: int = 32
+    ind_half: int = 10
+    # -- IR-3 / IR-4 causal row overwrite: sequences of each kind
+    ow_n: int = 64
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "float":
+                check_range(f.name, value, 0, None, lo_open=True)
+                object.__setattr__(self, f.name, float(value))
+            elif f.type == "int":
+                check_range(f.name, value, 0 if f.name == "sweep_random_seeds" else 1, None,
+                            integer=True)
+            else:  # tuple[int, ...]
+                ok = (isinstance(value, (list, tuple)) and len(value) > 0 and
+                      all(isinstance(v, int) and not isinstance(v, bool) and v >= 4
+                          for v in value))
+                check(ok, f.name, value, "a non-empty list of integers >= 4, e.g. [64,128,256]")
+                object.__setattr__(self, f.name, tuple(value))
+        check_range("sweep_target", self.sweep_target, 0, 1, lo_open=True)
+        check_range("sweep_Nmax", self.sweep_Nmax, 2, None, integer=True)
+        # the task, PGD and model configs these values produce (their errors name the field)
+        sizes = {"n": [self.n], "k3_n": [self.k3_n], "pre_n": [self.pre_n],
+                 "ht_n": [self.ht_n], "sweep_n": self.sweep_n, "gap_n": self.gap_n,
+                 "sweep_random_n": self.sweep_random_n}
+        for name, ns in sizes.items():
+            for n in ns:
+                _checked(name, n, lambda n=n: task_config(self, n))
+        _checked("k3_n", self.k3_n, lambda: task_config(self, self.k3_n, K=3))
+        _checked("steps", self.steps, lambda: main_pgd(self))
+        _checked("sweep_random_d", self.sweep_random_d,
+                 lambda: IRModelSpec(lam2=self.lam2, embedding="random",
+                                     d_embed=self.sweep_random_d))
+
+
+def _checked(name: str, value, build) -> None:
+    """Build a derived config; name the IR field whose value it failed on."""
+    try:
+        build()
+    except ConfigError as e:
+        raise ConfigError(f"{name} = {value!r} gives an invalid derived config: {e}") from None
+
+
+def task_config(cfg: IRConfig, n: int, K: int = 2, sym: bool = False) -> IRTaskConfig:
+    """The IR task config with ``n`` subjects and ``K`` in-context pairs (``sym``: each batch
+    holds every sequence and its pair-reversed copy)."""
+    return IRTaskConfig(n_subjects=n, n_relations=cfg.R, n_pairs=K, p_single=cfg.p_single,
+                        p_swap=cfg.p_swap, pair_symmetric=sym, temperature=cfg.temperature)
+
+
+def main_pgd(cfg: IRConfig) -> PGDConfig:
+    """PGD of the main run (also the gap, K = 3 and pretrained-memory runs, with changes)."""
+    return PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=cfg.steps)
+
+
+QUICK = IRConfig()
+PAPER = IRConfig(
+    n=2048, N=512, steps=2000, eval_size=5000, gd_sym_steps=3000,
+    gap_n=(64, 128, 256, 512, 1024, 2048),
+    sweep_n=(64, 128, 256, 512, 1024, 2048), sweep_steps=400, sweep_Nmax=512, sweep_eval=2000,
+    sweep_random_n=(64, 128, 256, 512, 1024, 2048), sweep_random_seeds=3,
+    k3_n=2048, pre_n=64, pre_steps=3000, pre_N=512, pre_ft_steps=3000,
+    ht_steps=600, ht_dense=100, ht_N=256, ht_eval=512,
+    ind_steps=1000, ind_tokens=64, ind_half=12,
+    ow_n=512,
+)
+PROFILES = ("quick", "paper")
+_BY_NAME = {"quick": QUICK, "paper": PAPER}
+
+
+def profile(name: str) -> IRConfig:
+    """The IR config of profile ``name`` (one of :data:`PROFILES`)."""
+    check_choice("profile", name, PROFILES)
+    return _BY_NAME[name]

@@ -1,0 +1,163 @@
+"""Training runs of the IR reproduction and the one metric record they report.
+
+- :func:`run_fast`: PGD / GD on :class:`~mechinterp_icr.models.ir.FastIR` (theory setting,
+  position block only, float64), evaluated at :func:`eval_steps`;
+- :func:`hooked_run`: PGD / GD on the IR HookedTransformer with checkpoints in a run
+  directory (position block, or all of W_Q, W_K for the experiment setting);
+- both kinds of run report the one IR metric record,
+  :func:`mechinterp_icr.interp.ir_attention.ir_metric_record` (step-1 / step-2 accuracies,
+  the step-1 row statistics, the step-2 mass on ``s_q``), at their evaluation steps; the
+  ``analyses/ir_attention_rows.py`` table reports the same record per checkpoint.
+
+Every data draw comes from :func:`tagged_rng` (a numpy generator from the seed and tags), so
+each stage sees the same sequences whatever else runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mechinterp_icr.config import RunConfig, TrainConfig
+from mechinterp_icr.experiments.ir.config import IRConfig, task_config
+from mechinterp_icr.interp.ir_attention import ir_accuracy, ir_metric_record
+from mechinterp_icr.models.ir import (
+    FastIR,
+    IRModelSpec,
+    build_ir_hooked,
+    ideal_pos_block,
+    ir_model_config,
+)
+from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.training.pgd import PGDConfig, pgd_fast, pgd_hooked
+
+__all__ = [
+    "ceiling",
+    "escape_step",
+    "eval_steps",
+    "fast_metrics",
+    "final_record",
+    "hooked_metrics_fn",
+    "hooked_run",
+    "run_fast",
+    "tagged_rng",
+]
+
+
+
+def tagged_rng(seed: int, *tags) -> np.random.Generator:
+    """A numpy generator that is a pure function of the seed and the tags."""
+    return np.random.default_rng([int(seed)] + [zlib.crc32(str(t).encode()) for t in tags])
+
+
+def fast_metrics(fast: FastIR, ev) -> dict[str, Any]:
+    """:func:`ir_metric_record` of a FastIR on the evaluation batch ``ev``."""
+    K = fast.task.cfg.n_pairs
+    with torch.no_grad():
+        logits2 = fast.cot_logits(ev.tokens)
+        A = fast.attention([2 * K, 2 * K + 1])
+    return ir_metric_record(logits2, A[0].numpy(), A[1], ev, K)
+
+
+def hooked_metrics_fn(task, ev):
+    """Evaluation function for :func:`pgd_hooked`: :func:`ir_metric_record` of the
+    HookedTransformer on ``ev`` (rows averaged over the batch, one forward pass)."""
+    K = task.cfg.n_pairs
+
+    def fn(model) -> dict[str, Any]:
+        logits, cache = model.run_with_cache(
+            ev.tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+        pat = cache["pattern", 0][:, 0].double()  # (B, T, T)
+        r1, r2 = pat[:, 2 * K].mean(0).numpy(), pat[:, 2 * K + 1].mean(0).numpy()
+        return ir_metric_record(logits[:, 2 * K: 2 * K + 2], r1, r2, ev, K)
+
+    return fn
+
+
+def eval_steps(total: int) -> set[int]:
+    """Log-spaced evaluation steps of a run of ``total`` small steps (and its end)."""
+    s = {0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000,
+         1500, 2000, 3000, total + 1}
+    return {x for x in s if x <= total + 1}
+
+
+def escape_step(recs: list[dict], spread: float) -> int | None:
+    """First step >= 1 whose step-1 pair-mass spread reaches ``spread`` (None: never)."""
+    for r in recs:
+        if r["step"] >= 1:
+            pm = np.asarray(r["row1"])
+            K = (len(pm) - 1) // 2
+            m = pm[0: 2 * K: 2] + pm[1: 2 * K: 2]
+            if m.max() - m.min() >= spread:
+                return int(r["step"])
+    return None
+
+
+def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memory=None,
+             E=None) -> tuple[FastIR, list[dict]]:
+    """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps."""
+    fast = FastIR(task, spec, seed=seed, memory=memory, E=E)
+    recs = pgd_fast(fast, train, pgd, seed, eval_fn=lambda f, t: fast_metrics(f, ev),
+                    eval_steps=eval_steps(pgd.steps))
+    return fast, recs
+
+
+def final_record(recs: list[dict]) -> dict:
+    """The last evaluated record of a run."""
+    return [r for r in recs if "step1_acc" in r][-1]
+
+
+def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2) -> dict[str, float]:
+    """Best step-1 accuracy over ideal rows (a, a, 1/2-a, 1/2-a, 0), step-2 on s_q."""
+    fast = FastIR(task, spec, seed=seed)
+    best = {"step1_acc": -1.0}
+    for a in np.linspace(0.17, 0.33, 17):
+        with torch.no_grad():
+            fast.B.copy_(ideal_pos_block(task.n_ctx, K, float(a)))
+            m = ir_accuracy(fast.cot_logits(ev.tokens), ev)
+        if m["step1_acc"] > best["step1_acc"]:
+            best = {**m, "a": float(a)}
+    return best
+
+
+def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
+               target: str) -> dict[str, Any]:
+    """One HookedTransformer PGD (``perturb``) or GD run at ``n = ht_n`` into ``root/name``
+    (replaced if present), checkpointed at every step up to ``ht_dense``; ``target`` "pos"
+    trains the position block, "qk" all of W_Q, W_K (with its own step sizes and clipping).
+    Returns the run path, its checkpoint count and the last evaluation."""
+    tcfg = task_config(cfg, cfg.ht_n, sym=sym)
+    task = tcfg.build(seed)
+    spec = IRModelSpec(lam2=cfg.lam2)
+    model = build_ir_hooked(task, spec, seed=seed)
+    path = root / name
+    if path.exists():
+        shutil.rmtree(path)
+    run = RunDir(path, create=True)
+    rcfg = RunConfig(name=name, seed=seed, task=tcfg, model=ir_model_config(task, spec),
+                     train=TrainConfig(steps=cfg.ht_steps, batch_size=cfg.ht_N,
+                                       optimizer="sgd", lr=cfg.lr, grad_clip=0.0,
+                                       trainable={"pos": "blocks.0.attn.W_K", "qk": "qk",
+                                                  "attention": "attention"}[target],
+                                       progress=False))
+    run.write_config(rcfg)
+    train = task.sample(tagged_rng(seed, "train", cfg.ht_n, sym), cfg.ht_N)
+    ev = task_config(cfg, cfg.ht_n).build(seed).sample(tagged_rng(seed, "eval", cfg.ht_n),
+                                                      cfg.ht_eval)
+    big_lr = cfg.big_lr if target == "pos" else cfg.ht_attn_big_lr  # qk / attention
+    pgd = PGDConfig(big_lr=big_lr, sigma=cfg.sigma, lr=cfg.lr if target == "pos" else
+                    cfg.ht_attn_lr, steps=cfg.ht_steps, perturb=perturb, target=target,
+                    clip=0.0 if target == "pos" else cfg.ht_attn_clip)
+    pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
+               dense_until=cfg.ht_dense,
+               extra_meta={"ir_model": {k: getattr(spec, k)
+                                        for k in spec.__dataclass_fields__}})
+    last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
+    return {"run": str(path), "n_checkpoints": len(run.checkpoints()),
+            **{k: last[k] for k in ("step1_acc", "step2_acc", "within_pair_gap", "a",
+                                    "mass_sq") if k in last}}

@@ -1,0 +1,358 @@
+"""Optional fast paths of the exact activation-patching engine (by-position setters only).
+
+:func:`mechinterp_icr.interp.patching.batched_activation_patch` dispatches here when it is
+called with ``suffix=True`` or ``incremental=True``; nothing else needs to import this module.
+Both paths are mathematically exact but sum floats in another order than a full forward, so
+they agree with TransformerLens's per-cell loop up to float rounding (tested <= 1e-5 in
+``tests/integration/test_patching_fast.py``), not bitwise; that is why they are off by default.
+
+- **Suffix** (:func:`suffix_patch`): a patch at position p leaves positions < p unchanged, so a
+  group of cells runs only the positions from its smallest p on, with the corrupted prefix's
+  keys and values in a frozen TransformerLens key/value cache.
+- **Incremental** (:func:`incremental_patch`, where :func:`incremental_supported`): compute
+  only what each patch can change from the cached corrupted run (:func:`corrupted_cache`): the
+  patched row of layer l, the changed key/value rows after it, the last layer and the
+  unembedding at the metric positions; all cells of a layer in one vectorised pass.
+
+Both fill ``out[i]`` for the cell indices ``todo`` in place, as the engine's own loop does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from mechinterp_icr.interp.patching import SETTERS, act_name, group_cells
+
+__all__ = [
+    "SUFFIX_ACTS",
+    "corrupted_cache",
+    "incremental_patch",
+    "incremental_supported",
+    "suffix_patch",
+    "suffix_supported",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Suffix patching: forwards over the positions a patch can change, on a frozen prefix KV cache
+# ---------------------------------------------------------------------------------------------
+SUFFIX_ACTS = {"z", "q", "k", "v", "result", "resid_pre", "resid_mid", "resid_post",
+                "attn_out", "mlp_out"}
+
+
+def suffix_supported(setter: str, act: str) -> bool:
+    """True when ``suffix=True`` applies: a by-position setter and an activation of
+    :data:`SUFFIX_ACTS`. Other cases fall back to the full forward passes."""
+    return setter in ("layer_pos", "layer_pos_head") and act in SUFFIX_ACTS
+
+
+@torch.no_grad()
+def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
+                  skip_layers, n_windows: int = 8) -> None:
+    """Fill ``out[i]`` for cells ``todo`` by suffix forwards over a frozen prefix KV cache."""
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    B, T = tokens.shape
+    L = model.cfg.n_layers
+    dev = tokens.device
+    keep = {f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in "kv"}
+    keep |= {f"blocks.{l}.hook_resid_pre" for l in range(L)}
+    logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
+    fn = SETTERS[setter]
+    width = max(1, -(-T // n_windows))
+    groups = group_cells(todo, lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
+                         lambda i: cells[i][1] // width, per)
+    for idx in groups:
+        chunk = [cells[i] for i in idx]
+        C = len(chunk)
+        p0 = min(c[1] for c in chunk)
+        l0 = min(c[0] for c in chunk) if skip_layers else 0
+        CB = C * B
+        kv = TransformerLensKeyValueCache.init_cache(model.cfg, dev, CB)
+        for l, e in enumerate(kv.entries):
+            e.past_keys = cc[f"blocks.{l}.attn.hook_k"][:, :p0].repeat(C, 1, 1, 1)
+            e.past_values = cc[f"blocks.{l}.attn.hook_v"][:, :p0].repeat(C, 1, 1, 1)
+        kv.previous_attention_mask = torch.ones(CB, p0, dtype=torch.int, device=dev)
+        kv.freeze()
+        by_layer: dict[int, list[tuple[int, tuple]]] = {}
+        for c, cell in enumerate(chunk):
+            by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])))
+        hooks = []
+        for layer, items in by_layer.items():
+            name = act_name(act, layer)
+            clean = clean_cache[name][:, p0:]
+
+            def hook(a, hook, items=items, clean=clean):
+                a = a.clone()
+                for c, cell in items:
+                    fn(a[c * B:(c + 1) * B], cell, clean)
+                return a
+
+            hooks.append((name, hook))
+        if l0 > 0:
+            resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
+            suf = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=l0,
+                                       tokens=tokens[:, p0:].repeat(C, 1), past_kv_cache=kv,
+                                       attention_mask=torch.ones(CB, T, dtype=torch.int,
+                                                                 device=dev))
+        else:
+            suf = model.run_with_hooks(tokens[:, p0:].repeat(C, 1), fwd_hooks=hooks,
+                                       past_kv_cache=kv,
+                                       attention_mask=torch.ones(CB, T - p0, dtype=torch.int,
+                                                                 device=dev))
+        full = logits_c.repeat(C, 1, 1)
+        full[:, p0:] = suf
+        for c in range(C):
+            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
+
+
+# ---------------------------------------------------------------------------------------------
+# Incremental exact patching: compute only what a by-position patch can change
+# ---------------------------------------------------------------------------------------------
+# activations whose patch at (layer l, position p) changes layer l's output only at p
+_LOCAL_ACTS = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post"}
+_INCREMENTAL_ACTS = {"layer_pos_head": {"z", "q", "k", "v"},
+                     "layer_pos": {"resid_pre", "resid_mid", "attn_out", "mlp_out",
+                                   "resid_post"}}
+
+
+def incremental_supported(model, setter: str, act: str) -> bool:
+    """True when ``batched_activation_patch`` can use ``incremental=True`` for this
+    model and activation: by-position setters, and a plain pre-norm causal decoder (standard
+    positional embedding, no split q/k/v input, no parallel attention/MLP, no grouped or local
+    attention, no soft caps). Other cases fall back to the full forward passes."""
+    if act not in _INCREMENTAL_ACTS.get(setter, ()):
+        return False
+    cfg = model.cfg
+    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
+    if cfg.attn_only and act in ("resid_mid", "mlp_out"):
+        return False
+    flags_off = ("use_split_qkv_input", "use_attn_in", "parallel_attn_mlp",
+                 "use_normalization_before_and_after", "use_attn_result", "use_attention_sinks",
+                 "use_logn_attn", "use_qk_norm", "load_in_4bit")
+    if any(getattr(cfg, f, False) for f in flags_off):
+        return False
+    if getattr(cfg, "clip_qkv", None) is not None or getattr(cfg, "n_key_value_heads", None):
+        return False
+    if any(t != "global" for t in (getattr(cfg, "attn_types", None) or [])):
+        return False
+    for cap in ("attn_scores_soft_cap", "output_logits_soft_cap"):
+        c = getattr(cfg, cap, -1.0)
+        if c is not None and c > 0:
+            return False
+    return (cfg.positional_embedding_type == "standard"
+            and cfg.original_architecture not in POST_NORM_ARCHITECTURES
+            and getattr(cfg, "attention_dir", "causal") == "causal"
+            and all(type(b.attn).__name__ == "Attention" for b in model.blocks))
+
+
+def corrupted_cache(model, tokens: Tensor):
+    """(logits, cache) of the corrupted run with what :func:`incremental_patch` reads: every
+    layer's ``resid_pre``, keys and values."""
+    keep = {f"blocks.{l}.{x}" for l in range(model.cfg.n_layers)
+            for x in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")}
+    return model.run_with_cache(tokens, names_filter=lambda n: n in keep)
+
+
+def _kv_rows(blk, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Keys and values of block ``blk`` for residual rows ``x`` (N, R, d_model)."""
+    from transformer_lens.utilities.attention import simple_attn_linear
+
+    a, h = blk.attn, blk.ln1(x)
+    return simple_attn_linear(h, a.W_K, a.b_K), simple_attn_linear(h, a.W_V, a.b_V)
+
+
+def _attend_full(a, q: Tensor, qpos: Tensor, K: Tensor, V: Tensor) -> Tensor:
+    """z (N, R, H, d_head) of queries ``q`` (N, R, H, d_head) at positions ``qpos`` (N, R) over
+    per-copy keys/values ``K``, ``V`` (N, T, H, d_head), causally masked."""
+    scores = a.calculate_attention_scores(q, K)  # (N, H, R, T)
+    T = K.shape[1]
+    mask = torch.arange(T, device=q.device)[None, None, :] <= qpos[:, :, None]  # (N, R, T)
+    scores = torch.where(mask[:, None], scores, a.IGNORE.to(scores.device))
+    pattern = torch.softmax(scores, dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    return a.calculate_z_scores(V, pattern.to(V.dtype))
+
+
+def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor,
+                   k_row: Tensor | None, v_row: Tensor | None) -> Tensor:
+    """Like :func:`_attend_full` for C copies of one batch whose keys/values are the shared
+    ``Kc``, ``Vc`` (B, T, H, d_head) except row ``P[n]`` of copy n, which holds ``k_row[n]``,
+    ``v_row[n]`` (N, H, d_head) when given. The copies' queries become extra query rows of
+    the shared batch (no per-copy key/value tensor); the changed key row's scores are set
+    and the changed value row enters as ``pattern[P] * v_row`` added to the other rows' sum:
+    the same arithmetic up to float summation order."""
+    N, R, H, dh = q.shape
+    B, T = Kc.shape[:2]
+    C = N // B
+    dev = q.device
+    q_ = q.reshape(C, B, R, H, dh).permute(1, 3, 0, 2, 4).reshape(B, H, C * R, dh)
+    scores = q_ @ Kc.permute(0, 2, 3, 1) / a.attn_scale  # (B, H, C*R, T)
+    s5 = scores.view(B, H, C, R, T)
+    cidx = torch.arange(C, device=dev).repeat_interleave(B)  # copy of row n
+    bidx = torch.arange(B, device=dev).repeat(C)
+    if k_row is not None:
+        s_row = (q.permute(0, 2, 1, 3) @ k_row[:, :, :, None])[..., 0].permute(0, 2, 1) \
+            / a.attn_scale  # (N, R, H)
+        s5[bidx, :, cidx, :, P] = s_row.permute(0, 2, 1)  # (N, H, R)
+    qp = qpos.reshape(C, B, R).permute(1, 0, 2).reshape(B, 1, C * R, 1)
+    mask = torch.arange(T, device=dev).view(1, 1, 1, T) <= qp
+    scores = torch.where(mask, scores, a.IGNORE.to(scores.device))
+    pattern = torch.softmax(scores, dim=-1)
+    pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
+    pattern = pattern.to(Vc.dtype)
+    p_row = None
+    if v_row is not None:  # the changed value row enters separately: z = sum_{t != P} + p_P v
+        p5 = pattern.view(B, H, C, R, T)
+        p_row = p5[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
+        p5[bidx, :, cidx, :, P] = 0.0
+    z = pattern @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
+    z = z.view(B, H, C, R, dh).permute(2, 0, 3, 1, 4).reshape(N, R, H, dh)
+    if p_row is not None:
+        z = z + p_row[..., None] * v_row[:, None]
+    return z
+
+
+def _attend_full_kv(a, q, qpos, kv):
+    return _attend_full(a, q, qpos, *kv)
+
+
+def _attend_shared_kv(a, q, qpos, Kc, Vc, P, k_row, v_row):
+    return _attend_shared(a, q, qpos, Kc, Vc, P, k_row, v_row)
+
+
+def _block_rows(blk, x: Tensor, qpos: Tensor, attend: Callable, attn_only: bool,
+                patch: Callable[[str, Tensor], Tensor]) -> Tensor:
+    """Block output (``resid_post``) at query rows ``x`` (N, R, d_model) that sit at positions
+    ``qpos`` (N, R); ``attend(attn, q, qpos) -> z`` supplies the keys and values
+    (:func:`_attend_full` or :func:`_attend_shared`). The same operations as
+    TransformerLens's block forward, on fewer rows; ``patch(name, t)`` may replace the
+    activation ``name`` (``q``, ``z``, ``attn_out``, ``resid_mid``, ``mlp_out``,
+    ``resid_post``)."""
+    from transformer_lens.utilities.attention import simple_attn_linear
+
+    a = blk.attn
+    q = patch("q", simple_attn_linear(blk.ln1(x), a.W_Q, a.b_Q))  # (N, R, H, d_head)
+    z = patch("z", attend(a, q, qpos))  # (N, R, H, d_head)
+    w = a.W_O.reshape(-1, a.W_O.shape[-1]).T.contiguous()  # (d_model, H*d_head)
+    attn_out = patch("attn_out", torch.nn.functional.linear(
+        z.reshape(z.shape[0], z.shape[1], -1), w, a.b_O))
+    if attn_only:
+        return patch("resid_post", x + attn_out)
+    mid = patch("resid_mid", x + attn_out)
+    mlp_out = patch("mlp_out", blk.mlp(blk.ln2(mid)))
+    return patch("resid_post", mid + mlp_out)
+
+
+def _no_patch(name: str, t: Tensor) -> Tensor:
+    return t
+
+
+def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, P: Tensor, Hd: Tensor | None,
+               clean: Tensor) -> Tensor:
+    """Activation ``name`` with copy n's rows at position ``P[n]`` (head ``Hd[n]``) set to
+    ``clean[n]``; ``t`` is (N, R, H, d_head) or (N, R, d_model) at positions ``qpos`` (N, R)."""
+    if name != act:
+        return t
+    sel = qpos == P[:, None]  # (N, R)
+    if Hd is not None:
+        heads = torch.arange(t.shape[2], device=t.device) == Hd[:, None]  # (N, H)
+        sel = sel[:, :, None] & heads[:, None, :]  # (N, R, H)
+    return torch.where(sel[..., None], clean[:, None], t)
+
+
+@torch.no_grad()
+def incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
+                       mp: Sequence[int], logits_c: Tensor, cc) -> None:
+    """Fill ``out[i]`` for cells ``todo`` computing only what each patch can change.
+
+    A patch at (layer l, position p) leaves layers < l and positions < p as in the corrupted
+    run (cached in ``cc``). Position-local activations (z, q, attn_out, resid_mid, mlp_out,
+    resid_post) change layer l's output only at p: layer l is computed at that one row. The
+    next layer then differs from the corrupted run only in the key/value row p; layers
+    between recompute all rows; the last layer computes only the queries at the metric
+    positions ``mp`` (its keys/values come from the cache, with the changed rows recomputed),
+    and the unembedding runs on those rows only. All cells of a chunk (up to ``per``) are
+    vectorised along the batch axis, whatever their position and head."""
+    from transformer_lens.utilities.activation_functions import apply_softcap
+
+    B, T = tokens.shape
+    L = model.cfg.n_layers
+    dev = tokens.device
+    attn_only = bool(model.cfg.attn_only)
+    mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
+    buf = logits_c.clone()
+    # chunks of one layer each, at most `per` cells
+    groups = group_cells(todo, lambda i: cells[i], lambda i: cells[i][0], per)
+    for idx in groups:
+        chunk = [cells[i] for i in idx]
+        C, l = len(chunk), chunk[0][0]
+        N = C * B
+        ar = torch.arange(N, device=dev)
+        bidx = torch.arange(B, device=dev).repeat(C)  # copy c = rows c*B..(c+1)*B
+        P = torch.tensor([c[1] for c in chunk], device=dev).repeat_interleave(B)  # (N,)
+        Hd = (torch.tensor([c[2] for c in chunk], device=dev).repeat_interleave(B)
+              if setter == "layer_pos_head" else None)
+        clean = clean_cache[act_name(act, l)][bidx, P]  # (N, [H, d_head] | d_model)
+
+        row = clean if act == "resid_pre" else None  # input rows at P that differ
+        dense = None  # or the whole input residual (N, T, d_model)
+        final = None
+        for j in range(l, L):
+            blk = model.blocks[j]
+            last = j == L - 1
+            if dense is not None:
+                attend = partial(_attend_full_kv, kv=_kv_rows(blk, dense))
+            else:  # the corrupted keys/values, shared by the copies, except row P
+                Kc = cc[f"blocks.{j}.attn.hook_k"]  # (B, T, H, d_head)
+                Vc = cc[f"blocks.{j}.attn.hook_v"]
+                k_row = v_row = None
+                if row is not None:
+                    kr, vr = _kv_rows(blk, row[:, None])
+                    k_row, v_row = kr[:, 0], vr[:, 0]  # (N, H, d_head)
+                if j == l and act in ("k", "v"):
+                    put = (Kc if act == "k" else Vc)[bidx, P]  # (N, H, d_head)
+                    put[ar, Hd] = clean[ar, Hd]
+                    k_row, v_row = (put, None) if act == "k" else (None, put)
+                attend = partial(_attend_shared_kv, Kc=Kc, Vc=Vc, P=P, k_row=k_row,
+                                 v_row=v_row)
+            # query rows: the metric positions (last layer), the patched row (position-local
+            # patch layer) or every position
+            resid = dense if dense is not None else cc[f"blocks.{j}.hook_resid_pre"]
+            rep = 1 if dense is not None else C
+            if last:
+                qpos = mp_t.expand(N, -1)
+                x = resid[:, mp_t].repeat(rep, 1, 1)  # (N, R, d_model)
+            elif j == l and act in _LOCAL_ACTS:
+                qpos = P[:, None]
+                x = resid[bidx, P][:, None]
+            else:
+                qpos = torch.arange(T, device=dev).expand(N, -1)
+                x = resid.repeat(rep, 1, 1)
+            if row is not None:
+                x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
+            fn = (partial(_put_clean, qpos=qpos, act=act, P=P, Hd=Hd, clean=clean) if j == l
+                  else _no_patch)
+            y = _block_rows(blk, x, qpos, attend, attn_only, fn)
+            if last:
+                final = y
+            elif j == l and act in _LOCAL_ACTS:
+                row, dense = y[:, 0], None
+            else:
+                row, dense = None, y
+        if model.cfg.normalization_type is not None:
+            final = model.ln_final(final)
+        rows = apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
+        # one buffer of corrupted logits; copy c's metric-position rows are written in just
+        # before its metric is read into `out` (positions the metric does not read keep the
+        # corrupted logits)
+        rows = rows.to(logits_c.dtype)
+        for c in range(C):
+            buf[:, mp_t] = rows[c * B:(c + 1) * B]
+            out[idx[c]] = metric(buf).reshape(())
+        buf[:, mp_t] = logits_c[:, mp_t]

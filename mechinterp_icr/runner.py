@@ -1,0 +1,87 @@
+"""Runs reproduction targets: resolves each target's config (profile + ``--set``), runs its
+``reproduce()`` and writes the summary.
+
+Every target is a package under ``mechinterp_icr.experiments`` with the same small interface:
+
+- ``PROFILES``: the profile names it knows (``quick``, ``paper``);
+- ``profile(name) -> Config``: a frozen, validated config dataclass holding every setting of
+  every stage (the only profile mechanism); an unknown name is a ``ConfigError``;
+- ``reproduce(cfg, out_dir, seeds, summary) -> None``: the stages in order, each timed with
+  ``summary.stage(name)``; it writes ``summary`` to ``out_dir`` whenever results should be
+  safe on disk.
+
+``--set KEY=VALUE`` edits any field of that config (``apply_overrides``). With the target
+``all`` a key names its target first (``cr.task.lam=0.5``, ``ir.n=256``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mechinterp_icr.claims import Summary
+from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
+from mechinterp_icr.experiments import cr, ir
+
+__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "config_keys"]
+
+TARGETS = {"cr": cr, "ir": ir}
+
+
+def _module(target: str):
+    if target not in TARGETS:
+        raise ConfigError(f"target = {target!r} is not allowed; expected one of "
+                          f"{sorted(TARGETS)} or 'all'")
+    return TARGETS[target]
+
+
+def split_overrides(targets: list[str], overrides: list[str]) -> dict[str, dict[str, Any]]:
+    """Sort ``--set`` items by target. A key may start with its target's name; with more than
+    one target it must."""
+    parsed = parse_overrides(overrides)
+    out: dict[str, dict[str, Any]] = {t: {} for t in targets}
+    for key, value in parsed.items():
+        head, _, rest = key.partition(".")
+        if head in TARGETS and rest:
+            if head not in out:
+                raise ConfigError(f"--set {key} is not allowed; target {head!r} is not being "
+                                  f"run (running {targets})")
+            out[head][rest] = value
+        elif len(targets) == 1:
+            out[targets[0]][key] = value
+        else:
+            raise ConfigError(f"--set {key} is not allowed; with several targets a key starts "
+                              f"with its target, e.g. {targets[0]}.{key}")
+    return out
+
+
+def resolve_config(target: str, profile: str, overrides: dict[str, Any] | list[str] = ()):
+    """The target's config for ``profile`` with ``overrides`` applied and validated."""
+    return apply_overrides(_module(target).profile(profile), overrides)
+
+
+def config_keys(cfg, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every settable dotted key of a config with its value (what ``icr config`` prints)."""
+    rows: list[tuple[str, Any]] = []
+
+    def walk(node, path):
+        if isinstance(node, dict) and node and not path.endswith(".kind"):
+            for k, v in node.items():
+                if k == "kind" and path:
+                    continue
+                walk(v, f"{path}.{k}" if path else k)
+        else:
+            rows.append((path, node))
+
+    walk(to_dict(cfg), prefix)
+    return rows
+
+
+def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str) -> Summary:
+    """Run one target's ``reproduce`` with a fresh summary and write it (merging with the
+    claims of other targets already in ``out_dir/summary.json``)."""
+    summary = Summary(target, profile, seeds)
+    summary.config = to_dict(cfg)
+    _module(target).reproduce(cfg, Path(out_dir), list(seeds), summary)
+    summary.write(out_dir)
+    return summary

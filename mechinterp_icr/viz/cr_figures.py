@@ -1,0 +1,374 @@
+"""Figures of the CR reproduction (claims CR-1 .. CR-7), drawn from result rows.
+
+Every function takes the rows or dicts a CR stage produced (evaluation rows, sweep rows,
+task-vector results, head-role verdicts, cascade curves) and writes plotly figures with
+:func:`mechinterp_icr.viz.figures.save_figure`; none reads an experiment's constants. Phase
+names (``pretrain``, ``ft-icl``, ...) are the keys of those rows. plotly is imported when a
+figure is drawn, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mechinterp_icr.claims import ci95
+from mechinterp_icr.viz.figures import save_figure
+
+__all__ = [
+    "cr4_overview_figure",
+    "write_cr123_figures",
+    "write_cr4_figures",
+    "write_cr5_figure",
+    "write_cr6_figure",
+    "write_cr7_figure",
+    "write_task_vector_views",
+]
+
+PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
+
+
+# ------------------------------------------------------------------------------------------------
+# CR-1 .. CR-3
+# ------------------------------------------------------------------------------------------------
+def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int,
+                        curves: dict[tuple[str, str], dict[int, list[float]]],
+                        sweep: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any]:
+    """Held-out plain-ICL accuracy by K per phase (``icl_by_k``: phase -> per K the values
+    over seeds), the finetuning curves (``curves``: (phase, metric) -> step -> values over
+    seeds) and the CR-3 sweep (aggregated rows). Returns the written paths."""
+    try:
+        import plotly.graph_objects as go
+    except ImportError as e:  # pragma: no cover
+        return {"error": str(e)}
+    fig_dir = Path(fig_dir)
+    out = {}
+    fig = go.Figure()
+    for phase, by_k in icl_by_k.items():
+        means, los, his = [], [], []
+        for vals in by_k:
+            lo, hi = ci95(vals)
+            means.append(float(np.mean(vals)))
+            los.append(means[-1] - lo)
+            his.append(hi - means[-1])
+        fig.add_trace(go.Scatter(x=list(ks), y=means, name=phase, mode="lines+markers",
+                                 line={"dash": "solid"},
+                                 error_y={"type": "data", "symmetric": False,
+                                          "array": his, "arrayminus": los}))
+    fig.update_layout(title="CR: held-out plain-ICL exact accuracy by number of demos K "
+                            f"(mean, 95% CI over {n_seeds} seeds)",
+                      xaxis_title="K (demos)", yaxis_title="exact accuracy",
+                      yaxis_range=[-0.02, 1.02])
+    out["cr_icl_by_k"] = save_figure(fig, fig_dir / "cr_icl_by_k")
+    # finetuning dynamics from the checkpoint evaluations, mean over seeds
+    if curves:
+        fig = go.Figure()
+        names = {"heldout_icl_exact": "held-out plain ICL",
+                 "heldout_iclgrm_exact": "held-out ICL+Grm", "pt_restricted": "PT restricted"}
+        dashes = {"heldout_icl_exact": "solid", "heldout_iclgrm_exact": "dash",
+                  "pt_restricted": "dot"}
+        for (phase, key), by_step in sorted(curves.items()):
+            steps = sorted(by_step)
+            fig.add_trace(go.Scatter(x=[max(s, 0.5) for s in steps],
+                                     y=[float(np.mean(by_step[s])) for s in steps],
+                                     mode="lines+markers", name=f"{phase}: {names[key]}",
+                                     line={"dash": dashes[key]},
+                                     marker={"size": 4}))
+        fig.update_layout(title="CR finetuning dynamics (checkpoint evaluations, mean over "
+                                f"{n_seeds} seeds; step 0 drawn at 0.5)",
+                          xaxis={"type": "log", "title": "finetuning step"},
+                          yaxis_title="exact accuracy", yaxis_range=[-0.02, 1.02])
+        out["cr_finetune_curves"] = save_figure(fig, fig_dir / "cr_finetune_curves")
+    if sweep:
+        fig = go.Figure()
+        labels = [r["setting"] for r in sweep]
+        for key, name in (("heldout_icl_exact", "held-out plain ICL"),
+                          ("heldout_iclgrm_exact", "held-out ICL+Grm")):
+            means = [r[f"{key}_mean"] for r in sweep]
+            pts = [r[f"{key}_per_seed"] for r in sweep]
+            fig.add_trace(go.Bar(x=labels, y=means, name=name, offsetgroup=key))
+            fig.add_trace(go.Scatter(x=[lab for lab, p in zip(labels, pts) for _ in p],
+                                     y=[v for p in pts for v in p], mode="markers",
+                                     offsetgroup=key, name=f"{name} (per seed)",
+                                     marker={"size": 7, "color": "black"}, showlegend=False))
+        fig.add_hline(y=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
+        fig.update_layout(title="CR-3 sweep: ICL+Grm finetuning, held-out accuracy "
+                                "(bars: mean; dots: seeds)",
+                          barmode="group", scattermode="group", yaxis_title="exact accuracy",
+                          yaxis_range=[-0.02, 1.05])
+        out["cr3_sweep"] = save_figure(fig, fig_dir / "cr3_sweep", width=1100)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# CR-4
+# ------------------------------------------------------------------------------------------------
+def _add_type_scatter(fig, x, y, t, colors, row: int, col: int, legend: bool,
+                      size: int) -> None:
+    """One marker trace per attribute type (coloured by type) into subplot (row, col)."""
+    import plotly.graph_objects as go
+
+    x, y, t = np.asarray(x), np.asarray(y), np.asarray(t)
+    for l in range(len(colors)):
+        m = t == l
+        fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", name=f"type {l}",
+                                 legendgroup=f"type {l}", showlegend=legend,
+                                 marker=dict(size=size, color=colors[l], opacity=0.7)),
+                      row, col)
+
+
+def _type_colors(n):
+    base = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
+            "#e377c2"]
+    return [base[i % len(base)] for i in range(n)]
+
+
+def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any]:
+    """PCA scatter (PT-only vs finetuned), separation vs K, separation vs lam, per-layer and
+    per-checkpoint probe accuracy. Returns the written paths."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    out: dict[str, Any] = {}
+    r0 = results[0]
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
+    titles = {PHASE_PT: "PT only", PHASE_FT: "after ICL finetuning",
+              PHASE_FT_GRM: "after ICL+Grm finetuning"}
+    fig = make_subplots(rows=1, cols=len(phases), subplot_titles=[
+        f"{titles[p]} ({r0['pca'][p]['boundary_label']}; top-PC probe "
+        f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases])
+    n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
+    cols = _type_colors(n_types)
+    for j, p in enumerate(phases):
+        d = r0["pca"][p]
+        x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
+        _add_type_scatter(fig, x, y, t, cols, 1, j + 1, legend=j == 0, size=5)
+        fig.update_xaxes(title_text=f"PC1 ({d['var_ratio'][0]:.0%} var)", row=1, col=j + 1)
+        fig.update_yaxes(title_text=f"PC2 ({d['var_ratio'][1]:.0%} var)", row=1, col=j + 1)
+    fig.update_layout(title=f"CR-4: task vectors of held-out-subject ICL prompts at the query "
+                            f"position, first two PCs, coloured by attribute type (seed "
+                            f"{r0['seed']})")
+    out["pca_scatter"] = save_figure(fig, Path(fig_dir) / "cr4_pca_scatter", width=1300,
+                                     height=480)
+
+    # separation vs K
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
+    for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
+        for c, key in enumerate(("type_variance_fraction", "acc_pc")):
+            ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
+            vals = [[row[key] for r in results for row in r["k_sweep"].get(p, [])
+                     if row["K"] == k] for k in ks]
+            mean = [float(np.mean(v)) for v in vals]
+            lo = [float(np.min(v)) for v in vals]
+            hi = [float(np.max(v)) for v in vals]
+            fig.add_trace(go.Scatter(x=ks, y=mean, mode="lines+markers", name=titles[p],
+                                     legendgroup=p, showlegend=c == 0, line=dict(color=colr),
+                                     error_y=dict(type="data", symmetric=False,
+                                                  array=np.subtract(hi, mean).tolist(),
+                                                  arrayminus=np.subtract(mean, lo).tolist())),
+                          1, c + 1)
+        fig.update_xaxes(title_text="number of demonstrations K")
+    fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
+    fig.update_layout(title="CR-4: separation of the attribute type vs number of demos K "
+                            "(mean over seeds, bars: min-max)")
+    out["sep_vs_k"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_k", width=1100)
+
+    lam_rows = [row for r in results for row in r.get("lam_sweep", [])]
+    if lam_rows:
+        fig = make_subplots(rows=1, cols=2, subplot_titles=[
+            "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
+        lams = sorted({row["lam"] for row in lam_rows})
+        for key, name, colr in (("pt", "PT only", "#7f7f7f"),
+                                ("ft", "after ICL finetuning", "#1f77b4")):
+            for c, metric in enumerate(("type_variance_fraction", "acc_pc")):
+                vals = [[row[f"{key}_{metric}"] for row in lam_rows if row["lam"] == lm]
+                        for lm in lams]
+                fig.add_trace(go.Scatter(x=lams, y=[float(np.mean(v)) for v in vals],
+                                         mode="lines+markers", name=name, legendgroup=key,
+                                         showlegend=c == 0, line=dict(color=colr)), 1, c + 1)
+                fig.add_trace(go.Scatter(x=[row["lam"] for row in lam_rows],
+                                         y=[row[f"{key}_{metric}"] for row in lam_rows],
+                                         mode="markers", showlegend=False, legendgroup=key,
+                                         marker=dict(color=colr, size=5, opacity=0.4)), 1, c + 1)
+        fig.update_xaxes(title_text="pretraining grammar separation lam")
+        fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
+        fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
+        fig.update_layout(title="CR-4: separation vs the Markov separation lam of pretraining "
+                                "(small PT + ICL-finetune runs; line: mean, dots: seeds)")
+        out["sep_vs_lam"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_lam",
+                                        width=1100)
+
+    # probe accuracy per boundary (PT vs finetuned) and across finetuning
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "per layer boundary (held-out test prompts)", "across ICL finetuning (chosen boundary)"])
+    for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
+        labels = [row["label"] for row in r0["phases"][p]["layers"]]
+        for key, dash in (("acc_pc", "solid"), ("acc_full", "dot")):
+            vals = np.mean([[row[key] for row in r["phases"][p]["layers"]] for r in results], 0)
+            fig.add_trace(go.Scatter(x=labels, y=vals.tolist(), mode="lines+markers",
+                                     name=f"{titles[p]}, {'top-PC' if key == 'acc_pc' else 'full'}"
+                                     , line=dict(color=colr, dash=dash)), 1, 1)
+    for key, dash in (("acc_pc", "solid"), ("acc_full", "dot")):
+        for r in results:
+            fig.add_trace(go.Scatter(x=[row["step"] for row in r["curve"]],
+                                     y=[row[key] for row in r["curve"]], mode="lines+markers",
+                                     name=f"seed {r['seed']} {key}", showlegend=False,
+                                     line=dict(color="#1f77b4", dash=dash)), 1, 2)
+    fig.update_xaxes(title_text="ICL finetuning step", row=1, col=2)
+    fig.update_yaxes(title_text="type probe accuracy", range=[0, 1.02])
+    fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe)")
+    # HTML only: the overview figure carries the per-boundary curve into the report, and each
+    # PNG export costs seconds of headless Chromium
+    out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200,
+                                      png=False)
+    out["overview"] = save_figure(cr4_overview_figure(results), Path(fig_dir) / "cr4_overview",
+                                  width=1400, height=900)
+    return out
+
+
+def cr4_overview_figure(results: list[dict[str, Any]]):
+    """One figure for the report: PCA scatters (top row), separation vs K, vs lam, and the
+    top-PC probe per boundary (bottom row)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    r0 = results[0]
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
+    titles = {PHASE_PT: "PT only", PHASE_FT: "ICL-finetuned", PHASE_FT_GRM: "ICL+Grm-finetuned"}
+    colors = {PHASE_PT: "#7f7f7f", PHASE_FT: "#1f77b4", PHASE_FT_GRM: "#ff7f0e"}
+    lam_rows = [row for r in results for row in r.get("lam_sweep", [])]
+    sub = [f"{titles[p]}: PCA at {r0['pca'][p]['boundary_label']} (top-PC probe "
+           f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases]
+    sub += [""] * (3 - len(phases))
+    sub += ["separation (type variance share) vs K", "separation vs pretraining lam",
+            "top-PC probe accuracy per boundary"]
+    fig = make_subplots(rows=2, cols=3, subplot_titles=sub, vertical_spacing=0.14)
+    n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
+    tcols = _type_colors(n_types)
+    for j, p in enumerate(phases):
+        d = r0["pca"][p]
+        x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
+        _add_type_scatter(fig, x, y, t, tcols, 1, j + 1, legend=j == 0, size=4)
+    for p in phases:
+        ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
+        mean = [float(np.mean([row["type_variance_fraction"] for r in results
+                               for row in r["k_sweep"].get(p, []) if row["K"] == k]))
+                for k in ks]
+        fig.add_trace(go.Scatter(x=ks, y=mean, mode="lines+markers", name=titles[p],
+                                 legendgroup=p, line=dict(color=colors[p])), 2, 1)
+        labels = [row["label"] for row in r0["phases"][p]["layers"]]
+        acc = np.mean([[row["acc_pc"] for row in r["phases"][p]["layers"]] for r in results], 0)
+        fig.add_trace(go.Scatter(x=labels, y=acc.tolist(), mode="lines+markers",
+                                 name=titles[p], legendgroup=p, showlegend=False,
+                                 line=dict(color=colors[p])), 2, 3)
+    if lam_rows:
+        lams = sorted({row["lam"] for row in lam_rows})
+        for key, p in (("pt", PHASE_PT), ("ft", PHASE_FT)):
+            fig.add_trace(go.Scatter(
+                x=lams, y=[float(np.mean([row[f"{key}_type_variance_fraction"]
+                                          for row in lam_rows if row["lam"] == lm]))
+                           for lm in lams],
+                mode="lines+markers", name=titles[p] + " (small runs)", legendgroup=p,
+                showlegend=False, line=dict(color=colors[p])), 2, 2)
+    fig.update_xaxes(title_text="demos K", row=2, col=1)
+    fig.update_xaxes(title_text="lam", row=2, col=2)
+    fig.update_xaxes(title_text="layer boundary", row=2, col=3)
+    fig.update_yaxes(title_text="type variance share", row=2, col=1)
+    fig.update_yaxes(title_text="type variance share", row=2, col=2)
+    fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=2, col=3)
+    fig.update_layout(title=f"CR-4: task vectors at the query position of held-out-subject ICL "
+                            f"prompts (scatter: seed {r0['seed']}; lines: mean over seeds)")
+    return fig
+
+
+def write_task_vector_views(views: list[tuple[str, dict[str, Any], np.ndarray, np.ndarray]],
+                            n_types: int, umap: bool, out_dir: Path) -> dict[str, str]:
+    """Scatter of 2-D task-vector coordinates per checkpoint (at most four, evenly spaced),
+    coloured by attribute type. ``views``: (checkpoint name, its probe row, (N, 2)
+    coordinates, (N,) types)."""
+    from plotly.subplots import make_subplots
+
+    shown = views if len(views) <= 4 else [views[int(i)] for i in
+                                            np.linspace(0, len(views) - 1, 4).round()]
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[
+        f"{name} ({r['boundary_label']}, top-PC {r['acc_pc']:.2f})" for name, r, _, _ in shown])
+    cols = _type_colors(n_types)
+    for j, (_name, _r, Z, t) in enumerate(shown):
+        _add_type_scatter(fig, Z[:, 0], Z[:, 1], t, cols, 1, j + 1, legend=j == 0, size=5)
+    kind = "UMAP" if umap else "PCA"
+    fig.update_layout(title=f"Task vectors of held-out-subject ICL prompts ({kind}), coloured "
+                            "by attribute type")
+    return save_figure(fig, Path(out_dir) / f"task_vectors_{kind.lower()}",
+                       width=380 * len(shown) + 200, height=460)
+
+
+# ------------------------------------------------------------------------------------------------
+# CR-5 .. CR-7
+# ------------------------------------------------------------------------------------------------
+def _save_quietly(fig, out_dir: Path, stem: str) -> str | None:
+    """Write ``<out_dir>/figures/<stem>``; the PNG path (else the HTML path), or None when
+    writing fails (a figure must never cost a claim)."""
+    try:
+        paths = save_figure(fig, Path(out_dir) / "figures" / stem)
+        return paths.get("png") or paths.get("html")
+    except Exception:  # noqa: BLE001 - a figure must never cost a claim
+        return None
+
+
+def write_cr5_figure(cr5: dict, out_dir: Path) -> str | None:
+    """CR-5: normalised recovery per head on type and subject pairs (end of ft-icl)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for s, r in cr5.items():
+        v = r.get("ft-icl")
+        if v is None:
+            continue
+        heads = [h["head"] for h in v["heads"]]
+        fig.add_bar(name=f"seed {s}: type pairs", x=heads,
+                    y=[h["type_recovery"] for h in v["heads"]])
+        fig.add_bar(name=f"seed {s}: subject pairs", x=heads,
+                    y=[h["subject_recovery"] for h in v["heads"]])
+    fig.update_layout(barmode="group", title="CR-5: normalised recovery when patching one head "
+                      "(end of ft-icl)", yaxis_title="recovery (0 base, 1 source)")
+    return _save_quietly(fig, out_dir, "cr5_head_roles")
+
+
+def write_cr6_figure(cr6: dict, out_dir: Path) -> str | None:
+    """CR-6: exact accuracy of the constructed models in each format."""
+    import plotly.graph_objects as go
+
+    keys = ["pt_construction_pt_exact", "pt_construction_icl_heldout_exact",
+            "icl_construction_icl_heldout_exact", "icl_construction_pt_exact"]
+    fig = go.Figure()
+    for s, r in cr6.items():
+        fig.add_bar(name=f"seed {s}", x=[k.replace("_", " ") for k in keys],
+                    y=[r[k] for k in keys])
+    fig.add_hline(y=0.99, line_dash="dash")
+    fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy",
+                      yaxis_range=[0, 1.05])
+    return _save_quietly(fig, out_dir, "cr6_construction")
+
+
+def write_cr7_figure(cr7: dict, out_dir: Path) -> str | None:
+    """CR-7: the Relation head's OV and KQ probes during ICL finetuning."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for s, r in cr7.items():
+        fig.add_scatter(x=r["steps"], y=r["ov"], mode="lines", name=f"seed {s} OV probe")
+        fig.add_scatter(x=r["steps"], y=r["kq"], mode="lines", line_dash="dot",
+                        name=f"seed {s} KQ probe")
+        for t, lab in ((r["t_half_ov"], "OV"), (r["t_half_kq"], "KQ")):
+            if t is not None and not math.isnan(t):
+                fig.add_vline(x=t, line_width=1, line_dash="dash" if lab == "OV" else "dot",
+                              opacity=0.4)
+    fig.update_layout(title="CR-7: Relation-head probes during ICL finetuning (lines: half "
+                      "gain)", xaxis_title="finetuning step", yaxis_title="probe",
+                      yaxis_range=[0, 1.02])
+    return _save_quietly(fig, out_dir, "cr7_cascade")
