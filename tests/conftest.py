@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# one intra-op thread: two threads while anything else runs can be 30x slower on 2 cores
+torch.set_num_threads(1)
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -38,6 +39,7 @@ from mechinterp_icr.config import ConfigError, check
 
 __all__ = [
     "ACT_AXES",
+    "PATCH_ACTS",
     "SETTERS",
     "PatchResult",
     "answer_logit_metric",
@@ -45,6 +47,7 @@ __all__ = [
     "act_name",
     "batched_activation_patch",
     "cells_for",
+    "check_patch_args",
     "group_cells",
     "logit_diff_metric",
     "normalised_recovery",
@@ -61,6 +64,7 @@ __all__ = [
     "patch_resid_pre",
     "patch_v_all_pos",
     "patch_v_by_pos",
+    "pads_left",
     "path_patch",
     "tl_activation_patch",
     "unreachable",
@@ -112,6 +116,48 @@ ACT_AXES: dict[str, tuple[str, ...]] = {
     "pattern_layer_head": ("layer", "head"),
     "pattern_layer_head_dest": ("layer", "head", "dest_pos"),
 }
+
+
+# TransformerLens activation short names each setter patches (``layer_pos`` on a head vector
+# patches every head at the position); usable when the model has the hook in every layer
+_HEAD_ACTS = ("z", "q", "k", "v", "result", "rot_q", "rot_k")
+_POS_ACTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "pre", "post")
+_PATTERN_ACTS = ("pattern", "attn_scores")
+PATCH_ACTS: dict[str, tuple[str, ...]] = {
+    "layer_pos": _POS_ACTS + _HEAD_ACTS,
+    "layer_pos_head": _HEAD_ACTS,
+    "layer_head": _HEAD_ACTS,
+    "pattern_layer_head": _PATTERN_ACTS,
+    "pattern_layer_head_dest": _PATTERN_ACTS,
+}
+# TransformerLens aliases (``get_act_name``) accepted for the names above
+_ACT_ALIASES = {"key": "k", "query": "q", "value": "v", "attn": "pattern",
+                "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
+
+
+def check_patch_args(model, setter: str, act: str, clean_cache=None,
+                     layers: Sequence[int] | None = None) -> str:
+    """``act``'s canonical short name, or a ConfigError naming the argument, its value and the
+    allowed names: ``setter`` not a key of :data:`SETTERS`, ``act`` not one of
+    ``PATCH_ACTS[setter]`` (or a TL alias such as ``key``) that ``model`` has a hook for in
+    every layer, or ``clean_cache`` (if given) without it in one of ``layers`` (default all)."""
+    check(isinstance(setter, str) and setter in SETTERS, "setter", setter,
+          f"one of {sorted(SETTERS)}")
+    L = model.cfg.n_layers
+    have = [a for a in PATCH_ACTS[setter]
+            if all(act_name(a, l) in model.hook_dict for l in range(L))]
+    canon = _ACT_ALIASES.get(act, act) if isinstance(act, str) else act
+    check(canon in have, "act", act, f"one of {have} with setter = {setter!r} on this "
+          "model (TransformerLens activation short names)")
+    if clean_cache is not None:
+        for l in range(L) if layers is None else sorted(set(layers)):
+            name = act_name(canon, l)
+            if name not in clean_cache:
+                raise ConfigError(
+                    f"clean_cache without {name!r} is not allowed; expected the clean run's "
+                    f"cache holding act = {act!r} in every patched layer (e.g. "
+                    "model.run_with_cache(clean_tokens))")
+    return canon
 
 
 def cells_for(model, n_pos: int, axes: Sequence[str]) -> list[tuple[int, ...]]:
@@ -200,11 +246,13 @@ def batched_activation_patch(
         mps = [int(p) for p in metric_positions]
         check(len(mps) > 0 and all(0 <= p < T for p in mps), "metric_positions",
               list(metric_positions), f"a non-empty list of positions in [0, {T - 1}]")
+    act = check_patch_args(model, setter, act)
     axes = ACT_AXES[setter]
     shaped = cells is None
     if cells is None:
         cells = cells_for(model, T, axes)
     cells = [tuple(int(i) for i in c) for c in cells]
+    check_patch_args(model, setter, act, clean_cache, [c[0] for c in cells])
     fn = SETTERS[setter]
     per = max(1, max_batch // B)
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
@@ -226,19 +274,31 @@ def batched_activation_patch(
         fast.incremental_patch(model, corrupted_tokens, clean_cache, metric, setter, act,
                                cells, todo, out, per, mp, logits_c, cc_inc)
         todo = []
-    if suffix and fast.suffix_supported(setter, act) and todo:
+    if suffix and fast.suffix_supported(setter, act, model) and todo:
         fast.suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells,
                           todo, out, per, skip_layers)
         todo = []
     # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
     # forward of a group starts at layer l from the corrupted run's residual stream (exact:
-    # those activations are the same computation on the same inputs).
+    # those activations are the same computation on the same inputs). It also gets what TL's
+    # forward derives from the tokens: a shortformer's positional embedding (added to every
+    # block's query/key input) and the mask of a tokenizer that pads on the left.
     start_resid: dict[int, Tensor] = {}
+    restart_kw: dict[str, Tensor] = {}
+    shortformer = model.cfg.positional_embedding_type == "shortformer"
     layers = sorted({cells[i][0] for i in todo})
     if skip_layers and any(l > 0 for l in layers) and act not in ("resid_pre",):
         names = {f"blocks.{l}.hook_resid_pre" for l in layers if l > 0}
+        names |= {"hook_pos_embed"} if shortformer else set()
         _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
         start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
+        if shortformer:
+            restart_kw["shortformer_pos_embed"] = cc["hook_pos_embed"]
+        if pads_left(model):  # the mask TL's forward would compute from the tokens
+            from transformer_lens.utilities import get_attention_mask
+
+            restart_kw["attention_mask"] = get_attention_mask(
+                model.tokenizer, corrupted_tokens, model.cfg.default_prepend_bos)
     # chunks of one layer each, at most `per` cells
     groups = group_cells(todo, lambda i: cells[i][0], lambda i: cells[i][0], per)
     for idx in groups:
@@ -262,8 +322,9 @@ def batched_activation_patch(
             hooks.append((name, hook))
         if layer0 in start_resid:
             resid = start_resid[layer0].repeat(C, 1, 1)  # (C*B, T, d_model)
+            kw = {k: v.repeat(C, *[1] * (v.dim() - 1)) for k, v in restart_kw.items()}
             logits = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=layer0,
-                                          tokens=corrupted_tokens.repeat(C, 1))
+                                          tokens=corrupted_tokens.repeat(C, 1), **kw)
         else:
             toks = corrupted_tokens.repeat(C, 1)  # (C*B, T): copy c = rows c*B..(c+1)*B
             logits = model.run_with_hooks(toks, fwd_hooks=hooks)
@@ -275,6 +336,13 @@ def batched_activation_patch(
     return out
 
 
+def pads_left(model) -> bool:
+    """True when ``model`` has a tokenizer that pads on the left: TransformerLens's forward
+    then masks the leading pad tokens of a token batch itself."""
+    tok = getattr(model, "tokenizer", None)
+    return tok is not None and getattr(tok, "padding_side", None) == "left"
+
+
 # activations whose patch at position p in the last layer only changes position p's output
 _POSITION_LOCAL_LAST = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post", "result"}
 
@@ -283,12 +351,13 @@ def unreachable(model, setter: str, act: str, cell: tuple, metric_positions) -> 
     """True when patching ``cell`` cannot change the logits at ``metric_positions``: a
     position after every metric position (causal masking), or a last-layer position-local
     activation (``z``, ``q``, ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``) at a
-    position the metric does not read."""
+    position the metric does not read. (The first rule needs causal attention; a
+    bidirectional model keeps only the second.)"""
     if setter not in ("layer_pos", "layer_pos_head"):
         return False
     layer, pos = cell[0], cell[1]
     mp = {int(p) for p in metric_positions}
-    if pos > max(mp):
+    if pos > max(mp) and getattr(model.cfg, "attention_dir", "causal") == "causal":
         return True
     return layer == model.cfg.n_layers - 1 and act in _POSITION_LOCAL_LAST and pos not in mp
 
@@ -298,6 +367,7 @@ def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: st
     """The TransformerLens per-cell reference (one forward per cell) for the same cells."""
     import transformer_lens.patching as tlp
 
+    act = check_patch_args(model, setter, act, clean_cache)
     tl_setters = {
         "layer_pos": tlp.layer_pos_patch_setter,
         "layer_pos_head": tlp.layer_pos_head_vector_patch_setter,
@@ -312,19 +382,14 @@ def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: st
             index_axis_names=axes)
 
 
-class _quiet_tqdm:
+@contextmanager
+def _quiet_tqdm(mod):
     """Silence transformer_lens.patching's progress bar (it would flood logs)."""
-
-    def __init__(self, mod):
-        self.mod = mod
-
-    def __enter__(self):
-        self.old = self.mod.tqdm
-        self.mod.tqdm = lambda it, *a, **k: it
-        return self
-
-    def __exit__(self, *exc):
-        self.mod.tqdm = self.old
+    old, mod.tqdm = mod.tqdm, (lambda it, *a, **k: it)
+    try:
+        yield
+    finally:
+        mod.tqdm = old
 
 
 # thin specialisations (TransformerLens names in parentheses)
@@ -360,6 +425,10 @@ def attribution_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     compare them with exact patching. ``clean_cache`` (optional) reuses the clean run's
     activations, as the exact functions do.
     """
+    head_acts = ("z", "q", "k", "v")
+    check(act in head_acts + _POS_ACTS, "act", act, f"one of {list(head_acts + _POS_ACTS)}")
+    if act in head_acts:
+        check(by in ("pos_head", "head"), "by", by, f"'pos_head' or 'head' with act = {act!r}")
     L = model.cfg.n_layers
     names = [act_name(act, l) for l in range(L)]
     keep = set(names)
@@ -418,8 +487,11 @@ def path_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     3. Run the corrupted tokens with only the receivers' inputs replaced by the recordings;
        return ``metric`` of those logits.
 
-    With a sender in the last layer and ``receivers=[("logits",)]`` this is exactly activation
-    patching of the sender's output (tested).
+    With a sender in the last layer, ``receivers=[("logits",)]`` and ``freeze_mlps=False``
+    (or an attention-only model) this is exactly activation patching of the sender's output
+    (tested). With ``freeze_mlps=True`` on a model with MLPs it is not: the last layer's MLP
+    stays at its corrupted output, so the sender's effect through that MLP is left out and
+    only the direct path (sender -> residual -> unembedding) counts (tested to differ).
     """
     L = model.cfg.n_layers
     sl, sh = sender

@@ -25,7 +25,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from mechinterp_icr.interp.patching import SETTERS, act_name, group_cells
+from mechinterp_icr.interp.patching import SETTERS, act_name, group_cells, pads_left
 
 __all__ = [
     "SUFFIX_ACTS",
@@ -44,10 +44,20 @@ SUFFIX_ACTS = {"z", "q", "k", "v", "result", "resid_pre", "resid_mid", "resid_po
                 "attn_out", "mlp_out"}
 
 
-def suffix_supported(setter: str, act: str) -> bool:
+def suffix_supported(setter: str, act: str, model=None) -> bool:
     """True when ``suffix=True`` applies: a by-position setter and an activation of
-    :data:`SUFFIX_ACTS`. Other cases fall back to the full forward passes."""
-    return setter in ("layer_pos", "layer_pos_head") and act in SUFFIX_ACTS
+    :data:`SUFFIX_ACTS`, and (when ``model`` is given) a causal model with standard,
+    shortformer or rotary positions and no tokenizer that pads on the left (the frozen
+    prefix cache assumes an all-ones attention mask). Other cases fall back to the full
+    forward passes."""
+    if setter not in ("layer_pos", "layer_pos_head") or act not in SUFFIX_ACTS:
+        return False
+    if model is None:
+        return True
+    cfg = model.cfg
+    return (getattr(cfg, "attention_dir", "causal") == "causal"
+            and cfg.positional_embedding_type in ("standard", "shortformer", "rotary")
+            and not pads_left(model))
 
 
 @torch.no_grad()
@@ -61,6 +71,9 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
     dev = tokens.device
     keep = {f"blocks.{l}.attn.hook_{x}" for l in range(L) for x in "kv"}
     keep |= {f"blocks.{l}.hook_resid_pre" for l in range(L)}
+    shortformer = model.cfg.positional_embedding_type == "shortformer"
+    if shortformer:  # added to every block's query/key input; a restarted forward needs it
+        keep.add("hook_pos_embed")
     logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
     fn = SETTERS[setter]
     width = max(1, -(-T // n_windows))
@@ -95,10 +108,12 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
             hooks.append((name, hook))
         if l0 > 0:
             resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
+            kw = ({"shortformer_pos_embed": cc["hook_pos_embed"][:, p0:].repeat(C, 1, 1)}
+                  if shortformer else {})
             suf = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=l0,
                                        tokens=tokens[:, p0:].repeat(C, 1), past_kv_cache=kv,
                                        attention_mask=torch.ones(CB, T, dtype=torch.int,
-                                                                 device=dev))
+                                                                 device=dev), **kw)
         else:
             suf = model.run_with_hooks(tokens[:, p0:].repeat(C, 1), fwd_hooks=hooks,
                                        past_kv_cache=kv,
@@ -124,7 +139,8 @@ def incremental_supported(model, setter: str, act: str) -> bool:
     """True when ``batched_activation_patch`` can use ``incremental=True`` for this
     model and activation: by-position setters, and a plain pre-norm causal decoder (standard
     positional embedding, no split q/k/v input, no parallel attention/MLP, no grouped or local
-    attention, no soft caps). Other cases fall back to the full forward passes."""
+    attention, no soft caps, no tokenizer that pads on the left). Other cases (shortformer
+    and rotary models among them) fall back to the full forward passes."""
     if act not in _INCREMENTAL_ACTS.get(setter, ()):
         return False
     cfg = model.cfg
@@ -145,7 +161,7 @@ def incremental_supported(model, setter: str, act: str) -> bool:
         c = getattr(cfg, cap, -1.0)
         if c is not None and c > 0:
             return False
-    return (cfg.positional_embedding_type == "standard"
+    return (cfg.positional_embedding_type == "standard" and not pads_left(model)
             and cfg.original_architecture not in POST_NORM_ARCHITECTURES
             and getattr(cfg, "attention_dir", "causal") == "causal"
             and all(type(b.attn).__name__ == "Attention" for b in model.blocks))

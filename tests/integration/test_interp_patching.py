@@ -80,7 +80,8 @@ def test_path_patching_to_qkv_matches_receiver_input_patch(trained):
                        ("v", W_V, model.blocks[1].attn.b_V)):
         val = torch.einsum("btd,hde->bthe", resid, W) + b
         hooks.append((f"blocks.1.attn.hook_{kind}", lambda a, hook, val=val: val))
-    ref = metric(model.run_with_hooks(corr, fwd_hooks=hooks))
+    with torch.no_grad():
+        ref = metric(model.run_with_hooks(corr, fwd_hooks=hooks))
     recv = [(1, rh, k) for rh in range(2) for k in "qkv"]
     pp = P.path_patch(model, clean, corr, metric, sender=(0, h), receivers=recv)
     assert abs(float(pp) - float(ref)) <= 1e-4
