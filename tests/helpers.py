@@ -40,3 +40,11 @@ CR_TINY = [
     "cascade.ft_lr=0.006", "cascade.ft_trainable=all", "cascade.dense_until=0",
     "cascade.checkpoint_every=3", "cascade.probe_batch=32",
 ]
+
+
+# A tiny IR configuration (every stage, seconds on one core).
+IR_TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[16]",
+        "sweep_n=[8,16]", "sweep_steps=20", "sweep_Nmax=8", "sweep_eval=100",
+        "k3_n=16", "pre_n=8", "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3",
+        "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
+        "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]

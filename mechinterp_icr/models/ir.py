@@ -213,7 +213,9 @@ def add_pos_block_through_keys(model, dB: torch.Tensor) -> None:
     L = _layout_of(model)
     a = model.blocks[0].attn
     q = a.W_Q[0, L.pos] + a.b_Q[0]  # (T, d_head)
-    delta = torch.linalg.lstsq(q / a.attn_scale, dB.to(q)).solution  # (d_head, T)
+    # driver gelsd: the CPU default (gelsy) returned a wrong solution for this [I | 0] system
+    # in some fresh processes (|AX - B| 3e-2 vs 0), so runs were not reproducible
+    delta = torch.linalg.lstsq(q / a.attn_scale, dB.to(q), driver="gelsd").solution  # (d_head, T)
     a.W_K[0, L.pos] += delta.T
 
 

@@ -4,16 +4,11 @@ and a tiny end-to-end run."""
 import json
 
 import pytest
+from helpers import IR_TINY as TINY
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, from_dict, to_dict
 from mechinterp_icr.experiments import ir
-
-TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[16]",
-        "sweep_n=[8,16]", "sweep_steps=20", "sweep_Nmax=8", "sweep_eval=100",
-        "k3_n=16", "pre_n=8", "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3",
-        "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
-        "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]
 
 # the profiles as they were before the config became a dataclass (a 45-key dict)
 QUICK_BEFORE = {

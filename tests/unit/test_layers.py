@@ -21,6 +21,7 @@ LAYERS = [
     "interp",
     "claims",
     "viz",
+    "jobs",
     "experiments",
     "runner",
     "cli",

@@ -39,8 +39,8 @@ __all__ = [
     "ir_head_scores",
     "overwrite_fixed_rows",
     "overwrite_label",
+    "overwrite_run_rows",
     "overwrite_selection",
-    "overwrite_table_runs",
 ]
 
 OW_DELTAS = (0.02, 0.1)  # half within-pair gaps of the "unequal" rows
@@ -115,21 +115,17 @@ def overwrite_label(ck_phase: str, step: int) -> str:
     return "perturbed" if (step == 0 and ck_phase == "pgd") else f"{ck_phase} {step}"
 
 
-def overwrite_table_runs(root: Path, n_each: int, seed: int,
-                         names=OW_RUNS) -> dict[str, list[dict[str, Any]]]:
-    """The row-overwrite table over the checkpoints of the first seed's HookedTransformer runs."""
-    out = {}
-    for name in names:
-        path = root / name
-        if not (path / "config.json").exists():
-            continue
-        # the experiment-setting run (qk) only at its start, perturbation and end
-        sel = overwrite_selection(RunDir(path), (0,) if "_qk_" in name else OW_STEPS)
-        rows = overwrite_rows_across_checkpoints(path, sel, n_each, OW_DELTAS, seed)
-        for r in rows:
-            r["label"] = overwrite_label(r["phase"], r["step"])
-        out[name] = rows
-    return out
+def overwrite_run_rows(path: Path, n_each: int, seed: int) -> list[dict[str, Any]] | None:
+    """The row-overwrite table over the checkpoints of one of the first seed's
+    HookedTransformer runs (one of :data:`OW_RUNS`; None when ``path`` holds no run)."""
+    if not (path / "config.json").exists():
+        return None
+    # the experiment-setting run (qk) only at its start, perturbation and end
+    sel = overwrite_selection(RunDir(path), (0,) if "_qk_" in path.name else OW_STEPS)
+    rows = overwrite_rows_across_checkpoints(path, sel, n_each, OW_DELTAS, seed)
+    for r in rows:
+        r["label"] = overwrite_label(r["phase"], r["step"])
+    return rows
 
 
 def overwrite_fixed_rows(cfg: IRConfig, seed: int, a: float) -> dict[str, Any]:

@@ -1,112 +1,155 @@
-"""Reproduction of paper IR (in-context factual recall): the stages in order.
+"""Reproduction of paper IR (in-context factual recall): the tasks, and the summary of their
+records.
 
-Per seed:
+:func:`plan` cuts the reproduction into tasks (:mod:`.units`), per seed ``s``:
 
-- IR-1  constructed-memory retrieval over every triple; ideal-attention ceiling.
-- IR-2/3/4 PGD vs plain GD (fast exact path, theory setting) on raw and pair-symmetric data:
-  accuracies, the converged step-1 row, escape from the saddle.
-- IR-3/IR-4 causal: fixed step-1 rows written into the head (per seed).
-- IR-8  induction / prefix-matching score of the IR head vs an induction-head control.
-- IR-3  within-pair gap against n.
-- IR-7  K = 3 in-context pairs.
-- IR-6  pretrained (not constructed) memory.
-- IR-5  sample-complexity sweep (bisection on N over >= 5 doublings of n).
-- First seed only: HookedTransformer runs with checkpoints at every early step, for analyses
-  (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and ``ht_raw_qk_pgd``, all
-  of W_Q, W_K with gradient clipping), and the row overwrite across their checkpoints.
+- ``seed<s>/main``         IR-1 memory + ceiling; IR-2/3/4 PGD vs plain GD (fast exact path,
+  theory setting) on raw and pair-symmetric data, written to
+  ``<out>/runs/ir/seed<s>/fast_<data>_<alg>.json``; the IR-8 score of the learned head.
+- ``seed<s>/overwrite``    IR-3/IR-4 causal: fixed step-1 rows at the learned ``a`` (reads the
+  fast run of ``seed<s>/main``).
+- ``seed<s>/induction``    IR-8 induction-head control.
+- ``seed<s>/k3``           IR-7 K = 3 in-context pairs.
+- ``seed<s>/ir6_memory``   IR-6: pretrain the memory, written to ``.../seed<s>/ir6_memory.pt``;
+  ``seed<s>/ir6`` reads it and finetunes with PGD.
+- ``gap/n<n>/seed<s>``     IR-3 within-pair gap, one per n of ``gap_n``.
+- ``sample/onehot/n<n>/seed<s>``  IR-5 sample complexity, one per n of ``sweep_n``; and
+  ``sample/random/n<n>/seed<s>`` (random embeddings) for the first ``sweep_random_seeds``
+  seeds.
+- First seed only: ``seed<s>/ht/<run>``, the HookedTransformer runs with checkpoints at every
+  early step (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and
+  ``ht_raw_qk_pgd``, all of W_Q, W_K with gradient clipping); ``seed<s>/ht_overwrite/<run>``
+  overwrites the step-1 row across that run's checkpoints.
 
-Then the IR-5 fits, the tables, the claims, the figures, and the attention views of the
-HookedTransformer runs.
+:func:`summarise` turns the records (and the fast runs' files of the first seed, for the IR-4
+figure) into the IR-5 fits, the tables, the claims, the figures and the attention views;
+:func:`reproduce` runs the plan with :func:`mechinterp_icr.jobs.run_tasks` and summarises.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
-from mechinterp_icr.experiments.ir.controls import (
-    causal_table,
-    overwrite_fixed_rows,
-    overwrite_table_runs,
-)
+from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
 from mechinterp_icr.experiments.ir.stages import (
-    hooked_runs,
+    HOOKED_RUNS,
     induction_metrics,
-    k3_metrics,
-    k3_records,
-    main_setting,
-    memory_and_ceiling,
-    pgd_vs_gd_metrics,
-    pgd_vs_gd_runs,
-    pretrained_metrics,
-    trajectories,
+    read_trajectories,
 )
 from mechinterp_icr.experiments.ir.sweeps import (
-    gap_vs_n,
-    random_embedding_rows,
     sample_complexity_per_seed,
-    sample_complexity_rows,
     sample_complexity_table,
 )
+from mechinterp_icr.experiments.ir.units import (
+    gap_task,
+    hooked_overwrite_task,
+    hooked_task,
+    induction_task,
+    k3_task,
+    main_task,
+    memory_task,
+    overwrite_task,
+    pretrained_task,
+    random_sample_task,
+    sample_task,
+)
+from mechinterp_icr.jobs import Task, run_tasks
 from mechinterp_icr.viz.ir_figures import write_ir_figures
 from mechinterp_icr.viz.views import write_ir_views
 
-__all__ = ["reproduce"]
+__all__ = ["memory_file", "plan", "reproduce", "seed_dir", "summarise"]
 
 
-def reproduce(cfg: IRConfig, out_dir: Path, seeds: list[int], summary: Summary) -> None:
-    """Run every IR stage for ``seeds`` into ``out_dir`` and record claims, tables, figures
-    and views in ``summary`` (written to ``out_dir/summary.json`` after the claims and again
-    after the views)."""
-    torch.set_num_threads(1)
+def seed_dir(out_dir: Path, seed: int) -> Path:
+    """The run directory of ``seed``: ``<out>/runs/ir/seed<seed>``."""
+    return Path(out_dir) / "runs" / "ir" / f"seed{seed}"
+
+
+def memory_file(out_dir: Path, seed: int) -> Path:
+    """The pretrained memory of IR-6 for ``seed`` (written by the ``ir6_memory`` task)."""
+    return seed_dir(out_dir, seed) / "ir6_memory.pt"
+
+
+def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
+    """Every IR task for ``seeds`` (names and order in the module docstring); the longest
+    come first so that a pool of workers starts on them."""
     out_dir = Path(out_dir)
-    root = out_dir / "runs" / "ir"
+    seeds = list(dict.fromkeys(seeds))
+    first = seeds[0]
+    tasks: list[Task] = []
+
+    def add(task_name: str, fn, after: tuple[str, ...] = (), **kwargs: Any) -> None:
+        tasks.append(Task(task_name, fn, kwargs, after))
+
+    for s in seeds:
+        add(f"seed{s}/ir6_memory", memory_task, cfg=cfg, seed=s,
+            memory_file=memory_file(out_dir, s))
+    for s in seeds:
+        add(f"seed{s}/main", main_task, cfg=cfg, seed=s, run_dir=seed_dir(out_dir, s))
+    for name in HOOKED_RUNS:
+        add(f"seed{first}/ht/{name}", hooked_task, cfg=cfg, seed=first,
+            run_dir=seed_dir(out_dir, first), name=name)
+    for i, s in enumerate(seeds):
+        add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
+            memory_file=memory_file(out_dir, s))
+        add(f"seed{s}/induction", induction_task, cfg=cfg, seed=s)
+        add(f"seed{s}/k3", k3_task, cfg=cfg, seed=s)
+        add(f"seed{s}/overwrite", overwrite_task, (f"seed{s}/main",), cfg=cfg, seed=s,
+            run_dir=seed_dir(out_dir, s))
+        for n in dict.fromkeys(cfg.gap_n):
+            add(f"gap/n{n}/seed{s}", gap_task, cfg=cfg, seed=s, n=n)
+        for n in dict.fromkeys(cfg.sweep_n):
+            add(f"sample/onehot/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
+        if i < cfg.sweep_random_seeds:
+            for n in dict.fromkeys(cfg.sweep_random_n):
+                add(f"sample/random/n{n}/seed{s}", random_sample_task, cfg=cfg, seed=s, n=n)
+    for name in OW_RUNS:
+        add(f"seed{first}/ht_overwrite/{name}", hooked_overwrite_task,
+            (f"seed{first}/ht/{name}",), cfg=cfg, seed=first,
+            run_dir=seed_dir(out_dir, first), name=name)
+    return tasks
+
+
+def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str, dict],
+              summary: Summary) -> None:
+    """Record the claims, tables, figures and views of the task ``records`` in ``summary``
+    (written to ``out_dir/summary.json`` after the claims and again after the views). Rows
+    and seeds are taken in the order of ``seeds`` and of the config's sweeps, never in the
+    order the tasks ran."""
+    out_dir = Path(out_dir)
+    seeds = list(seeds)
+    first = seeds[0]
+    for rec in records.values():
+        for stage, secs in rec.get("timings", {}).items():
+            summary.timings[stage] = summary.timings.get(stage, 0) + secs
     per = empty_per_seed()
-    traj: dict[int, dict[str, list]] = {}
     gap_rows: list[dict] = []
     sweep_rows: list[dict] = []
     sweep_rand_rows: list[dict] = []
     ow_seed: dict[str, dict] = {}
-    ow_runs: dict[str, list] = {}
-    t_start = time.perf_counter()
-    for seed in seeds:
-        sk = str(seed)
-        seed_dir = root / f"seed{seed}"
-        seed_dir.mkdir(parents=True, exist_ok=True)
-        main = main_setting(cfg, seed)
-        with summary.stage("IR-1 memory + ceiling"):
-            per["IR-1"][sk], ceil = memory_and_ceiling(main, seed)
-        with summary.stage("IR-2/3/4 PGD vs GD (fast)"):
-            runs = pgd_vs_gd_runs(cfg, main, seed, seed_dir)
-            traj[seed] = trajectories(runs)
-            per["IR-2"][sk], per["IR-3"][sk], per["IR-4"][sk] = pgd_vs_gd_metrics(cfg, runs,
-                                                                                  ceil)
-        with summary.stage("IR-3/IR-4 causal: row overwrite"):
-            ow_seed[sk] = overwrite_fixed_rows(cfg, seed, per["IR-3"][sk]["a"])
-        with summary.stage("IR-8 induction control"):
-            per["IR-8"][sk] = induction_metrics(cfg, seed, runs, main)
-        del runs
-        with summary.stage("IR-3 gap vs n"):
-            gap_rows += gap_vs_n(cfg, seed)
-        with summary.stage("IR-7 K=3"):
-            per["IR-7"][sk] = k3_metrics(k3_records(cfg, seed))
-        with summary.stage("IR-6 pretrained memory"):
-            per["IR-6"][sk] = pretrained_metrics(cfg, seed)
-        with summary.stage("IR-5 sample complexity"):
-            sweep_rows += sample_complexity_rows(cfg, seed)
-            if seeds.index(seed) < cfg.sweep_random_seeds:
-                sweep_rand_rows += random_embedding_rows(cfg, seed)
-        if seed == seeds[0]:
-            with summary.stage("HookedTransformer runs (checkpoints)"):
-                summary.tables["IR HookedTransformer runs"] = hooked_runs(cfg, seed, seed_dir)
-            with summary.stage("IR-3/IR-4 causal: row overwrite"):
-                ow_runs = overwrite_table_runs(seed_dir, cfg.ow_n, seed)
-    summary.timings["ir_total"] = time.perf_counter() - t_start
+    for i, s in enumerate(seeds):
+        sk, main = str(s), records[f"seed{s}/main"]
+        for cid in ("IR-1", "IR-2", "IR-3", "IR-4"):
+            per[cid][sk] = main[cid]
+        ow_seed[sk] = records[f"seed{s}/overwrite"]["fixed_rows"]
+        per["IR-8"][sk] = induction_metrics(main["ir_head"],
+                                            records[f"seed{s}/induction"]["control"])
+        gap_rows += [records[f"gap/n{n}/seed{s}"]["row"] for n in cfg.gap_n]
+        per["IR-7"][sk] = records[f"seed{s}/k3"]["IR-7"]
+        per["IR-6"][sk] = records[f"seed{s}/ir6"]["IR-6"]
+        sweep_rows += [records[f"sample/onehot/n{n}/seed{s}"]["row"] for n in cfg.sweep_n]
+        if i < cfg.sweep_random_seeds:
+            sweep_rand_rows += [records[f"sample/random/n{n}/seed{s}"]["row"]
+                                for n in cfg.sweep_random_n]
+    summary.tables["IR HookedTransformer runs"] = {
+        name: records[f"seed{first}/ht/{name}"]["row"] for name in HOOKED_RUNS}
+    ow_runs = {name: rows for name in OW_RUNS
+               if (rows := records[f"seed{first}/ht_overwrite/{name}"]["rows"]) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
     summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, sweep_rows,
@@ -117,12 +160,23 @@ def reproduce(cfg: IRConfig, out_dir: Path, seeds: list[int], summary: Summary) 
     for claim in ir_claims(per, cfg, causal):
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(
-        out_dir / "figures", seeds, traj=traj, gap_rows=gap_rows, sweep_rows=sweep_rows,
-        sweep_random_rows=sweep_rand_rows, ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n)
+        out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
+        gap_rows=gap_rows, sweep_rows=sweep_rows, sweep_random_rows=sweep_rand_rows,
+        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 
     with summary.stage("attention views"):
-        run_dirs = sorted(root.glob("seed*"),
-                          key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else 0)
-        write_ir_views(summary, out_dir, run_dirs, seeds, summary.profile)
+        write_ir_views(summary, out_dir, [seed_dir(out_dir, first)], seeds, summary.profile)
     summary.write(out_dir)
+
+
+def reproduce(cfg: IRConfig, out_dir: Path, seeds: list[int], summary: Summary,
+              workers: int = 1, ray_address: str | None = None, threads: int = 1) -> None:
+    """Run every IR task for ``seeds`` into ``out_dir`` (``workers`` processes, or the Ray
+    cluster at ``ray_address``; ``threads`` torch threads each; tasks with a stored record
+    are skipped) and record claims, tables, figures and views in ``summary``."""
+    t0 = time.perf_counter()
+    records = run_tasks(plan(cfg, out_dir, seeds), Path(out_dir) / "tasks" / "ir", workers,
+                        ray_address, threads)
+    summary.timings["ir_total"] = time.perf_counter() - t0
+    summarise(cfg, out_dir, seeds, records, summary)

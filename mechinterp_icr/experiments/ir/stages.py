@@ -1,6 +1,6 @@
 """Per-seed stages of the IR reproduction (IR-1, IR-2/3/4, IR-6, IR-7, IR-8, the
 HookedTransformer runs). Each takes the config and the seed (and what an earlier stage
-produced) and returns its per-seed metrics or runs; :mod:`.reproduce` lists them in order.
+produced) and returns its per-seed metrics or runs; :mod:`.units` cuts them into tasks.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from mechinterp_icr.experiments.ir.config import IRConfig, main_pgd, task_config
-from mechinterp_icr.experiments.ir.controls import induction_control, ir_head_scores
 from mechinterp_icr.experiments.ir.train import (
     ceiling,
     escape_step,
@@ -34,9 +33,10 @@ from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.training.pgd import PGDConfig
 
 __all__ = [
+    "HOOKED_RUNS",
     "MainSetting",
     "PretrainedSetting",
-    "hooked_runs",
+    "hooked_run_named",
     "induction_metrics",
     "k3_metrics",
     "k3_records",
@@ -48,7 +48,7 @@ __all__ = [
     "pretrained_pgd",
     "pretrained_records",
     "pretrained_setting",
-    "trajectories",
+    "read_trajectories",
 ]
 
 Runs = dict[tuple[str, str], tuple[Any, list[dict]]]  # (data, alg) -> (FastIR, records)
@@ -104,9 +104,11 @@ def pgd_vs_gd_runs(cfg: IRConfig, main: MainSetting, seed: int, seed_dir: Path) 
     return runs
 
 
-def trajectories(runs: Runs) -> dict[str, list[dict]]:
-    """The records of each run keyed ``<data>_<alg>`` (for the IR-4 figure)."""
-    return {f"{d}_{a}": v[1] for (d, a), v in runs.items()}
+def read_trajectories(seed_dir: Path) -> dict[str, list[dict]]:
+    """The records of each fast run written by :func:`pgd_vs_gd_runs`, keyed
+    ``<data>_<alg>`` (for the IR-4 figure)."""
+    return {f"{d}_{a}": json.loads((seed_dir / f"fast_{d}_{a}.json").read_text())["records"]
+            for d in ("raw", "sym") for a in ("pgd", "gd")}
 
 
 def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, ceil: dict
@@ -148,14 +150,12 @@ def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, ceil: dict
     return ir2, ir3, ir4
 
 
-def induction_metrics(cfg: IRConfig, seed: int, runs: Runs, main: MainSetting
-                      ) -> dict[str, Any]:
-    """IR-8 per-seed metrics: the induction-head control (trained here) against the
-    prefix-matching score of the raw-data PGD head."""
-    ctrl = induction_control(cfg, seed)
-    irh = ir_head_scores(runs[("raw", "pgd")][0], main.task)
-    return {"ir_head_induction_score": irh["induction_score"],
-            "ir_head_duplicate_score": irh["duplicate_score"],
+def induction_metrics(head: dict[str, float], ctrl: dict[str, Any]) -> dict[str, Any]:
+    """IR-8 per-seed metrics: the prefix-matching scores of the raw-data PGD head
+    (:func:`..controls.ir_head_scores`) against the induction-head control
+    (:func:`..controls.induction_control`)."""
+    return {"ir_head_induction_score": head["induction_score"],
+            "ir_head_duplicate_score": head["duplicate_score"],
             "control_induction_score": ctrl["induction_score"],
             "control_L0_prev_token_score": ctrl["L0_prev_token_score"],
             "control_train_acc": ctrl["train_acc"]}
@@ -197,15 +197,20 @@ class PretrainedSetting:
 
 def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
                        pre_steps: int | None = None, jitter: float = 0.0,
-                       log: list | None = None) -> PretrainedSetting:
-    """Pretrain the memory at n = ``pre_n`` for ``pre_steps`` (``log`` gets its progress)."""
+                       log: list | None = None, memory: Memory | None = None
+                       ) -> PretrainedSetting:
+    """Pretrain the memory at n = ``pre_n`` for ``pre_steps`` (``log`` gets its progress);
+    ``memory``: one already pretrained with these settings (read back from the file of the
+    IR-6 memory task) is used instead of pretraining again."""
     n = cfg.pre_n if n is None else n
     tk = task_config(cfg, n).build(seed)
     spec = IRModelSpec(memory="pretrained", lam2=cfg.lam2,
                        pretrain_steps=cfg.pre_steps if pre_steps is None else pre_steps,
                        pretrain_pair_jitter=jitter)
     E = token_embeddings(tk, spec, seed)
-    return PretrainedSetting(tk, spec, E, pretrain_memory(tk, spec, E, seed, log=log))
+    if memory is None:
+        memory = pretrain_memory(tk, spec, E, seed, log=log)
+    return PretrainedSetting(tk, spec, E, memory)
 
 
 def pretrained_pgd(cfg: IRConfig) -> PGDConfig:
@@ -226,10 +231,10 @@ def pretrained_records(cfg: IRConfig, seed: int, pre: PretrainedSetting,
     return recs
 
 
-def pretrained_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
-    """IR-6 per-seed metrics: pretrain the memory, check its retrieval, finetune with PGD."""
-    log: list = []
-    pre = pretrained_setting(cfg, seed, log=log)
+def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,
+                       log: list[dict]) -> dict[str, Any]:
+    """IR-6 per-seed metrics of the pretrained memory ``pre`` (``log``: its pretraining
+    progress): check its retrieval, finetune with PGD."""
     mem6 = memory_retrieval(pre.task, pre.spec, pre.memory, pre.E)
     f = final_record(pretrained_records(cfg, seed, pre))
     return {"within_pair_gap": f["within_pair_gap"],
@@ -243,13 +248,16 @@ def pretrained_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # HookedTransformer runs with checkpoints (first seed)
 # --------------------------------------------------------------------------------------------
-def hooked_runs(cfg: IRConfig, seed: int, seed_dir: Path) -> dict[str, dict[str, Any]]:
-    """``ht_<sym|raw>_<pgd|gd>`` (position block) and ``ht_raw_qk_pgd`` (all of W_Q, W_K)
-    under ``seed_dir``; returns each run's summary row."""
-    ht = {}
-    for data in ("sym", "raw"):
-        for alg in ("pgd", "gd"):
-            ht[f"ht_{data}_{alg}"] = hooked_run(cfg, seed, seed_dir, f"ht_{data}_{alg}",
-                                                data == "sym", alg == "pgd", "pos")
-    ht["ht_raw_qk_pgd"] = hooked_run(cfg, seed, seed_dir, "ht_raw_qk_pgd", False, True, "qk")
-    return ht
+# run name -> (pair-symmetric data, perturbed (PGD), target): the position block, or all of
+# W_Q, W_K for the experiment setting
+HOOKED_RUNS: dict[str, tuple[bool, bool, str]] = {
+    "ht_sym_pgd": (True, True, "pos"), "ht_sym_gd": (True, False, "pos"),
+    "ht_raw_pgd": (False, True, "pos"), "ht_raw_gd": (False, False, "pos"),
+    "ht_raw_qk_pgd": (False, True, "qk")}
+
+
+def hooked_run_named(cfg: IRConfig, seed: int, seed_dir: Path, name: str) -> dict[str, Any]:
+    """The HookedTransformer run ``name`` of :data:`HOOKED_RUNS` into ``seed_dir/name``;
+    returns its summary row."""
+    sym, perturb, target = HOOKED_RUNS[name]
+    return hooked_run(cfg, seed, seed_dir, name, sym, perturb, target)

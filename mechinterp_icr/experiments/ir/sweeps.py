@@ -1,6 +1,6 @@
 """Sweeps of the IR reproduction.
 
-- IR-3: the within-pair gap of the converged step-1 row against n (:func:`gap_vs_n`).
+- IR-3: the within-pair gap of the converged step-1 row against n (:func:`gap_row`, one n).
 - IR-5: sample complexity, the smallest number of finetuning sequences N whose PGD run
   reaches the target step-1 accuracy, over n (one-hot and random embeddings), with fits.
 - IR-6 / IR-7 investigation (:func:`gap_sweep`, used by ``analyses/ir_gap_sweep.py``; the
@@ -43,12 +43,12 @@ __all__ = [
     "GAP_SWEEP_KNOBS",
     "check_gap_settings",
     "gap_sweep",
-    "gap_vs_n",
+    "gap_row",
     "growth_fits",
     "mean_by_n",
-    "random_embedding_rows",
+    "random_embedding_row",
     "sample_complexity_per_seed",
-    "sample_complexity_rows",
+    "sample_complexity_row",
     "sample_complexity_table",
     "settings_grid",
     "smallest_N",
@@ -58,19 +58,17 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # IR-3 gap against n
 # --------------------------------------------------------------------------------------------
-def gap_vs_n(cfg: IRConfig, seed: int) -> list[dict[str, Any]]:
-    """One row per n in ``gap_n``: the converged step-1 row's gap, a, mass on s_q, accuracy."""
+def gap_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """The row of one n of ``gap_n``: the converged step-1 row's gap, a, mass on s_q,
+    accuracy."""
     spec = IRModelSpec(lam2=cfg.lam2)
-    rows = []
-    for n in cfg.gap_n:
-        tk = task_config(cfg, n).build(seed)
-        evn = tk.sample(tagged_rng(seed, "eval", n), cfg.sweep_eval)
-        train = tk.sample(tagged_rng(seed, "train", n, "raw"), cfg.N)
-        _, recs = run_fast(tk, spec, train, evn, main_pgd(cfg), seed)
-        f = final_record(recs)
-        rows.append({"seed": seed, "n": n, "within_pair_gap": f["within_pair_gap"],
-                     "a": f["a"], "mass_sq": f["mass_sq"], "step1_acc": f["step1_acc"]})
-    return rows
+    tk = task_config(cfg, n).build(seed)
+    evn = tk.sample(tagged_rng(seed, "eval", n), cfg.sweep_eval)
+    train = tk.sample(tagged_rng(seed, "train", n, "raw"), cfg.N)
+    _, recs = run_fast(tk, spec, train, evn, main_pgd(cfg), seed)
+    f = final_record(recs)
+    return {"seed": seed, "n": n, "within_pair_gap": f["within_pair_gap"],
+            "a": f["a"], "mass_sq": f["mass_sq"], "step1_acc": f["step1_acc"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,35 +123,28 @@ def smallest_N(task, spec: IRModelSpec, seed: int, cfg: IRConfig, E=None, ev=Non
             "tried": {int(k): v for k, v in sorted(tried.items())}}
 
 
-def sample_complexity_rows(cfg: IRConfig, seed: int) -> list[dict[str, Any]]:
-    """:func:`smallest_N` at every n of ``sweep_n`` (one-hot embeddings)."""
+def sample_complexity_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """:func:`smallest_N` at one n of ``sweep_n`` (one-hot embeddings)."""
     spec = IRModelSpec(lam2=cfg.lam2)
-    rows = []
-    for n in cfg.sweep_n:
-        tk = task_config(cfg, n).build(seed)
-        r = smallest_N(tk, spec, seed, cfg)
-        rows.append({"seed": seed, "n": n, "embedding": "onehot", **r})
-    return rows
+    tk = task_config(cfg, n).build(seed)
+    r = smallest_N(tk, spec, seed, cfg)
+    return {"seed": seed, "n": n, "embedding": "onehot", **r}
 
 
-def random_embedding_rows(cfg: IRConfig, seed: int) -> list[dict[str, Any]]:
-    """:func:`smallest_N` at every n of ``sweep_random_n`` with random embeddings of width
+def random_embedding_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """:func:`smallest_N` at one n of ``sweep_random_n`` with random embeddings of width
     ``sweep_random_d``. They interfere: the ideal-attention ceiling sits below 0.99, so the
     criterion is relative: 0.99 x ceiling."""
     rspec = IRModelSpec(lam2=cfg.lam2, embedding="random", d_embed=cfg.sweep_random_d)
-    rows = []
-    for n in cfg.sweep_random_n:
-        tk = task_config(cfg, n).build(seed)
-        Er = token_embeddings(tk, rspec, seed)
-        evr = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
-        ceil_r = ceiling(tk, rspec, evr, seed)["step1_acc"]
-        r = smallest_N(tk, rspec, seed, cfg, E=Er, ev=evr,
-                       target=min(cfg.sweep_target, 0.99 * ceil_r))
-        r["ceiling"] = ceil_r
-        rows.append({"seed": seed, "n": n, "embedding": "random",
-                     "d_embed": cfg.sweep_random_d,
-                     "memory": memory_retrieval(tk, rspec, None, Er), **r})
-    return rows
+    tk = task_config(cfg, n).build(seed)
+    Er = token_embeddings(tk, rspec, seed)
+    evr = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
+    ceil_r = ceiling(tk, rspec, evr, seed)["step1_acc"]
+    r = smallest_N(tk, rspec, seed, cfg, E=Er, ev=evr,
+                   target=min(cfg.sweep_target, 0.99 * ceil_r))
+    r["ceiling"] = ceil_r
+    return {"seed": seed, "n": n, "embedding": "random", "d_embed": cfg.sweep_random_d,
+            "memory": memory_retrieval(tk, rspec, None, Er), **r}
 
 
 def growth_fits(ns: list[int], Ns: list[float]) -> dict[str, Any]:

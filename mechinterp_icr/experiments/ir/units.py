@@ -1,0 +1,233 @@
+"""The units the IR reproduction is cut into: one module-level function per task.
+
+Each function takes only keyword arguments that pickle (the frozen :class:`IRConfig`, a
+seed, a sweep setting, paths), computes one stage (or one sweep setting) of one seed from
+those inputs alone (every draw comes from :func:`..train.tagged_rng` and seeded generators,
+nothing is cached between calls), and returns a *result record* of plain JSON types with the
+seconds it spent per stage under ``"timings"``. Files a later task reads (the fast runs'
+records, the pretrained memory, the HookedTransformer runs' checkpoints) are written into the
+seed's run directory, atomically or replaced whole, so a task killed midway can simply run
+again. :func:`..reproduce.plan` lists the tasks and their order; :func:`..reproduce.summarise`
+turns the records into claims, tables and figures.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mechinterp_icr.experiments.ir.config import IRConfig
+from mechinterp_icr.experiments.ir.controls import (
+    induction_control,
+    ir_head_scores,
+    overwrite_fixed_rows,
+    overwrite_run_rows,
+)
+from mechinterp_icr.experiments.ir.stages import (
+    hooked_run_named,
+    k3_metrics,
+    k3_records,
+    main_setting,
+    memory_and_ceiling,
+    pgd_vs_gd_metrics,
+    pgd_vs_gd_runs,
+    pretrained_metrics,
+    pretrained_setting,
+)
+from mechinterp_icr.experiments.ir.sweeps import (
+    gap_row,
+    random_embedding_row,
+    sample_complexity_row,
+)
+from mechinterp_icr.experiments.ir.train import final_record
+from mechinterp_icr.models.ir import Memory
+from mechinterp_icr.store.io import atomic_write_bytes, json_default
+
+__all__ = [
+    "STAGES",
+    "StageTimer",
+    "gap_task",
+    "hooked_overwrite_task",
+    "hooked_task",
+    "induction_task",
+    "k3_task",
+    "load_memory",
+    "main_task",
+    "memory_task",
+    "overwrite_task",
+    "plain",
+    "pretrained_task",
+    "random_sample_task",
+    "sample_task",
+    "save_memory",
+]
+
+# stage names of the timings (the same as before the cut into tasks)
+STAGES = ("IR-1 memory + ceiling", "IR-2/3/4 PGD vs GD (fast)",
+          "IR-3/IR-4 causal: row overwrite", "IR-8 induction control", "IR-3 gap vs n",
+          "IR-7 K=3", "IR-6 pretrained memory", "IR-5 sample complexity",
+          "HookedTransformer runs (checkpoints)")
+
+
+class StageTimer:
+    """Seconds per stage name, accumulated over ``with timer(name):`` blocks."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+
+
+def plain(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as plain JSON types (numpy scalars -> Python numbers, tuples -> lists, int
+    keys -> str), exactly as it reads back from its stored file: a summary computed from the
+    returned record, from a Ray worker's, or from the file of a resumed run is the same."""
+    return json.loads(json.dumps(record, default=json_default))
+
+
+# --------------------------------------------------------------------------------------------
+# per seed
+# --------------------------------------------------------------------------------------------
+def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
+    """IR-1 (memory retrieval, ideal-attention ceiling), IR-2/3/4 (PGD vs GD on raw and
+    pair-symmetric data; records written to ``run_dir/fast_<data>_<alg>.json``) and the IR-8
+    prefix-matching score of the raw-data PGD head."""
+    t = StageTimer()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    main = main_setting(cfg, seed)
+    with t("IR-1 memory + ceiling"):
+        ir1, ceil = memory_and_ceiling(main, seed)
+    with t("IR-2/3/4 PGD vs GD (fast)"):
+        runs = pgd_vs_gd_runs(cfg, main, seed, run_dir)
+        ir2, ir3, ir4 = pgd_vs_gd_metrics(cfg, runs, ceil)
+    with t("IR-8 induction control"):
+        head = ir_head_scores(runs[("raw", "pgd")][0], main.task)
+    return plain({"IR-1": ir1, "IR-2": ir2, "IR-3": ir3, "IR-4": ir4, "ir_head": head,
+                  "timings": t.timings})
+
+
+def overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
+    """IR-3/IR-4 causal, per seed: fixed step-1 rows at the ``a`` this seed's raw-data PGD
+    run learned (read from ``run_dir/fast_raw_pgd.json``, written by :func:`main_task`)."""
+    t = StageTimer()
+    with t("IR-3/IR-4 causal: row overwrite"):
+        recs = json.loads((Path(run_dir) / "fast_raw_pgd.json").read_text())["records"]
+        table = overwrite_fixed_rows(cfg, seed, final_record(recs)["a"])
+    return plain({"fixed_rows": table, "timings": t.timings})
+
+
+def induction_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-8: the induction-head control trained and scored for this seed."""
+    t = StageTimer()
+    with t("IR-8 induction control"):
+        ctrl = induction_control(cfg, seed)
+    return plain({"control": ctrl, "timings": t.timings})
+
+
+def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-7: PGD with K = 3 in-context pairs."""
+    t = StageTimer()
+    with t("IR-7 K=3"):
+        m = k3_metrics(k3_records(cfg, seed))
+    return plain({"IR-7": m, "timings": t.timings})
+
+
+def save_memory(path: Path, memory: Memory, log: list[dict]) -> Path:
+    """Write a pretrained memory and its pretraining log to ``path`` (atomically)."""
+    buf = io.BytesIO()
+    torch.save({"kind": memory.kind, "W_in": memory.W_in, "b_in": memory.b_in,
+                "W_out": memory.W_out, "log": log}, buf)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def load_memory(path: Path) -> tuple[Memory, list[dict]]:
+    """The memory and pretraining log written by :func:`save_memory` (bit-identical)."""
+    d = torch.load(Path(path), weights_only=True)
+    return Memory(d["kind"], d["W_in"], d["b_in"], d["W_out"]), d["log"]
+
+
+def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
+    """IR-6, first half: pretrain the memory (n = ``pre_n``) and write it to
+    ``memory_file`` for :func:`pretrained_task`."""
+    t = StageTimer()
+    with t("IR-6 pretrained memory"):
+        log: list = []
+        pre = pretrained_setting(cfg, seed, log=log)
+        Path(memory_file).parent.mkdir(parents=True, exist_ok=True)
+        save_memory(Path(memory_file), pre.memory, log)
+    return plain({"memory_file": str(memory_file), "pretrain_final": log[-1] if log else None,
+                  "timings": t.timings})
+
+
+def pretrained_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
+    """IR-6, second half: retrieval of the memory in ``memory_file`` (from
+    :func:`memory_task`) and PGD finetuning on top of it."""
+    t = StageTimer()
+    with t("IR-6 pretrained memory"):
+        memory, log = load_memory(memory_file)
+        pre = pretrained_setting(cfg, seed, memory=memory)
+        m = pretrained_metrics(cfg, seed, pre, log)
+    return plain({"IR-6": m, "timings": t.timings})
+
+
+# --------------------------------------------------------------------------------------------
+# per sweep setting and seed
+# --------------------------------------------------------------------------------------------
+def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """IR-3: the converged within-pair gap at ``n`` subjects."""
+    t = StageTimer()
+    with t("IR-3 gap vs n"):
+        row = gap_row(cfg, seed, n)
+    return plain({"row": row, "timings": t.timings})
+
+
+def sample_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """IR-5: the smallest N at ``n`` subjects, one-hot embeddings."""
+    t = StageTimer()
+    with t("IR-5 sample complexity"):
+        row = sample_complexity_row(cfg, seed, n)
+    return plain({"row": row, "timings": t.timings})
+
+
+def random_sample_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+    """IR-5: the smallest N at ``n`` subjects, random embeddings (relative criterion)."""
+    t = StageTimer()
+    with t("IR-5 sample complexity"):
+        row = random_embedding_row(cfg, seed, n)
+    return plain({"row": row, "timings": t.timings})
+
+
+# --------------------------------------------------------------------------------------------
+# HookedTransformer runs (first seed)
+# --------------------------------------------------------------------------------------------
+def hooked_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str) -> dict[str, Any]:
+    """One HookedTransformer run with checkpoints into ``run_dir/name`` (replaced whole)."""
+    t = StageTimer()
+    with t("HookedTransformer runs (checkpoints)"):
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        row = hooked_run_named(cfg, seed, Path(run_dir), name)
+    return plain({"row": row, "timings": t.timings})
+
+
+def hooked_overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
+                          ) -> dict[str, Any]:
+    """IR-3/IR-4 causal: the row overwrite across the checkpoints of the run ``name``
+    (written by :func:`hooked_task`)."""
+    t = StageTimer()
+    with t("IR-3/IR-4 causal: row overwrite"):
+        rows = overwrite_run_rows(Path(run_dir) / name, cfg.ow_n, seed)
+    return plain({"rows": rows, "timings": t.timings})

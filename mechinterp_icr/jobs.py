@@ -1,0 +1,295 @@
+"""Tasks: the units a reproduction is cut into, run in-process or on Ray.
+
+A :class:`Task` is a module-level function, its keyword arguments (config, seed, paths) and
+the names of the tasks whose outputs (run directories) it reads. It returns a JSON-able
+*result record*. :func:`run_tasks` runs a list of tasks in dependency order:
+
+- ``workers=1`` runs them one after another in this process, without Ray;
+- ``workers>1`` starts a local Ray with that many CPUs (or joins ``ray_address``) and runs
+  each task as a Ray task with ``num_cpus=1``; every worker sets its own torch threads
+  (``threads``, 1 by default), so the machine is never oversubscribed.
+
+Each finished task's record is written atomically to ``<records>/<name>.json`` with a
+fingerprint of its function and inputs; a rerun of the same command skips the tasks whose
+record exists with the same fingerprint (resume at task level) and reruns the rest, so a
+changed setting never reuses an old result. A failed task is reported by name with its
+error; the tasks that do not depend on it still run, then :class:`TaskFailed` names every
+failure. Because a task's result depends only on its inputs, the records, and every summary
+computed from them, are the same whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mechinterp_icr.config import ConfigError, check, check_range
+from mechinterp_icr.store.io import atomic_write_json
+
+__all__ = ["Task", "TaskFailed", "run_tasks", "record_path", "set_threads", "fingerprint",
+           "ray_session"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``fn(**kwargs) -> record`` after the tasks named in ``after``."""
+
+    name: str  # unique within a run, path-like: "seed0", "sweep/sga/seed1"
+    fn: Callable[..., dict[str, Any]]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    after: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        ok = (isinstance(self.name, str) and self.name != "" and ".." not in self.name
+              and not self.name.startswith("/") and all(c.isalnum() or c in "-_./ "
+                                                         for c in self.name))
+        check(ok, "task.name", self.name, "a relative path of letters, digits, - _ . / and spaces")
+        check(callable(self.fn), "task.fn", self.fn, "a module-level function")
+
+
+class TaskFailed(RuntimeError):
+    """One or more tasks raised; ``failures`` maps task name -> error text."""
+
+    def __init__(self, failures: dict[str, str]):
+        self.failures = failures
+        lines = [f"{len(failures)} task(s) failed:"]
+        lines += [f"  {name}: {err.strip().splitlines()[-1] if err.strip() else err}"
+                  for name, err in failures.items()]
+        super().__init__("\n".join(lines))
+
+
+def record_path(records_dir: Path, name: str) -> Path:
+    return Path(records_dir) / f"{name}.json"
+
+
+def set_threads(n: int) -> None:
+    """Set this process's torch intra-op threads (0 leaves them as they are)."""
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
+def _execute(fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any], threads: int
+             ) -> tuple[dict[str, Any] | None, str | None, float]:
+    """Run one task in the current process: (record, error text, seconds)."""
+    set_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        rec = fn(**kwargs)
+        json.dumps(rec, default=str)  # records must be JSON-able
+        return rec, None, time.perf_counter() - t0
+    except Exception:  # noqa: BLE001 - reported by task name, not raised here
+        return None, traceback.format_exc(), time.perf_counter() - t0
+
+
+def _check_plan(tasks: list[Task]) -> None:
+    names = [t.name for t in tasks]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    check(not dup, "tasks", dup, "unique task names")
+    known = set(names)
+    for t in tasks:
+        missing = [a for a in t.after if a not in known]
+        check(not missing, f"task {t.name}.after", missing, "names of tasks in the plan")
+
+
+def fingerprint(t: Task) -> str:
+    """SHA-256 of the task's function and inputs (configs by value, paths as text): a stored
+    record counts as done only for the same fingerprint, so changed settings rerun."""
+    from mechinterp_icr.config import to_dict
+
+    def plain(x):
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return {"__type__": type(x).__qualname__, **to_dict(x)}
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if isinstance(x, (str, int, float, bool)) or x is None:
+            return x
+        return str(x)
+
+    text = json.dumps({"fn": f"{t.fn.__module__}.{t.fn.__qualname__}",
+                       "kwargs": plain(t.kwargs)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _load_record(path: Path, fp: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # absent or damaged: the task runs again
+    ok = isinstance(data, dict) and "record" in data and data.get("fingerprint") == fp
+    return data if ok else None  # other inputs (changed --set): the task runs again
+
+
+def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
+              ray_address: str | None = None, threads: int = 1,
+              log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Run ``tasks`` (skipping those with a stored record); return ``{name: record}`` in plan
+    order. Raises :class:`TaskFailed` after every runnable task has run when any failed."""
+    check_range("--workers", workers, 1, 1024, integer=True)
+    check_range("threads", threads, 0, 1024, integer=True)
+    _check_plan(tasks)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    records_dir = Path(records_dir)
+    done: dict[str, dict[str, Any]] = {}
+    for t in tasks:
+        stored = _load_record(record_path(records_dir, t.name), fingerprint(t))
+        if stored is not None:
+            done[t.name] = stored["record"]
+    todo = [t for t in tasks if t.name not in done]
+    if done:
+        log(f"[tasks] {len(done)} of {len(tasks)} already done (records in {records_dir}); "
+            f"running {len(todo)}")
+    failures: dict[str, str] = {}
+    if todo:
+        runner = _run_local if workers == 1 and ray_address is None else _run_ray
+        runner(todo, done, failures, records_dir, workers, ray_address, threads, log)
+    if failures:
+        raise TaskFailed(failures)
+    return {t.name: done[t.name] for t in tasks}
+
+
+def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, bar) -> None:
+    if err is None:
+        atomic_write_json(record_path(records_dir, t.name),
+                          {"name": t.name, "fingerprint": fingerprint(t), "seconds": secs,
+                           "record": rec})
+        done[t.name] = rec
+        status = f"done in {secs:.1f}s"
+    else:
+        failures[t.name] = err
+        last = err.strip().splitlines()[-1] if err.strip() else "error"
+        status = f"FAILED after {secs:.1f}s: {last}"
+    if bar is not None:
+        bar.update(1)
+    if bar is not None and not bar.disable:
+        bar.write(f"[task] {t.name}: {status}", file=sys.stderr)
+    else:
+        log(f"[task] {t.name}: {status}")
+
+
+def _ready(t: Task, done, failures) -> str:
+    """'run', 'wait' or 'skip' (a dependency failed)."""
+    if any(a in failures for a in t.after):
+        return "skip"
+    return "run" if all(a in done for a in t.after) else "wait"
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, desc="tasks", unit="task", file=sys.stderr, leave=True,
+                disable=not sys.stderr.isatty())
+
+
+def _run_local(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:
+    import torch
+
+    prev = torch.get_num_threads()
+    bar = _progress(len(todo))
+    try:
+        pending = list(todo)
+        while pending:
+            progressed = False
+            for t in list(pending):
+                state = _ready(t, done, failures)
+                if state == "wait":
+                    continue
+                pending.remove(t)
+                progressed = True
+                if state == "skip":
+                    failures[t.name] = "not run: a task it depends on failed"
+                    log(f"[task] {t.name}: not run (a task it depends on failed)")
+                    continue
+                rec, err, secs = _execute(t.fn, t.kwargs, threads)
+                _finish(t, rec, err, secs, done, failures, records_dir, log, bar)
+            if not progressed:  # a cycle: cannot happen with names checked, but never hang
+                raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
+    finally:
+        if bar is not None:
+            bar.close()
+        torch.set_num_threads(prev)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--workers > 1 or --ray-address needs the `ray` package; install "
+                          "the project (pip install -e .) or run with --workers 1") from None
+    return ray
+
+
+def _start_ray(workers: int, ray_address: str | None) -> bool:
+    """Start (or join) Ray unless it runs already; True when this call started it."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return False
+    if ray_address:
+        ray.init(address=ray_address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+@contextmanager
+def ray_session(workers: int, ray_address: str | None = None):
+    """Keep one Ray session for several :func:`run_tasks` calls (nothing for one worker)."""
+    started = workers > 1 or ray_address is not None
+    started = started and _start_ray(workers, ray_address)
+    try:
+        yield
+    finally:
+        if started:
+            _import_ray().shutdown()
+
+
+def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:
+    ray = _import_ray()
+    started = _start_ray(workers, ray_address)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
+    bar = _progress(len(todo))
+    try:
+        pending = list(todo)
+        running: dict[Any, Task] = {}
+        while pending or running:
+            for t in list(pending):
+                state = _ready(t, done, failures)
+                if state == "wait":
+                    continue
+                pending.remove(t)
+                if state == "skip":
+                    failures[t.name] = "not run: a task it depends on failed"
+                    log(f"[task] {t.name}: not run (a task it depends on failed)")
+                    continue
+                running[remote.remote(t.fn, t.kwargs, threads)] = t
+            if not running:
+                if pending:
+                    raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
+                break
+            ready, _ = ray.wait(list(running), num_returns=1)
+            for ref in ready:
+                t = running.pop(ref)
+                try:
+                    rec, err, secs = ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a killed worker, lost node
+                    rec, err, secs = None, f"{type(e).__name__}: {e}", 0.0
+                _finish(t, rec, err, secs, done, failures, records_dir, log, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if started:
+            ray.shutdown()
