@@ -24,8 +24,70 @@ warnings.filterwarnings("ignore", category=DeprecationWarning, module="transform
 
 
 def _fail(msg: str) -> None:
+    msg = " ".join(str(msg).split())  # one line
+    if len(msg) > 2000:
+        msg = msg[:1997] + "..."
     click.echo(f"error: {msg}", err=True)
     sys.exit(2)
+
+
+def _os_error_line(e: OSError) -> str:
+    """One line for an I/O error: what happened and to which file (the file an atomic write's
+    temporary file stands for, not the temporary name)."""
+    import errno
+
+    from mechinterp_icr.store.io import target_of_temp
+
+    name = e.filename
+    if name is not None:
+        name = str(target_of_temp(name) or name)
+    where = f" ({name})" if name else ""
+    what = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
+            errno.EFBIG: "file size limit reached",
+            errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+            errno.EROFS: "read-only file system", errno.ENOENT: "no such file or directory",
+            errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory",
+            errno.EMFILE: "too many open files"}.get(e.errno)
+    if what is None:
+        return str(e) if e.errno is None else f"{e.strerror or e}{where}"
+    return f"{what}{where}; files written before are intact"
+
+
+def error_line(e: BaseException) -> str | None:
+    """The one-line message for an expected error (bad config, damaged checkpoint or run
+    directory, I/O, disk full, permissions, bad JSON, out of memory); None for a bug."""
+    from mechinterp_icr.store.checkpoint import CheckpointError
+    from mechinterp_icr.store.rundir import RunError
+
+    if isinstance(e, (ConfigError, CheckpointError, RunError)):
+        return str(e)
+    if isinstance(e, OSError):
+        return _os_error_line(e)
+    if isinstance(e, json.JSONDecodeError):
+        return f"invalid JSON: {e}"
+    if isinstance(e, UnicodeDecodeError):
+        return f"a file is not UTF-8 text: {e}"
+    if isinstance(e, MemoryError):
+        return ("out of memory; use a smaller model, batch or selection (the resource estimate "
+                "is checked against resources.max_gib)")
+    return None
+
+
+class _Main(click.Group):
+    """The command group: every command's expected errors become one line and exit code 2
+    (:func:`error_line`); anything else is a bug and keeps its traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Exception as e:  # noqa: BLE001 - re-raised unless expected
+            if isinstance(e, click.ClickException | click.exceptions.Exit
+                          | click.exceptions.Abort):
+                raise
+            line = error_line(e)
+            if line is None:
+                raise
+            _fail(line)
 
 
 def _seeds(text: str) -> list[int]:
@@ -40,7 +102,7 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """mechinterp_icr: train small HookedTransformers on in-context recall tasks, checkpoint
     them, and take them apart (attention, OV/QK circuits, patching, task vectors, probes).
@@ -58,42 +120,54 @@ def main() -> None:
               help="Run directory to create (or resume).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Dotted override, e.g. --set model.d_model=64 --set train.steps=500.")
-@click.option("--phase", default="train", show_default=True, help="Phase name for checkpoints.")
+              help="Dotted override, e.g. --set model.d_model=64 --set train.steps=500; "
+                   "resource ceilings: --set resources.max_gib=16.")
+@click.option("--phase", default="train", show_default=True,
+              help="Phase name for checkpoints: a letter, then letters, digits, _ or -.")
 def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase: str) -> None:
     """Train one phase of a model on a task, with checkpoints and metrics in OUT.
 
-    Re-running the same command resumes from the last checkpoint.
+    Re-running the same command resumes from the last intact checkpoint (also in a copied or
+    renamed directory); a finished phase is reported, not retrained. Everything is checked
+    before anything is written, including an estimate of memory and disk against
+    resources.max_gib / resources.max_disk_gib.
     """
     from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+    from mechinterp_icr.store.rundir import check_phase_name
 
-    try:
-        cfg = resolve_run_config(task_kind, seed, list(overrides), name=Path(out).name)
-    except ConfigError as e:
-        _fail(str(e))
+    check_phase_name(phase)
+    name = Path(out).resolve().name or "run"
+    cfg = resolve_run_config(task_kind, seed, list(overrides), name=name)
     res = train_single_phase(cfg, Path(out), phase=phase)
-    click.echo(f"trained {res.steps} steps of {phase!r} in {res.seconds:.1f}s; "
-               f"final loss {res.final_loss:.4f}; {len(res.checkpoints)} checkpoints in "
-               f"{Path(out) / 'checkpoints'}")
+    for s in res.skipped:
+        click.echo(f"skipped damaged checkpoint {s}", err=True)
+    if res.removed_temp_files:
+        click.echo(f"removed {len(res.removed_temp_files)} temporary file(s) left by an "
+                   "interrupted run", err=True)
+    where = Path(out) / "checkpoints"
+    if res.finished:
+        click.echo(f"phase {phase!r} of {out} is already finished ({res.steps} steps); final "
+                   f"loss {res.final_loss:.4f}; nothing to do (checkpoints in {where})")
+        return
+    resumed = f" (resumed from step {res.resumed_from})" if res.resumed_from is not None else ""
+    click.echo(f"trained {res.steps} steps of {phase!r}{resumed} in {res.seconds:.1f}s; "
+               f"final loss {res.final_loss:.4f}; {len(res.checkpoints)} checkpoints written "
+               f"to {where}")
 
 
 @main.command(name="eval")
 @click.argument("run", type=click.Path())
 @click.option("--checkpoints", "selection", default="last", show_default=True,
-              help="Which checkpoints: all, last, first, phase:NAME, steps:A-B, a name.")
+              help="Which checkpoints: all, last, first, phase:NAME[:first|:last], steps:A-B, "
+                   "a name, or several joined by commas.")
 @click.option("--batches", default=4, show_default=True, type=int,
-              help="Held-out batches per checkpoint.")
+              help="Held-out batches per checkpoint (1 to 10000).")
 def eval_cmd(run: str, selection: str, batches: int) -> None:
     """Evaluate checkpoints of RUN on held-out data; prints a table and writes
-    RUN/analyses/eval.json."""
+    RUN/analyses/eval.json (only when every selected checkpoint was evaluated)."""
     from mechinterp_icr.pipeline import evaluate_run
-    from mechinterp_icr.store.checkpoint import CheckpointError
-    from mechinterp_icr.store.rundir import RunError
 
-    try:
-        rows, path = evaluate_run(Path(run), selection, batches)
-    except (RunError, CheckpointError, ConfigError) as e:
-        _fail(str(e))
+    rows, path = evaluate_run(Path(run), selection, batches)
     keys = sorted({k for r in rows for k in r if k not in ("checkpoint",)})
     click.echo("checkpoint".ljust(26) + "  ".join(k[:18].ljust(18) for k in keys))
     for r in rows:
@@ -106,21 +180,23 @@ def eval_cmd(run: str, selection: str, batches: int) -> None:
 @main.command()
 @click.argument("run", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def checkpoints(run: str, as_json: bool) -> None:
-    """List the checkpoints of RUN (phase, step, metrics at that step)."""
-    from mechinterp_icr.store.checkpoint import CheckpointError
-    from mechinterp_icr.store.rundir import RunDir, RunError
+@click.option("--verify", is_flag=True,
+              help="Also read every weights file and check its SHA-256 (slower).")
+def checkpoints(run: str, as_json: bool, verify: bool) -> None:
+    """List the checkpoints of RUN (phase, step, metrics at that step); a damaged one (bad
+    sidecar, weights missing, of the wrong size, not a regular file; with --verify also a
+    wrong hash) is listed with its problem instead of its metrics."""
+    from mechinterp_icr.store.checkpoint import CheckpointError, verify_checkpoint
+    from mechinterp_icr.store.rundir import RunDir
 
-    try:
-        rd = RunDir(run)
-        cks = rd.checkpoints()
-        rows = []
-        for c in cks:
-            side = c.sidecar()
-            rows.append({"name": c.name, "phase": c.phase, "step": c.step,
-                         "metrics": side.get("metrics", {})})
-    except (RunError, CheckpointError) as e:
-        _fail(str(e))
+    rows = []
+    for c in RunDir(run).checkpoints():
+        row = {"name": c.name, "phase": c.phase, "step": c.step, "metrics": {}}
+        try:
+            row["metrics"] = verify_checkpoint(c.stem, full=verify).get("metrics", {})
+        except CheckpointError as e:
+            row["problem"] = str(e)
+        rows.append(row)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -131,6 +207,8 @@ def checkpoints(run: str, as_json: bool) -> None:
     for r in rows:
         m = ", ".join(f"{k}={v:.3g}" for k, v in list(r["metrics"].items())[:4]
                       if isinstance(v, (int, float)))
+        if "problem" in r:
+            m = "DAMAGED: " + " ".join(r["problem"].split())
         click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")
 
 
@@ -232,14 +310,9 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
          out: str | None) -> None:
     """Write an offline circuitsvis attention view of one checkpoint of RUN and print its path
     (the JS bundle is written once next to it as circuitsvis.js; no network needed)."""
-    from mechinterp_icr.store.checkpoint import CheckpointError
-    from mechinterp_icr.store.rundir import RunError
     from mechinterp_icr.viz.views import view_run
 
-    try:
-        path = view_run(Path(run), checkpoint, prompt=prompt, example=example, out=out)
-    except (RunError, CheckpointError, ConfigError) as e:
-        _fail(str(e))
+    path = view_run(Path(run), checkpoint, prompt=prompt, example=example, out=out)
     click.echo(str(path))
 
 

@@ -6,24 +6,38 @@ before any work is done and before anything is written.
 
 Task configs register themselves with :func:`register_task` under a ``kind`` string so that a
 ``RunConfig`` can hold the config of any task and still round-trip through JSON.
+
+:func:`estimate_resources` and :func:`check_resources` estimate the memory and disk a run
+needs (parameters, optimizer state, activations, batch tensors, checkpoints) and refuse one
+above ``resources.max_gib`` / ``resources.max_disk_gib`` (raise them with ``--set``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import reprlib
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = [
     "ConfigError",
+    "show",
     "check",
     "check_choice",
     "check_range",
     "ModelConfig",
     "TrainConfig",
     "RunConfig",
+    "ResourceConfig",
+    "ResourceEstimate",
+    "estimate_resources",
+    "check_resources",
+    "count_params",
+    "gib",
+    "GIB",
     "register_task",
     "task_config_class",
     "to_dict",
@@ -37,10 +51,29 @@ class ConfigError(ValueError):
     """A configuration value is not allowed. The message names field, value and what is allowed."""
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel = 3
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 6
+
+
+def show(value: Any) -> str:
+    """A short repr of a value for an error message: long strings, huge integers and deep or
+    long containers are cut, so a hostile value gives a one-line message of bounded size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return repr(value)
+    try:
+        return _REPR.repr(value)
+    except (ValueError, RecursionError):
+        return f"<a {type(value).__name__}>"
+
+
 def check(ok: bool, name: str, value: Any, allowed: str) -> None:
     """Raise ConfigError('<name> = <value!r> is not allowed; expected <allowed>') unless ok."""
     if not ok:
-        raise ConfigError(f"{name} = {value!r} is not allowed; expected {allowed}")
+        raise ConfigError(f"{name} = {show(value)} is not allowed; expected {allowed}")
 
 
 def check_range(name: str, value: Any, lo=None, hi=None, *, integer: bool = False,
@@ -52,7 +85,7 @@ def check_range(name: str, value: Any, lo=None, hi=None, *, integer: bool = Fals
     rng = f"{lo_s}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{hi_s}"
     is_num = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not is_num:
-        raise ConfigError(f"{name} = {value!r} is not allowed; expected {kind} in {rng}")
+        raise ConfigError(f"{name} = {show(value)} is not allowed; expected {kind} in {rng}")
     ok = True
     if lo is not None:
         ok &= value > lo if lo_open else value >= lo
@@ -86,8 +119,9 @@ def task_config_class(kind: str) -> type:
     """The config class registered for ``kind``. Task modules register themselves when they
     are imported (``import mechinterp_icr.tasks`` registers every built-in kind); this module
     never imports them, so config stays the lowest layer."""
-    if kind not in _TASKS:
-        raise ConfigError(f"task.kind = {kind!r} is not allowed; expected one of {sorted(_TASKS)}")
+    if not isinstance(kind, str) or kind not in _TASKS:
+        raise ConfigError(f"task.kind = {show(kind)} is not allowed; expected one of "
+                          f"{sorted(_TASKS)}")
     return _TASKS[kind]
 
 
@@ -180,6 +214,22 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ResourceConfig:
+    """Ceilings on what one run may use, checked by :func:`check_resources` before anything is
+    written: the estimated peak memory (``max_gib``) and the estimated size of all its
+    checkpoints (``max_disk_gib``). Raise them explicitly, e.g. ``--set resources.max_gib=64``.
+    They bound the run, they are not part of its identity: a run resumes under other ceilings.
+    """
+
+    max_gib: float = 8.0
+    max_disk_gib: float = 20.0
+
+    def __post_init__(self) -> None:
+        check_range("resources.max_gib", self.max_gib, 0, 1e6, lo_open=True)
+        check_range("resources.max_disk_gib", self.max_disk_gib, 0, 1e6, lo_open=True)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Everything a run needs: the task (any registered kind), the model, training phases."""
 
@@ -188,14 +238,142 @@ class RunConfig:
     task: Any = None  # an instance of a registered task config class
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
 
     def __post_init__(self) -> None:
-        check(isinstance(self.name, str) and self.name != "" and "/" not in self.name,
-              "name", self.name, "a non-empty string without '/'")
+        check(isinstance(self.name, str) and 0 < len(self.name) <= 255 and "/" not in self.name
+              and "\0" not in self.name, "name", self.name,
+              "a non-empty string of at most 255 characters without '/'")
         check_range("seed", self.seed, 0, 2**31 - 1, integer=True)
         if self.task is not None:
             check(hasattr(type(self.task), "kind"), "task", self.task,
                   "a registered task config")
+
+
+# --------------------------------------------------------------------------------------------
+# Resource estimate: refuse memory and disk bombs before anything is allocated or written
+# --------------------------------------------------------------------------------------------
+GIB = 1024**3
+_F32 = 4  # bytes per float32 value
+
+
+@dataclass(frozen=True)
+class ResourceEstimate:
+    """Estimated bytes of one training run (float32 everywhere; an upper-end estimate).
+
+    ``peak_bytes`` = weights + gradients + optimizer state + one checkpoint being serialised
+    + the larger of the training step's activations (kept for backward) and an evaluation
+    batch's activations + batch tensors + the task's own tables. ``disk_bytes`` = checkpoints
+    on the schedule x bytes per checkpoint.
+    """
+
+    n_params: int
+    weights_bytes: int
+    optimizer_bytes: int
+    train_activation_bytes: int
+    eval_activation_bytes: int
+    batch_bytes: int
+    task_bytes: int
+    n_checkpoints: int
+    checkpoint_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        static = 2 * self.weights_bytes + self.optimizer_bytes + self.checkpoint_bytes
+        return (static + max(self.train_activation_bytes, self.eval_activation_bytes)
+                + self.batch_bytes + self.task_bytes)
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.n_checkpoints * self.checkpoint_bytes
+
+    def parts(self) -> dict[str, int]:
+        """The contributions to the peak, largest first (for the refusal message)."""
+        parts = {"weights and gradients": 2 * self.weights_bytes,
+                 "optimizer state": self.optimizer_bytes,
+                 "checkpoint buffer": self.checkpoint_bytes,
+                 "training activations": self.train_activation_bytes,
+                 "evaluation activations": self.eval_activation_bytes,
+                 "batch tensors": self.batch_bytes, "task tables": self.task_bytes}
+        return dict(sorted(parts.items(), key=lambda kv: -kv[1]))
+
+
+def count_params(m: ModelConfig) -> int:
+    """Parameters of the HookedTransformer that ``m`` describes (``d_vocab``/``n_ctx`` set)."""
+    d, H, dh = m.d_model, m.n_heads, m.d_head
+    attn = 4 * H * d * dh + 3 * H * dh + d
+    mlp = 0 if m.attn_only else 2 * d * m.d_mlp + m.d_mlp + d
+    norm = 0 if m.normalization == "none" else 2 * 2 * d
+    final_norm = 0 if m.normalization == "none" else 2 * d
+    return (m.d_vocab * d + m.n_ctx * d + m.n_layers * (attn + mlp + norm) + final_norm
+            + d * m.d_vocab + m.d_vocab)
+
+
+def n_checkpoints_bound(t: TrainConfig) -> int:
+    """An upper bound on the number of checkpoints of ``t``'s schedule (start and end incl.)."""
+    if t.checkpoint_schedule == "none":
+        return min(2, t.steps + 1)
+    n = t.steps // t.checkpoint_every + 2
+    if t.checkpoint_schedule == "log":
+        n += min(t.checkpoint_dense_until, t.steps) + 1 + 8 * (len(str(t.steps)) + 1)
+    return min(n, t.steps + 1)
+
+
+def estimate_resources(model: ModelConfig, train: TrainConfig,
+                       task_bytes: int = 0) -> ResourceEstimate:
+    """Estimate the memory and disk of training ``model`` under ``train`` (pure arithmetic).
+
+    ``model.d_vocab`` and ``model.n_ctx`` must be filled in (the task's sizes)."""
+    m = model
+    P = count_params(m)
+    T, V, d, H, dh = m.n_ctx, m.d_vocab, m.d_model, m.n_heads, m.d_head
+    mlp = 0 if m.attn_only else 3 * m.d_mlp
+    # per token: residual stream copies, q/k/v/z, attention scores and pattern, MLP hidden
+    per_layer = 7 * d + 4 * H * dh + 2 * H * T + mlp
+    per_token_train = m.n_layers * per_layer + 4 * V + 2 * d  # logits, softmax, grad, float
+    per_token_eval = per_layer + 3 * V + 2 * d  # no autograd: one layer's transients
+    opt = 2 * P if train.optimizer == "adamw" else (P if train.momentum > 0 else 0)
+    B, Be = train.batch_size, train.eval_batch_size
+    return ResourceEstimate(
+        n_params=P,
+        weights_bytes=_F32 * P,
+        optimizer_bytes=_F32 * opt,
+        train_activation_bytes=2 * _F32 * B * T * per_token_train,  # forward kept + backward
+        eval_activation_bytes=_F32 * Be * T * per_token_eval,
+        batch_bytes=2 * 8 * max(B, Be) * T,  # int64 tokens and targets
+        task_bytes=int(task_bytes),
+        n_checkpoints=n_checkpoints_bound(train),
+        checkpoint_bytes=_F32 * (P + opt),
+    )
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as a short GiB figure for messages: 5,708 / 12.3 / 0.0394."""
+    x = nbytes / GIB
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def check_resources(cfg: RunConfig, task_bytes: int = 0) -> ResourceEstimate:
+    """Refuse ``cfg`` when its estimated peak memory or checkpoint disk use exceeds its
+    ``resources`` ceilings; the message names the estimate, its largest parts and the
+    ``--set`` that raises the ceiling. Returns the estimate."""
+    est = estimate_resources(cfg.model, cfg.train, task_bytes)
+    r = cfg.resources
+    if est.peak_bytes > r.max_gib * GIB:
+        parts = ", ".join(f"{k} {gib(v)}" for k, v in list(est.parts().items())[:3])
+        raise ConfigError(
+            f"the run needs an estimated {gib(est.peak_bytes)} GiB of memory ({parts} GiB; "
+            f"{est.n_params:,} parameters), more than resources.max_gib = {r.max_gib:g}; use "
+            "a smaller model, batch or context, or raise the ceiling explicitly with --set "
+            f"resources.max_gib={max(1, math.ceil(est.peak_bytes / GIB))}")
+    if est.disk_bytes > r.max_disk_gib * GIB:
+        raise ConfigError(
+            f"the run's checkpoints need an estimated {gib(est.disk_bytes)} GiB of disk "
+            f"(up to {est.n_checkpoints:,} checkpoints of {est.checkpoint_bytes / 1024**2:.3g} "
+            f"MiB), more than resources.max_disk_gib = {r.max_disk_gib:g}; use a sparser "
+            "train.checkpoint_schedule, or raise the ceiling explicitly with --set "
+            f"resources.max_disk_gib={max(1, math.ceil(est.disk_bytes / GIB))}")
+    return est
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,14 +409,19 @@ def _coerce(tp: Any, value: Any, name: str) -> Any:
         check(isinstance(value, (list, tuple)), name, value, "a list")
         return tuple(value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ConfigError(f"{name} = {show(value)} is not allowed; expected a number "
+                              "that fits a float") from None
     return value
 
 
 def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     """Build a config dataclass from a dict, rejecting unknown keys by name."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{prefix or cls.__name__} = {data!r} is not allowed; expected a mapping")
+        raise ConfigError(f"{prefix or cls.__name__} = {show(data)} is not allowed; "
+                          "expected a mapping")
     data = dict(data)
     if cls is RunConfig and isinstance(data.get("task"), dict):
         tdata = dict(data["task"])
@@ -263,14 +446,36 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
 # --------------------------------------------------------------------------------------------
 # Dotted overrides: --set model.d_model=64 --set task.lam=0.5
 # --------------------------------------------------------------------------------------------
+MAX_OVERRIDE_DEPTH = 32  # nesting of lists/mappings in one --set value
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of lists/mappings in ``value``, stopping once past ``limit``."""
+    if limit < 0 or not isinstance(value, (list, dict)):
+        return 0
+    items = value.values() if isinstance(value, dict) else value
+    return 1 + max((_depth(v, limit - 1) for v in items), default=0)
+
+
 def _parse_value(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"--set value {show(text)} is not allowed; expected at most "
+                          f"{MAX_OVERRIDE_DEPTH} levels of nesting") from None
+    except ValueError:  # not JSON (a bare word), or an integer too long to convert
         low = text.lower()
         if low in ("true", "false"):
             return low == "true"
+        digits = text.strip().lstrip("+-")
+        if digits.isdigit() and len(digits) > 4300:
+            raise ConfigError(f"--set value {show(text)} is not allowed; expected an integer "
+                              "of at most 4300 digits") from None
         return text
+    if _depth(value, MAX_OVERRIDE_DEPTH + 1) > MAX_OVERRIDE_DEPTH:
+        raise ConfigError(f"--set value {show(text)} is not allowed; expected at most "
+                          f"{MAX_OVERRIDE_DEPTH} levels of nesting")
+    return value
 
 
 def parse_overrides(items) -> dict[str, Any]:
@@ -278,7 +483,7 @@ def parse_overrides(items) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
-            raise ConfigError(f"--set {item!r} is not allowed; expected key=value, e.g. "
+            raise ConfigError(f"--set {show(item)} is not allowed; expected key=value, e.g. "
                               "model.d_model=64")
         key, _, val = item.partition("=")
         key = key.strip()

@@ -7,15 +7,20 @@ hyper-parameters, the shapes of every tensor and the SHA-256 of the weights file
 
 Writes are atomic: each file goes to a temporary name first and is renamed into place, weights
 before sidecar, so a checkpoint whose sidecar exists is complete. Loading checks the sidecar
-parses, the weights file exists and its hash matches (truncation and corruption), that the
-tensor names and shapes match the model it is loaded into (mismatch), and names the file and
-the problem in the error.
+parses and its known fields have the right types, that both files are regular files (a FIFO
+or a symlink to a device is refused, never read), the weights' size before reading them and
+their hash after (truncation and corruption), that the tensor names and shapes match the model
+it is loaded into and the optimizer state the optimizer (mismatch), and names the file and the
+problem in the error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +30,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from mechinterp_icr.store.io import atomic_write_bytes
+from mechinterp_icr.store.io import UnsafeFileError, atomic_write_bytes, read_regular_file
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_sidecar",
-           "CheckpointData"]
+           "verify_checkpoint", "CheckpointData", "MAX_SIDECAR_BYTES"]
 
 FORMAT_VERSION = 1
 
@@ -81,20 +86,68 @@ def save_checkpoint(stem: str | Path, model: torch.nn.Module, meta: dict[str, An
     return stem.with_suffix(".json")
 
 
+MAX_SIDECAR_BYTES = 16 * 1024**2
+
+# sidecar fields whose type every reader relies on: name -> (check, what is allowed)
+_SIDECAR_FIELDS: dict[str, tuple[Any, str]] = {
+    "sha256": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) is not None,
+               "a 64-digit hexadecimal SHA-256"),
+    "n_bytes": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "step": (lambda v: _is_int(v) and v >= 0, "a non-negative integer"),
+    "phase": (lambda v: isinstance(v, str), "a string"),
+    "phase_order": (lambda v: _is_int(v) and 0 <= v <= 1_000_000, "an integer in [0, 1000000]"),
+    "metrics": (lambda v: isinstance(v, dict), "a mapping"),
+    "shapes": (lambda v: isinstance(v, dict), "a mapping"),
+    "optimizer": (lambda v: v is None or isinstance(v, dict), "null or a mapping"),
+    "weights_file": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _stem(stem: str | Path) -> Path:
+    return Path(str(stem).removesuffix(".json").removesuffix(".safetensors"))
+
+
 def read_sidecar(stem: str | Path) -> dict[str, Any]:
-    stem = Path(str(stem).removesuffix(".json").removesuffix(".safetensors"))
-    side = stem.with_suffix(".json")
-    if not side.exists():
+    """The checked sidecar of a checkpoint: a regular file of bounded size holding a JSON
+    mapping whose known fields have the right types. Raises :class:`CheckpointError`."""
+    side = _stem(stem).with_suffix(".json")
+    if not os.path.lexists(side):
         raise CheckpointError(f"checkpoint sidecar {side} does not exist")
     try:
-        data = json.loads(side.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = read_regular_file(side, MAX_SIDECAR_BYTES).decode("utf-8")
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSON, UTF-8 (both ValueErrors), nesting
         raise CheckpointError(f"checkpoint sidecar {side} is not valid JSON "
-                              f"(truncated or corrupted): {e}") from None
+                              f"(truncated or corrupted): {str(e)[:200]}") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint sidecar {side} cannot be read: "
+                              f"{e.strerror or e}") from None
     if not isinstance(data, dict) or "sha256" not in data:
         raise CheckpointError(f"checkpoint sidecar {side} lacks the 'sha256' field; "
                               "it was not written by mechinterp_icr or is truncated")
+    for key, (ok, allowed) in _SIDECAR_FIELDS.items():
+        if key in data and not ok(data[key]):
+            raise CheckpointError(f"checkpoint sidecar {side}: field {key!r} = "
+                                  f"{_short(data[key])} is not allowed; expected {allowed} "
+                                  "(the sidecar is damaged)")
     return data
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _max_weights_bytes() -> int:
+    """Half of this machine's memory: a weights file larger than that is refused unread."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 64 * 1024**3
 
 
 @dataclass
@@ -107,13 +160,17 @@ class CheckpointData:
 def _read(stem: Path) -> CheckpointData:
     meta = read_sidecar(stem)
     wpath = stem.with_suffix(".safetensors")
-    if not wpath.exists():
+    if not os.path.lexists(wpath):
         raise CheckpointError(f"checkpoint weights {wpath} do not exist (sidecar {stem}.json "
                               "names them)")
-    blob = wpath.read_bytes()
-    if len(blob) != meta.get("n_bytes", len(blob)):
-        raise CheckpointError(f"checkpoint weights {wpath} are truncated: {len(blob)} bytes, "
-                              f"expected {meta['n_bytes']}")
+    want = meta.get("n_bytes")
+    try:
+        blob = read_regular_file(wpath, _max_weights_bytes(), want)
+    except UnsafeFileError as e:
+        raise CheckpointError(f"checkpoint weights: {e}") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint weights {wpath} cannot be read: "
+                              f"{e.strerror or e}") from None
     if _sha256(blob) != meta["sha256"]:
         raise CheckpointError(f"checkpoint weights {wpath} are corrupted: SHA-256 does not match "
                               "the sidecar")
@@ -127,44 +184,96 @@ def _read(stem: Path) -> CheckpointData:
     return CheckpointData(meta, model_state, optim)
 
 
+def verify_checkpoint(stem: str | Path, full: bool = True) -> dict[str, Any]:
+    """Check a checkpoint without loading it anywhere and return its sidecar. ``full``: read
+    the weights and check their SHA-256 and format; otherwise only the sidecar and that the
+    weights are a regular file of the recorded size (no read). Raises CheckpointError."""
+    stem = _stem(stem)
+    if full:
+        return _read(stem).meta
+    meta = read_sidecar(stem)
+    wpath = stem.with_suffix(".safetensors")
+    try:
+        st = os.stat(wpath)
+    except OSError as e:
+        raise CheckpointError(f"checkpoint weights {wpath} cannot be read: "
+                              f"{e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"checkpoint weights {wpath} are not a regular file")
+    if meta.get("n_bytes", st.st_size) != st.st_size:
+        raise CheckpointError(f"checkpoint weights {wpath} are truncated or replaced: "
+                              f"{st.st_size} bytes, expected {meta['n_bytes']}")
+    return meta
+
+
+def _check_model(stem: Path, data: CheckpointData, model: torch.nn.Module) -> None:
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items() if torch.is_tensor(v)}
+    have = {k: tuple(v.shape) for k, v in data.model_state.items()}
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want))
+    wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
+    if missing or extra or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing tensors {missing[:5]}")
+        if extra:
+            parts.append(f"unexpected tensors {extra[:5]}")
+        if wrong:
+            k = wrong[0]
+            parts.append(f"shape of {k} is {list(have[k])} in the checkpoint but "
+                         f"{list(want[k])} in the model")
+        raise CheckpointError(f"checkpoint {stem} does not match the requested model: "
+                              + "; ".join(parts))
+
+
+def _optimizer_state(stem: Path, data: CheckpointData,
+                     optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer state dict stored in ``data``, checked against ``optimizer``."""
+    om = data.meta.get("optimizer")
+    if om is None:
+        raise CheckpointError(f"checkpoint {stem} holds no optimizer state; cannot resume")
+    groups, scalars = om.get("param_groups"), om.get("scalars", {})
+    ok = (isinstance(groups, list) and len(groups) == len(optimizer.param_groups)
+          and all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                  and len(g["params"]) == len(mine["params"])
+                  for g, mine in zip(groups, optimizer.param_groups))
+          and isinstance(scalars, dict) and all(isinstance(v, dict) for v in scalars.values()))
+    if not ok:
+        raise CheckpointError(f"checkpoint {stem}: its optimizer state does not match the "
+                              "optimizer being resumed (other trainable parameters?) or is "
+                              "damaged")
+    state: dict[int, dict[str, Any]] = {}
+    try:
+        for key, val in data.optim_tensors.items():
+            _, idx, name = key.split(".", 2)
+            state.setdefault(int(idx), {})[name] = val
+        for idx, sc in scalars.items():
+            state.setdefault(int(idx), {}).update(sc)
+    except ValueError:
+        raise CheckpointError(f"checkpoint {stem}: optimizer tensor names are damaged") from None
+    return {"state": state, "param_groups": groups}
+
+
 def load_checkpoint(stem: str | Path, model: torch.nn.Module | None = None,
                     optimizer: torch.optim.Optimizer | None = None) -> CheckpointData:
     """Verify and read a checkpoint; load it into ``model`` (and ``optimizer``) when given.
 
     Raises :class:`CheckpointError` naming the file and the problem for a missing, truncated,
-    corrupted or mismatched checkpoint. Nothing is modified when a check fails.
+    corrupted, damaged or mismatched checkpoint. Every check runs before anything is loaded,
+    so nothing is modified when one fails.
     """
-    stem = Path(str(stem).removesuffix(".json").removesuffix(".safetensors"))
+    stem = _stem(stem)
     data = _read(stem)
     if model is not None:
-        want = {k: tuple(v.shape) for k, v in model.state_dict().items() if torch.is_tensor(v)}
-        have = {k: tuple(v.shape) for k, v in data.model_state.items()}
-        missing = sorted(set(want) - set(have))
-        extra = sorted(set(have) - set(want))
-        wrong = sorted(k for k in set(want) & set(have) if want[k] != have[k])
-        if missing or extra or wrong:
-            parts = []
-            if missing:
-                parts.append(f"missing tensors {missing[:5]}")
-            if extra:
-                parts.append(f"unexpected tensors {extra[:5]}")
-            if wrong:
-                k = wrong[0]
-                parts.append(f"shape of {k} is {list(have[k])} in the checkpoint but "
-                             f"{list(want[k])} in the model")
-            raise CheckpointError(f"checkpoint {stem} does not match the requested model: "
-                                  + "; ".join(parts))
+        _check_model(stem, data, model)
+    opt_state = _optimizer_state(stem, data, optimizer) if optimizer is not None else None
+    if model is not None:
         model.load_state_dict({k: v.to(model.state_dict()[k].device)
                                for k, v in data.model_state.items()}, strict=True)
     if optimizer is not None:
-        om = data.meta.get("optimizer")
-        if om is None:
-            raise CheckpointError(f"checkpoint {stem} holds no optimizer state; cannot resume")
-        state: dict[int, dict[str, Any]] = {}
-        for key, val in data.optim_tensors.items():
-            _, idx, name = key.split(".", 2)
-            state.setdefault(int(idx), {})[name] = val
-        for idx, sc in om.get("scalars", {}).items():
-            state.setdefault(int(idx), {}).update(sc)
-        optimizer.load_state_dict({"state": state, "param_groups": om["param_groups"]})
+        try:
+            optimizer.load_state_dict(opt_state)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {stem}: its optimizer state cannot be loaded: "
+                                  f"{e}") from None
     return data

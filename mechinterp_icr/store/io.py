@@ -1,18 +1,113 @@
-"""Atomic file writes: the one helper every writer in the package uses.
+"""Safe file I/O: the one atomic-write helper family, and the one guarded reader.
 
 A file is written to a hidden temporary name in its own folder (``.<name>.tmp<pid>``),
 flushed and fsynced, then renamed into place, so a reader sees the old file or the new one,
-never half of one. The temporary file is removed when the write fails.
+never half of one. The temporary file is removed when the write fails; one left by a killed
+process is found by :func:`stale_temp_files` (its process is gone) and removed on resume.
+
+:func:`read_regular_file` reads only regular files, checks the size before reading and never
+blocks: a FIFO, a device (a symlink to ``/dev/zero``) or an oversized file is refused with
+:class:`UnsafeFileError` instead of hanging or filling memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "json_default"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "json_default",
+           "UnsafeFileError", "read_regular_file", "stale_temp_files",
+           "remove_stale_temp_files", "target_of_temp"]
+
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
+
+
+class UnsafeFileError(OSError):
+    """A file that should be a regular file of bounded size is not (FIFO, device, too big)."""
+
+
+def read_regular_file(path: str | Path, max_bytes: int, expected_size: int | None = None
+                      ) -> bytes:
+    """The bytes of ``path`` if it is a regular file (symlinks followed) of at most
+    ``max_bytes`` (and exactly ``expected_size`` when given); the size is checked before
+    reading and the open never blocks (FIFOs are opened non-blocking and then refused)."""
+    path = Path(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFileError(f"{path} is not a regular file (a FIFO, device or directory); "
+                                  "refusing to read it")
+        if st.st_size > max_bytes:
+            raise UnsafeFileError(f"{path} has {st.st_size:,} bytes, more than the "
+                                  f"{max_bytes:,} allowed for it; refusing to read it")
+        if expected_size is not None and st.st_size != expected_size:
+            raise UnsafeFileError(f"{path} is truncated or replaced: {st.st_size:,} bytes, "
+                                  f"expected {expected_size:,}")
+        chunks, left = [], st.st_size + 1  # +1: notice a file that grew since the stat
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    finally:
+        os.close(fd)
+    if len(data) != st.st_size:
+        raise UnsafeFileError(f"{path} changed while it was read ({len(data):,} bytes read, "
+                              f"{st.st_size:,} expected)")
+    return data
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    except (OverflowError, ValueError):  # not a possible pid
+        return False
+    return True
+
+
+def target_of_temp(path: str | Path) -> Path | None:
+    """The file an atomic write's temporary file ``.<name>.tmp<pid>`` stands for, else None."""
+    m = _TMP_RE.match(Path(path).name)
+    return Path(path).with_name(m["name"]) if m else None
+
+
+def stale_temp_files(folder: str | Path) -> list[Path]:
+    """Temporary files of atomic writes in ``folder`` whose writing process no longer runs
+    (left by a kill -9 or a crash)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    out = []
+    for p in folder.iterdir():
+        m = _TMP_RE.match(p.name)
+        if m and p.is_file() and not p.is_symlink() and not _pid_alive(int(m["pid"])):
+            out.append(p)
+    return sorted(out)
+
+
+def remove_stale_temp_files(folder: str | Path) -> list[Path]:
+    """Remove :func:`stale_temp_files` of ``folder``; returns what was removed."""
+    removed = []
+    for p in stale_temp_files(folder):
+        try:
+            p.unlink()
+            removed.append(p)
+        except FileNotFoundError:  # removed meanwhile by another resume
+            pass
+    return removed
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -25,8 +120,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # a failed buffered write names no file: name the target
+            e.filename = str(path)
+        raise
     finally:
-        if tmp.exists():
+        if os.path.lexists(tmp):
             tmp.unlink()
     return path
 

@@ -11,6 +11,11 @@
 - Deterministic algorithms are switched on for the phase, so runs are bit-reproducible.
 - Held-out evaluation every ``eval_every`` steps and at every checkpoint (``eval_fn(model)``),
   ``metrics.jsonl``, checkpoints on a linear or log-spaced schedule, and a progress bar.
+- Resume survives damage: it starts from the latest checkpoint of the phase that verifies
+  (skipped ones are named in :attr:`PhaseResult.skipped`), removes temporary files left by a
+  killed writer, and drops the metric lines logged after that checkpoint, so each
+  ``(phase, step)`` appears once in ``metrics.jsonl``. A finished phase is not trained again
+  (:attr:`PhaseResult.finished`).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import torch
 import torch.nn.functional as F
 
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, to_dict
-from mechinterp_icr.store.checkpoint import load_checkpoint, save_checkpoint
-from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.store.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from mechinterp_icr.store.rundir import RunDir, check_phase_name
 from mechinterp_icr.tasks.base import IGNORE, Batch
 
 __all__ = ["TRAINABLE_PRESETS", "resolve_trainable", "masked_loss", "masked_accuracy",
@@ -139,6 +144,9 @@ class PhaseResult:
     checkpoints: list[str] = field(default_factory=list)
     resumed_from: int | None = None
     seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # "<checkpoint>: <why>", latest first
+    finished: bool = False  # the phase was already complete: nothing was trained
+    removed_temp_files: list[str] = field(default_factory=list)
 
 
 def train_phase(
@@ -164,6 +172,7 @@ def train_phase(
     that many total updates (to simulate an interruption in tests).
     """
     t_start = time.perf_counter()
+    check_phase_name(phase)
     device = next(model.parameters()).device
     # The embedding backward (index_put with accumulate) sums in a thread-dependent order on
     # CPU; deterministic algorithms make a run, and so a resumed run, bit-identical.
@@ -192,12 +201,28 @@ def train_phase(
 
     start = 0
     resumed_from = None
+    skipped: list[str] = []
+    removed: list[str] = []
+    resumed_metrics: dict[str, Any] = {}
     if run is not None and resume:
-        last = run.latest(phase)
-        if last is not None:
-            load_checkpoint(last.stem, model, opt)
-            start = last.step
+        removed = [p.name for p in run.remove_stale_temp_files()]
+        candidates = [c for c in run.checkpoints() if c.phase == phase]
+        before = {k: v.detach().clone() for k, v in model.state_dict().items()} \
+            if candidates else {}
+        for ck in reversed(candidates):  # the latest checkpoint that verifies
+            try:
+                data = load_checkpoint(ck.stem, model, opt)  # checks all before loading
+            except CheckpointError as e:
+                skipped.append(f"{ck.name}: {e}")
+                continue
+            start = ck.step
             resumed_from = start
+            resumed_metrics = dict(data.meta.get("metrics") or {})
+            break
+        if skipped and resumed_from is None:  # none verified: start afresh, as built
+            model.load_state_dict(before)
+            opt = make_optimizer(model, cfg, names)
+        run.truncate_metrics(phase, start if resumed_from is not None else -1)
     saved: list[str] = []
 
     def evaluate() -> dict[str, Any]:
@@ -219,7 +244,7 @@ def train_phase(
         save_checkpoint(stem, model, meta, opt)
         saved.append(stem.name)
 
-    if start == 0 and 0 in ck_steps:
+    if resumed_from is None and 0 in ck_steps:  # (resumed from step 0: logged and saved)
         m0 = evaluate()
         if run is not None:
             run.log_metrics({"phase": phase, "step": 0, **m0})
@@ -233,6 +258,11 @@ def train_phase(
     model.train()
     loss_v, acc_v, metrics = float("nan"), float("nan"), {}
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    finished = resumed_from is not None and start >= cfg.steps
+    if finished:  # report the finished phase's last numbers, not nan
+        metrics = resumed_metrics
+        loss = metrics.get("train_loss")
+        loss_v = float(loss) if isinstance(loss, (int, float)) else float("nan")
     for step in range(start, end):
         batch = sample(batch_rng(seed, phase, step), cfg.batch_size).to(device)
         for g in opt.param_groups:
@@ -273,4 +303,4 @@ def train_phase(
         p.requires_grad_(prev[n])
     torch.use_deterministic_algorithms(prev_det, warn_only=True)
     return PhaseResult(phase, end, loss_v, metrics, saved, resumed_from,
-                       time.perf_counter() - t_start)
+                       time.perf_counter() - t_start, skipped, finished, removed)

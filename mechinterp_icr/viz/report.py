@@ -108,13 +108,14 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
         lo, hi = c.get("ci95", [float("nan")] * 2)
         th = c.get("threshold", {})
         cls = "holds" if c.get("holds") else "fails"
+        eid = html.escape(str(cid))
         rows.append(
-            f'<tr><td><a href="#{cid}">{cid}</a></td><td class="{cls}">'
+            f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
             f'{"holds" if c.get("holds") else "does not hold"}</td>'
             f'<td><code>{html.escape(str(c.get("metric")))}</code></td>'
             f'<td class="num">{_f(c.get("mean"))}</td><td class="num">[{_f(lo)}, {_f(hi)}]</td>'
             f'<td>{html.escape(str(th.get("op", "")))} {_f(th.get("value"))}</td>'
-            f'<td class="num">{c.get("n_seeds", "")}</td></tr>')
+            f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
     table = ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th><th>metric</th>"
              "<th>mean over seeds</th><th>95% CI</th><th>threshold</th><th>seeds</th></tr>"
              + "".join(rows) + "</table>")
@@ -142,12 +143,13 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
             if checks else "")
         notes = c.get("notes") or ""
         verdict = "holds" if c.get("holds") else "does not hold"
+        eid = html.escape(str(cid))
         sections.append(f"""
-<section class="claim" id="{cid}">
-<h2>{cid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
+<section class="claim" id="{eid}">
+<h2>{eid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
 <p class="statement">{html.escape(str(c.get("statement", "")))}</p>
 <p><b>Number:</b> <code>{html.escape(str(c.get("metric")))}</code> = <b>{_f(c.get("mean"))}</b>
-(mean over {c.get("n_seeds", "?")} seeds; 95% CI [{_f(lo)}, {_f(hi)}]) &nbsp;
+(mean over {html.escape(str(c.get("n_seeds", "?")))} seeds; 95% CI [{_f(lo)}, {_f(hi)}]) &nbsp;
 <b>Threshold:</b> {html.escape(str(th.get("op", "")))} {_f(th.get("value"))}
 {"(every seed)" if th.get("rule") == "all_seeds" else "(mean over seeds)"}</p>
 {checks_html}

@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 BUNDLE_NAME = "circuitsvis.js"
+MAX_EXAMPLE = 100_000  # view_run draws example+1 examples to show one
 
 
 def bundle_source() -> str:
@@ -100,19 +101,30 @@ def _example_tokens(task, seed: int, n: int):
 @torch.no_grad()
 def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = None,
              example: int | None = None, out: str | Path | None = None) -> Path:
-    """Write the attention view of one checkpoint of ``run`` on a prompt or a task example."""
-    from mechinterp_icr.config import ConfigError
+    """Write the attention view of one checkpoint of ``run`` on a prompt or a task example.
+
+    Inputs are checked before the run is read: not both of ``prompt`` and ``example``, a
+    non-empty prompt, an example index in [0, MAX_EXAMPLE), exactly one checkpoint."""
+    from mechinterp_icr.config import ConfigError, check_range
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.store.rundir import RunDir, RunError
 
+    if prompt is not None and example is not None:
+        raise ConfigError("--prompt and --example are not allowed together; give one")
+    if prompt is not None and not prompt.split():
+        raise ConfigError("--prompt = '' is not allowed; expected space-separated tokens, "
+                          'e.g. "[BOS] S1 A0_3 [SEP] S2"')
+    if example is not None:
+        check_range("--example", example, 0, MAX_EXAMPLE - 1, integer=True)
     rd = RunDir(run)
     cfg, task, build = load_run_model(rd)
+    if prompt is not None and len(prompt.split()) > cfg.model.n_ctx:
+        raise ConfigError(f"--prompt has {len(prompt.split())} tokens; expected at most "
+                          f"model.n_ctx = {cfg.model.n_ctx}")
     cks = rd.select(checkpoint)
     if len(cks) != 1:
         raise RunError(f"--checkpoint {checkpoint!r} selects {len(cks)} checkpoints; "
                        "expected exactly one (e.g. last, phase:NAME:last or a name)")
-    if prompt is not None and example is not None:
-        raise ConfigError("--prompt and --example are not allowed together; give one")
     if prompt is not None:
         try:
             ids = task.vocab.encode(prompt)

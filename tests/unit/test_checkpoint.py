@@ -94,3 +94,20 @@ def test_selection(tmp_path):
     assert len(run.select("steps:5-10")) == 4
     with pytest.raises(RunError, match="matches no checkpoint"):
         run.select("phase:nope")
+
+
+def test_verify_checkpoint_quick_and_full(tmp_path):
+    from mechinterp_icr.store.checkpoint import verify_checkpoint
+
+    _, stem = _saved(tmp_path)
+    assert verify_checkpoint(stem, full=False)["step"] == 10
+    w = stem.with_suffix(".safetensors")
+    data = bytearray(w.read_bytes())
+    data[-5] ^= 0xFF  # same size: only the full check reads the bytes
+    w.write_bytes(bytes(data))
+    assert verify_checkpoint(stem, full=False)["step"] == 10
+    with pytest.raises(CheckpointError, match="corrupted"):
+        verify_checkpoint(stem)
+    w.write_bytes(bytes(data[:-1]))
+    with pytest.raises(CheckpointError, match="truncated"):
+        verify_checkpoint(stem, full=False)
