@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 OUT ?= out
 PROFILE ?= quick
-SEEDS ?= 0,1,2
+SEEDS ?= 0,1,2,3,4
+WORKERS ?=
 
 .PHONY: reproduce test test-slow chromium figures lint clean-venv
 
@@ -30,7 +31,7 @@ chromium:
 	  else echo "warning: chromium missing and not installable here; PNG export skipped"; fi; }
 
 reproduce: $(STAMP) chromium
-	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS)
+	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS) $(if $(WORKERS),--workers $(WORKERS))
 
 test: $(STAMP) chromium
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc

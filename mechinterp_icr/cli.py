@@ -237,19 +237,38 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
 @_PROFILE
 @click.option("--out", "out", default="out", show_default=True, type=click.Path(file_okay=False),
               help="Output directory: summary.json, runs/, figures.")
-@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds.")
+@click.option("--seeds", default="0,1,2,3,4", show_default=True, help="Comma-separated seeds.")
 @_SET
-def reproduce(target: str, profile: str, out: str, seeds: str,
-              overrides: tuple[str, ...]) -> None:
+@click.option("--workers", type=int, default=None,
+              help="Tasks run at once: 1 runs them one after another in this process (no Ray); "
+                   "more starts a local Ray with that many CPUs. Default: the machine's cores.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Submit the tasks to an existing Ray cluster (e.g. auto or HOST:6379) "
+                   "instead of starting a local one.")
+@click.option("--threads", type=int, default=1, show_default=True,
+              help="Torch intra-op threads per task (never more workers x threads than cores).")
+def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[str, ...],
+              workers: int | None, ray_address: str | None, threads: int) -> None:
     """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
-    and prints the claim table. `icr config TARGET` lists every setting."""
+    and prints the claim table. `icr config TARGET` lists every setting.
+
+    Seeds and sweep settings run as tasks (in parallel with --workers > 1); each finished
+    task's record is kept under OUT/tasks/, so rerunning the same command after a failure or
+    a kill skips what finished."""
+    from mechinterp_icr.config import check_range
+    from mechinterp_icr.runner import default_workers
+
     try:
         seed_list = _seeds(seeds)
         resolved = _resolve_targets(target, profile, overrides)
+        workers = default_workers() if workers is None else workers
+        check_range("--workers", workers, 1, 1024, integer=True)
+        check_range("--threads", threads, 1, 1024, integer=True)
     except ConfigError as e:
         _fail(str(e))
     from mechinterp_icr.claims import format_claim_table
+    from mechinterp_icr.jobs import TaskFailed, ray_session
     from mechinterp_icr.runner import run_target
     from mechinterp_icr.viz.report import write_report
 
@@ -257,8 +276,14 @@ def reproduce(target: str, profile: str, out: str, seeds: str,
     if target == "all" and (out_dir / "summary.json").exists():
         (out_dir / "summary.json").unlink()  # a full run starts a fresh summary
     t0 = time.perf_counter()
-    for t, cfg in resolved:
-        run_target(t, cfg, out_dir, seed_list, profile)
+    try:
+        with ray_session(workers, ray_address):
+            for t, cfg in resolved:
+                run_target(t, cfg, out_dir, seed_list, profile, workers=workers,
+                           ray_address=ray_address, threads=threads)
+    except TaskFailed as e:
+        _fail(f"{e} -- finished tasks are kept in {out_dir / 'tasks'}; rerun the same "
+              "command to run only the rest")
     data = json.loads((out_dir / "summary.json").read_text())
     report = write_report(out_dir)
     click.echo("\n" + format_claim_table(data["claims"]))

@@ -6,9 +6,13 @@ Every target is a package under ``mechinterp_icr.experiments`` with the same sma
 - ``PROFILES``: the profile names it knows (``quick``, ``paper``);
 - ``profile(name) -> Config``: a frozen, validated config dataclass holding every setting of
   every stage (the only profile mechanism); an unknown name is a ``ConfigError``;
-- ``reproduce(cfg, out_dir, seeds, summary) -> None``: the stages in order, each timed with
-  ``summary.stage(name)``; it writes ``summary`` to ``out_dir`` whenever results should be
-  safe on disk.
+- ``plan(cfg, out_dir, seeds) -> list[Task]``: every seed, and every sweep setting, as a
+  :class:`~mechinterp_icr.jobs.Task` with explicit inputs and outputs;
+- ``summarise(cfg, out_dir, seeds, records, summary)``: claims, tables and figures as a pure
+  function of the task records;
+- ``reproduce(cfg, out_dir, seeds, summary, workers, ray_address, threads)``: runs the plan
+  with :func:`mechinterp_icr.jobs.run_tasks` (in-process for one worker, else on Ray) and
+  summarises; a rerun skips the tasks whose records exist.
 
 ``--set KEY=VALUE`` edits any field of that config (``apply_overrides``). With the target
 ``all`` a key names its target first (``cr.task.lam=0.5``, ``ir.n=256``).
@@ -23,7 +27,8 @@ from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
 from mechinterp_icr.experiments import cr, ir
 
-__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "config_keys"]
+__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "config_keys",
+           "default_workers"]
 
 TARGETS = {"cr": cr, "ir": ir}
 
@@ -77,11 +82,23 @@ def config_keys(cfg, prefix: str = "") -> list[tuple[str, Any]]:
     return rows
 
 
-def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str) -> Summary:
+def default_workers() -> int:
+    """The machine's cores (what ``--workers`` defaults to)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str,
+               workers: int = 1, ray_address: str | None = None, threads: int = 1) -> Summary:
     """Run one target's ``reproduce`` with a fresh summary and write it (merging with the
     claims of other targets already in ``out_dir/summary.json``)."""
     summary = Summary(target, profile, seeds)
     summary.config = to_dict(cfg)
-    _module(target).reproduce(cfg, Path(out_dir), list(seeds), summary)
+    _module(target).reproduce(cfg, Path(out_dir), list(seeds), summary, workers=workers,
+                              ray_address=ray_address, threads=threads)
     summary.write(out_dir)
     return summary

@@ -183,7 +183,6 @@ class CRConfig:
     ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
     sweep: tuple = ()  # CR-3 sweep settings: "label|task.k=v,finetune.k=v"
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
-    threads: int = 0  # torch threads during CR-1..3 (0 = leave as is; restored after)
     taskvec: TaskvecConfig = field(default_factory=TaskvecConfig)
     mechanism: MechanismConfig = field(default_factory=MechanismConfig)
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
@@ -204,7 +203,6 @@ class CRConfig:
         check(all(isinstance(s, str) for s in self.sweep), "sweep", list(self.sweep),
               "a list of strings 'label|task.key=value,finetune.key=value'")
         _check_count("sweep_seeds", self.sweep_seeds, 0, 1000)
-        _check_count("threads", self.threads, 0, 256)
         for name, cls in (("taskvec", TaskvecConfig), ("mechanism", MechanismConfig),
                           ("cascade", CascadeConfig)):
             check(isinstance(getattr(self, name), cls), name, getattr(self, name),
@@ -316,10 +314,9 @@ def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
     finetune = TrainConfig(steps=ft_steps, batch_size=128, lr=1e-3, trainable="attention",
                            eval_every=0, checkpoint_schedule="log", checkpoint_dense_until=10,
                            checkpoint_every=max(1, ft_steps // 4), progress=False)
-    # One torch thread: for a model this small, intra-op threading costs more CPU than it
-    # saves, and under load it was 3x slower (550 s CPU with 2 threads vs 189 s with 1).
-    return CRConfig(task=task, model=model, pretrain=pretrain, finetune=finetune, threads=1,
-                    **kw)
+    # torch threads are not a CR setting: the task engine sets them per worker (1 by default;
+    # for models this small intra-op threading costs more CPU than it saves)
+    return CRConfig(task=task, model=model, pretrain=pretrain, finetune=finetune, **kw)
 
 
 def quick() -> CRConfig:

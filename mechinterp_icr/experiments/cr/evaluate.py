@@ -9,14 +9,16 @@ number of demos K.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from mechinterp_icr.store.io import json_default
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import CRTask, evaluate_icl, evaluate_pt
 
-__all__ = ["CURVE_KEYS", "checkpoint_eval", "finetune_curves", "full_eval", "heldout_icl_by_k",
-           "pick"]
+__all__ = ["CURVE_KEYS", "checkpoint_eval", "curve_points", "finetune_curves", "full_eval",
+           "heldout_icl_by_k", "pick", "to_record"]
 
 # checkpoint metrics drawn as finetuning curves
 CURVE_KEYS = ("heldout_icl_exact", "heldout_iclgrm_exact", "pt_restricted")
@@ -73,15 +75,28 @@ def heldout_icl_by_k(results: list[dict[str, Any]], ks) -> dict[str, list[list[f
             for phase in results[0]["phases"]}
 
 
-def finetune_curves(out_dir: Path, seeds: list[int]) -> dict[tuple[str, str], dict[int, list]]:
-    """(phase, metric) -> step -> values over seeds, from the checkpoint evaluations
-    (``metrics.jsonl``) of the ``ft-icl`` and ``ft-iclgrm`` branches."""
+def curve_points(run_path: Path) -> list[list]:
+    """``[phase, metric, step, value]`` of every checkpoint evaluation (``metrics.jsonl``) of
+    the ``ft-icl`` and ``ft-iclgrm`` branches of one run, in the order they were logged."""
+    out = []
+    for m in RunDir(run_path).read_metrics():
+        for key in CURVE_KEYS:
+            if m.get("phase") in ("ft-icl", "ft-iclgrm") and key in m:
+                out.append([m["phase"], key, int(m["step"]), float(m[key])])
+    return out
+
+
+def finetune_curves(points_by_seed: list[list[list]]) -> dict[tuple[str, str], dict[int, list]]:
+    """(phase, metric) -> step -> values over seeds, from each seed's :func:`curve_points`
+    (seeds in order)."""
     curves: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for seed in seeds:
-        run = RunDir(Path(out_dir) / "runs" / "cr" / f"seed{seed}")
-        for m in run.read_metrics():
-            for key in CURVE_KEYS:
-                if m.get("phase") in ("ft-icl", "ft-iclgrm") and key in m:
-                    curves.setdefault((m["phase"], key), {}).setdefault(
-                        int(m["step"]), []).append(float(m[key]))
+    for points in points_by_seed:
+        for phase, key, step, value in points:
+            curves.setdefault((phase, key), {}).setdefault(int(step), []).append(float(value))
     return curves
+
+
+def to_record(obj: Any) -> Any:
+    """``obj`` as plain JSON types (numpy scalars and arrays, tuples, paths converted): what a
+    task returns, so that a record read back from disk equals the one returned."""
+    return json.loads(json.dumps(obj, default=json_default))

@@ -1,60 +1,70 @@
-"""The CR reproduction (claims CR-1 .. CR-7; SPEC section 1): every stage in order.
+"""The CR reproduction (claims CR-1 .. CR-7; SPEC section 1) as tasks, and its summary.
 
-:func:`reproduce` is the whole pipeline; each stage is one named call with its inputs and
-outputs, timed by ``summary.stage``:
+:func:`plan` cuts the reproduction into tasks (``jobs.Task``), each with its inputs as keyword
+arguments and its outputs in its own run directory plus the returned record:
 
-1. per seed, ``pretrain`` then ``evaluate``; per finetuning branch ``finetune`` then
-   ``evaluate`` (``<out>/runs/cr/seed<N>/``; ``train``, ``evaluate``);
-2. ``sweep``: the CR-3 sweep on the first ``sweep_seeds`` seeds (``sweep``);
-3. the CR-1..3 claims and tables (``claims``), then ``figures`` (``viz.cr_figures``); the
-   summary is written so these claims are safe on disk before the analyses;
-4. ``CR-4 task vectors and probes`` (``taskvec``), ``CR-5..7 mechanism`` (``mechanism``,
-   ``cascade``) and ``attention views`` (``viz.views``), each followed by a summary write.
+===============================  ==========================  =================================
+task                             after                       writes
+===============================  ==========================  =================================
+``seed<N>/train``                (none)                      ``runs/cr/seed<N>`` (PT, branches)
+``sweep/<slug>/seed<N>``         ``seed<N>/train`` when it   ``runs/cr-sweep/<slug>/seed<N>``
+                                 reuses the main PT weights;
+                                 the first setting with the
+                                 same pretraining when it
+                                 shares one; else none
+``cr4-lam/<lam>/seed<N>``        (none)                      ``runs/cr-taskvec/lam<lam>/seed<N>``
+``seed<N>/cascade``              (none)                      ``runs/cr-mech/seed<N>``
+``seed<N>/cr4``                  ``seed<N>/train``           ``runs/cr/seed<N>/analyses``
+``seed<N>/mechanism``            ``seed<N>/train``           (record only)
+``views``                        ``seed<first>/train``       ``views/``
+===============================  ==========================  =================================
+
+The CR-3 sweep runs on the first ``sweep_seeds`` seeds (its default setting is the main
+``ft-iclgrm`` branch: no task), the CR-4 lam sweep on the first ``taskvec.lam_seeds`` seeds.
+:func:`summarise` builds every claim, table and figure from the records alone (and writes the
+summary); :func:`reproduce` is ``run_tasks(plan(...))`` then :func:`summarise`. No task sets
+torch threads (the engine does, per worker) and every task's randomness comes from its own
+seed and setting, so the summary is the same whatever the order or number of workers.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from contextlib import contextmanager
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import check
 from mechinterp_icr.experiments.cr.claims import cr123_claims, cr123_tables
 from mechinterp_icr.experiments.cr.config import CRConfig
-from mechinterp_icr.experiments.cr.evaluate import finetune_curves, full_eval, heldout_icl_by_k
-from mechinterp_icr.experiments.cr.mechanism import add_mechanism_claims
-from mechinterp_icr.experiments.cr.sweep import print_sweep, sweep_seeds, sweep_table
-from mechinterp_icr.experiments.cr.taskvec import add_taskvec_claim
-from mechinterp_icr.experiments.cr.train import (
-    branch_phases,
-    check_run_dirs,
-    copy_state,
-    finetune_branch,
-    open_seed_run,
-    pretrain,
+from mechinterp_icr.experiments.cr.evaluate import finetune_curves, heldout_icl_by_k
+from mechinterp_icr.experiments.cr.mechanism import add_mechanism, cascade_seed, mechanism_seed
+from mechinterp_icr.experiments.cr.sweep import (
+    default_setting_row,
+    print_sweep,
+    sweep_settings,
+    sweep_table,
+    sweep_task,
 )
-from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.experiments.cr.taskvec import (
+    add_cr4,
+    lam_sweep_wanted,
+    lam_task,
+    taskvec_seed,
+)
+from mechinterp_icr.experiments.cr.train import (
+    check_run_dirs,
+    run_config_for,
+    seed_run_path,
+    train_seed,
+)
+from mechinterp_icr.jobs import Task, run_tasks
+from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.viz.cr_figures import write_cr123_figures
 from mechinterp_icr.viz.views import write_reproduction_views
 
-__all__ = ["cr_run_dirs", "reproduce", "torch_threads"]
-
-
-@contextmanager
-def torch_threads(n: int):
-    """Run the block with ``n`` torch threads (0: leave as is); the previous count is restored
-    afterwards, so the process is left as it was found."""
-    prev = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
+__all__ = ["cr_run_dirs", "lam_seeds", "plan", "reproduce",
+           "summarise", "views_task"]
 
 
 def cr_run_dirs(out_dir: Path) -> list[Path]:
@@ -63,65 +73,131 @@ def cr_run_dirs(out_dir: Path) -> list[Path]:
                   key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else 0)
 
 
-def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary) -> None:
-    """Run every CR stage for ``seeds`` into ``out_dir`` and add claims CR-1 .. CR-7, their
-    tables and figures to ``summary`` (written to ``out_dir/summary.json`` after the CR-1..3
-    claims and after each later stage)."""
-    out_dir = Path(out_dir)
+def lam_seeds(cfg: CRConfig, seeds: list[int]) -> list[int]:
+    """The seeds of the CR-4 lam sweep: the first ``taskvec.lam_seeds`` (none without a lam
+    sweep or with one attribute type, where there is nothing to decode)."""
+    if not lam_sweep_wanted(cfg.taskvec) or cfg.task.n_types < 2:
+        return []
+    return list(seeds)[:cfg.taskvec.lam_seeds]
+
+
+def views_task(out_dir: Path, seed: int) -> dict[str, Any]:
+    """Task ``views``: attention views of ``seed``'s run (last checkpoint of each phase) in
+    ``<out>/views``; record: their paths relative to ``out_dir``."""
+    t = time.perf_counter()
+    written = write_reproduction_views(None, out_dir, [seed_run_path(out_dir, seed)], [seed],
+                                       "")
+    return {"views": [str(Path(p).relative_to(out_dir)) for p in written],
+            "timings": {"attention views": time.perf_counter() - t}}
+
+
+def _check_seeds(seeds) -> list[int]:
     check(isinstance(seeds, (list, tuple)) and len(seeds) > 0, "--seeds", seeds,
           "at least one seed")
-    seeds = list(seeds)
-    with torch_threads(cfg.threads):  # CR-1..3 train under cfg.threads
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        check_run_dirs(cfg, out_dir, seeds)  # refuse stale run directories before any training
-        results, pt_states = [], {}
-        for seed in seeds:
-            run, rc, task = open_seed_run(cfg, out_dir, seed)
-            result = {"seed": seed, "task": task.describe(), "phases": {}, "seconds": {}}
-            t = time.perf_counter()
-            with summary.stage("pretrain"):
-                model = pretrain(cfg, task, rc, run, seed)
-            result["seconds"]["pretrain"] = time.perf_counter() - t
-            pt_states[seed] = copy_state(model)
-            with summary.stage("evaluate"):
-                result["phases"]["pretrain"] = full_eval(model, task, seed, cfg.eval_ks,
-                                                         cfg.eval_n)
-            for phase in branch_phases(cfg):
-                t = time.perf_counter()
-                with summary.stage("finetune"):
-                    model = finetune_branch(cfg, task, rc, run, pt_states[seed], phase, seed)
-                result["seconds"][phase] = time.perf_counter() - t
-                with summary.stage("evaluate"):
-                    result["phases"][phase] = full_eval(model, task, seed, cfg.eval_ks,
-                                                        cfg.eval_n)
-            results.append(result)
-        with summary.stage("sweep"):
-            sweep_rows = sweep_seeds(cfg, out_dir, results, pt_states)
-        sweep = sweep_table(sweep_rows)
-        pt_states.clear()
-        for claim in cr123_claims(cfg, results, sweep):
-            summary.add(claim)
-        summary.tables.update(cr123_tables(results, sweep))
-        with summary.stage("figures"):
-            figs = write_cr123_figures(heldout_icl_by_k(results, cfg.eval_ks), cfg.eval_ks,
-                                       len(results), finetune_curves(out_dir, seeds), sweep,
-                                       out_dir / "figures")
-        summary.tables["CR figures"] = figs
-        summary.tables["CR cpu"] = {"process_cpu_s": time.process_time() - cpu0,
-                                    "wall_s": time.perf_counter() - wall0,
-                                    "torch_threads": torch.get_num_threads()}
-        (out_dir / "cr").mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out_dir / "cr" / "sweep_rows.json", json.dumps(sweep_rows, indent=2))
-        print_sweep(sweep)
-    summary.write(out_dir)  # the CR-1..3 claims are safe on disk before the analyses run
+    check(len(set(seeds)) == len(seeds), "--seeds", list(seeds), "distinct seeds")
+    return list(seeds)
 
-    run_dirs = cr_run_dirs(out_dir)
-    with summary.stage("CR-4 task vectors and probes"):
-        add_taskvec_claim(summary, out_dir, run_dirs, seeds, cfg.taskvec)
-    summary.write(out_dir)
-    with summary.stage("CR-5..7 mechanism"):
-        add_mechanism_claims(summary, out_dir, run_dirs, seeds, cfg.mechanism, cfg.cascade)
-    summary.write(out_dir)
-    with summary.stage("attention views"):
-        write_reproduction_views(summary, out_dir, run_dirs, seeds, summary.profile)
+
+def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
+    """Every task of the CR reproduction of ``seeds`` (see the module docstring), in a good
+    order to start them. Refuses run directories written under another config (and sweep
+    settings that would share a directory) before any work."""
+    out_dir, seeds = Path(out_dir), _check_seeds(seeds)
+    check_run_dirs(cfg, out_dir, seeds)
+    settings = sweep_settings(cfg)
+    sweep_seeds = seeds[:cfg.sweep_seeds]
+
+    def sweep(st, seed, after=()):
+        return Task(f"sweep/{st['slug']}/seed{seed}", sweep_task,
+                    {"cfg": cfg, "out_dir": out_dir, "seed": seed, "setting": st["setting"],
+                     "pt_from": st["pt_from"]}, tuple(after))
+
+    # first the training and the tasks that need nothing, so that the analyses find their
+    # inputs ready and the workers are never idle waiting
+    tasks = [Task(f"seed{s}/train", train_seed, {"cfg": cfg, "out_dir": out_dir, "seed": s})
+             for s in seeds]
+    tasks += [sweep(st, s) for s in sweep_seeds for st in settings if st["pt_from"] == "self"]
+    for s in lam_seeds(cfg, seeds):
+        base = run_config_for(cfg, s, f"seed{s}")[0]  # the config the seed's run holds
+        tasks += [Task(f"cr4-lam/{lam:g}/seed{s}", lam_task,
+                       {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
+                        "P": cfg.taskvec}) for lam in cfg.taskvec.lams]
+    tasks += [Task(f"seed{s}/cascade", cascade_seed,
+                   {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
+                    "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",
+                    "n_pairs": cfg.mechanism.n_pairs}) for s in seeds]
+    for s in seeds:
+        train = (f"seed{s}/train",)
+        if s in sweep_seeds:
+            tasks += [sweep(st, s, train) for st in settings
+                      if not st["default"] and st["pt_from"] is None]
+        tasks.append(Task(f"seed{s}/cr4", taskvec_seed,
+                          {"run_path": seed_run_path(out_dir, s), "seed": s, "P": cfg.taskvec},
+                          train))
+        tasks.append(Task(f"seed{s}/mechanism", mechanism_seed,
+                          {"run_path": seed_run_path(out_dir, s), "seed": s,
+                           "mech": cfg.mechanism}, train))
+    tasks += [sweep(st, s, [f"sweep/{st['pt_from']}/seed{s}"]) for s in sweep_seeds
+              for st in settings if st["pt_from"] not in (None, "self")]
+    tasks.append(Task("views", views_task, {"out_dir": out_dir, "seed": min(seeds)},
+                      (f"seed{min(seeds)}/train",)))
+    return tasks
+
+
+def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary,
+              workers: int = 1, ray_address: str | None = None, threads: int = 1) -> None:
+    """Run every CR task for ``seeds`` (:func:`plan`; ``workers`` > 1 or ``ray_address``: on
+    Ray; tasks with a record are skipped) and add the claims CR-1 .. CR-7, their tables and
+    figures to ``summary``, written to ``out_dir/summary.json``."""
+    out_dir = Path(out_dir)
+    tasks = plan(cfg, out_dir, seeds)
+    records_dir = out_dir / "tasks" / "cr"
+    records = run_tasks(tasks, records_dir, workers, ray_address, threads)
+    summarise(cfg, out_dir, seeds, records, summary)
+
+
+def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str, dict],
+              summary: Summary) -> None:
+    """Add claims CR-1 .. CR-7, their tables and figures to ``summary`` from the task records
+    of :func:`plan` (a pure function of them and of the run directories they name), and write
+    ``out_dir/summary.json``. Per-stage task times are added to ``summary.timings``."""
+    out_dir, seeds = Path(out_dir), list(seeds)
+    for rec in records.values():
+        for stage, secs in rec.get("timings", {}).items():
+            summary.timings[stage] = summary.timings.get(stage, 0) + secs
+
+    # CR-1 .. CR-3
+    results = [records[f"seed{s}/train"] for s in seeds]
+    sweep_rows = []
+    for r in results[:cfg.sweep_seeds]:
+        for st in sweep_settings(cfg):
+            if st["default"]:
+                sweep_rows.append(default_setting_row(cfg, st["setting"], r["seed"], r))
+            else:
+                sweep_rows.append(records[f"sweep/{st['slug']}/seed{r['seed']}"]["row"])
+    sweep = sweep_table(sweep_rows)
+    for claim in cr123_claims(cfg, results, sweep):
+        summary.add(claim)
+    summary.tables.update(cr123_tables(results, sweep))
+    with summary.stage("figures"):
+        figs = write_cr123_figures(heldout_icl_by_k(results, cfg.eval_ks), cfg.eval_ks,
+                                   len(results), finetune_curves([r["curves"] for r in results]),
+                                   sweep, out_dir / "figures")
+    summary.tables["CR figures"] = figs
+    atomic_write_json(out_dir / "cr" / "sweep_rows.json", sweep_rows)
+    print_sweep(sweep)
+
+    # CR-4
+    lam_records = {s: [records[f"cr4-lam/{lam:g}/seed{s}"] for lam in cfg.taskvec.lams]
+                   for s in lam_seeds(cfg, seeds)}
+    add_cr4(summary, out_dir, seeds, {s: records[f"seed{s}/cr4"] for s in seeds}, lam_records,
+            cfg.taskvec)
+
+    # CR-5 .. CR-7
+    add_mechanism(summary, out_dir, seeds, {s: records[f"seed{s}/mechanism"] for s in seeds},
+                  {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade)
+
+    # attention views
+    summary.tables.setdefault("attention views", []).extend(
+        {"view": v} for v in records["views"]["views"])
     summary.write(out_dir)

@@ -5,6 +5,14 @@ A setting is ``"label|task.key=value,finetune.key=value"`` (``config.parse_sweep
 Settings that only change finetuning reuse the PT weights of the seed's main run; settings
 that change PT (word order, lam, ...) pretrain their own model in
 ``<out>/runs/cr-sweep/<label>/seed<N>/``, shared between settings with the same pretraining.
+
+In the reproduction each (setting, seed) is a task ``sweep/<slug>/seed<N>``
+(:func:`sweep_task`, planned by :func:`sweep_settings`): a setting that reuses the main PT
+weights runs after ``seed<N>/train`` and reads them from ``<out>/runs/cr/seed<N>``; the first
+setting with a given pretraining pretrains it, the later ones with the same pretraining run
+after it and read its weights from its run directory. The default setting (no overrides) is
+the main ``ft-iclgrm`` branch: no task, its row comes from the seed's record
+(:func:`default_setting_row`).
 """
 
 from __future__ import annotations
@@ -18,38 +26,45 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import ci95
-from mechinterp_icr.config import to_dict
+from mechinterp_icr.config import check, to_dict
 from mechinterp_icr.experiments.cr.config import (
     PT_FIELDS,
     CRConfig,
     parse_sweep_setting,
     sweep_config,
 )
-from mechinterp_icr.experiments.cr.evaluate import pick
+from mechinterp_icr.experiments.cr.evaluate import pick, to_record
 from mechinterp_icr.experiments.cr.train import (
     copy_state,
     finetune_branch,
+    last_state,
     model_config,
     open_seed_run,
     pretrain,
     run_config_for,
+    seed_run_path,
 )
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
 
 __all__ = [
+    "default_setting_row",
     "format_sweep",
     "print_sweep",
     "pt_key",
     "run_sweep",
     "run_sweep_setting",
-    "sweep_seeds",
+    "slug",
+    "sweep_run_path",
+    "sweep_settings",
     "sweep_table",
+    "sweep_task",
 ]
 
 
-def _slug(label: str) -> str:
+def slug(label: str) -> str:
+    """The directory (and task) name of a sweep setting's label."""
     keep = "".join(ch if ch.isalnum() else "-" for ch in label.lower())
     return "-".join(p for p in keep.split("-") if p)[:60] or "default"
 
@@ -71,21 +86,13 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
     label, scfg, own_pt = sweep_config(cfg, setting)
     spec = setting.partition("|")[2] if "|" in setting else setting
     if main is not None and not parse_sweep_setting(setting)[1]:
-        # the default setting is the main ft-iclgrm branch: reuse its evaluation
-        rows, K = main["phases"]["ft-iclgrm"], cfg.task.n_demos
-        return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
-                "heldout_icl_exact": pick(rows, "heldout", "icl", K),
-                "heldout_icl_type": pick(rows, "heldout", "icl", K, "type"),
-                "heldout_iclgrm_exact": pick(rows, "heldout", "iclgrm", K),
-                "pt_typed_after": float(np.mean([pick(rows, sp, "pt", key="typed")
-                                                 for sp in ("heldout", "finetune")])),
-                "seconds": 0.0}
+        return default_setting_row(cfg, setting, seed, main)
     rc, task = run_config_for(scfg, seed, f"seed{seed}")
     if not own_pt:
         rc = replace(rc, model=model_config(cfg, cfg.task.build(seed)))
     elif scfg.model.n_ctx == cfg.model.n_ctx and task.n_ctx > rc.model.n_ctx:
         rc = replace(rc, model=replace(rc.model, n_ctx=task.n_ctx))
-    run = RunDir.open_for(Path(out_dir) / "runs" / "cr-sweep" / _slug(label) / f"seed{seed}", rc)
+    run = RunDir.open_for(sweep_run_path(out_dir, slug(label), seed), rc)
     t = time.perf_counter()
     if own_pt and pt_cache is not None and pt_key(scfg) in pt_cache:
         pt_state = pt_cache[pt_key(scfg)]  # same PT as an earlier setting of this seed
@@ -114,18 +121,69 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
             "seconds": time.perf_counter() - t}
 
 
-def sweep_seeds(cfg: CRConfig, out_dir: Path, results: list[dict[str, Any]],
-                pt_states: dict[int, dict]) -> list[dict[str, Any]]:
-    """Every setting of ``cfg.sweep`` on the first ``cfg.sweep_seeds`` seeds of ``results``
-    (the main runs' evaluations and PT weights); one row per (seed, setting)."""
-    rows: list[dict[str, Any]] = []
-    for r in results[:cfg.sweep_seeds]:
-        state = pt_states[r["seed"]]
-        cache = {pt_key(cfg): state}
-        for setting in cfg.sweep:
-            rows.append(run_sweep_setting(cfg, setting, out_dir, r["seed"], state, main=r,
-                                          pt_cache=cache))
-    return rows
+def default_setting_row(cfg: CRConfig, setting: str, seed: int, main: dict[str, Any]
+                        ) -> dict[str, Any]:
+    """The sweep row of the default setting (no overrides): the seed's main ``ft-iclgrm``
+    branch, whose evaluation (``main["phases"]``, the seed's record) is reused."""
+    label = sweep_config(cfg, setting)[0]
+    spec = setting.partition("|")[2] if "|" in setting else setting
+    rows, K = main["phases"]["ft-iclgrm"], cfg.task.n_demos
+    return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
+            "heldout_icl_exact": pick(rows, "heldout", "icl", K),
+            "heldout_icl_type": pick(rows, "heldout", "icl", K, "type"),
+            "heldout_iclgrm_exact": pick(rows, "heldout", "iclgrm", K),
+            "pt_typed_after": float(np.mean([pick(rows, sp, "pt", key="typed")
+                                             for sp in ("heldout", "finetune")])),
+            "seconds": 0.0}
+
+
+def sweep_settings(cfg: CRConfig) -> list[dict[str, Any]]:
+    """How each setting of ``cfg.sweep`` runs, in order: ``{setting, slug, default, own_pt,
+    pt_from}`` where ``pt_from`` is None (reuses the seed's main PT weights, or the default
+    setting), ``"self"`` (pretrains its own) or the slug of the earlier setting whose
+    pretraining it shares. ``ConfigError`` when two settings share a slug (one directory)."""
+    out, owners, seen = [], {}, {}
+    for setting in cfg.sweep:
+        label, scfg, own_pt = sweep_config(cfg, setting)
+        s = slug(label)
+        check(s not in seen, "sweep", setting,
+              f"settings whose labels differ after slugging (this one and {seen.get(s)!r} both "
+              f"become {s!r})")
+        seen[s] = setting
+        default = not parse_sweep_setting(setting)[1]
+        pt_from = None
+        if own_pt:
+            pt_from = owners.setdefault(pt_key(scfg), s)
+            pt_from = "self" if pt_from == s else pt_from
+        out.append({"setting": setting, "slug": s, "default": default, "own_pt": own_pt,
+                    "pt_from": pt_from})
+    return out
+
+
+def sweep_run_path(out_dir: Path, slug_: str, seed: int) -> Path:
+    """The run directory of a sweep setting: ``<out>/runs/cr-sweep/<slug>/seed<N>``."""
+    return Path(out_dir) / "runs" / "cr-sweep" / slug_ / f"seed{seed}"
+
+
+def sweep_task(cfg: CRConfig, out_dir: Path, seed: int, setting: str,
+               pt_from: str | None) -> dict[str, Any]:
+    """Task ``sweep/<slug>/seed<N>``: ICL+Grm finetuning under one non-default setting
+    (:func:`run_sweep_setting`). ``pt_from`` (:func:`sweep_settings`): None reads the PT
+    weights of ``<out>/runs/cr/seed<N>``, ``"self"`` pretrains (or resumes) in the setting's
+    own run directory, a slug reads that setting's finished pretraining. Record: the sweep
+    row and ``timings``."""
+    t = time.perf_counter()
+    _, scfg, _ = sweep_config(cfg, setting)
+    if pt_from is None:
+        row = run_sweep_setting(cfg, setting, out_dir, seed,
+                                last_state(seed_run_path(out_dir, seed)))
+    elif pt_from == "self":
+        row = run_sweep_setting(cfg, setting, out_dir, seed, None)
+    else:
+        state = last_state(sweep_run_path(out_dir, pt_from, seed))
+        row = run_sweep_setting(cfg, setting, out_dir, seed, None,
+                                pt_cache={pt_key(scfg): state})
+    return to_record({"row": row, "timings": {"sweep": time.perf_counter() - t}})
 
 
 def run_sweep(cfg: CRConfig, out_dir: Path, seeds, settings, log=None

@@ -18,12 +18,13 @@ each phase:
 
 Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
 is a pure function of the seeds; the claim (``claims.cr4_claim``) goes into the Summary as
-``CR-4``, the figures are drawn by ``viz.cr_figures``.
+``CR-4``, the figures are drawn by ``viz.cr_figures``. In the reproduction the work is two
+kinds of task, :func:`taskvec_seed` (one seed's run) and :func:`lam_task` (one lam run of one
+seed), and :func:`add_cr4` builds the claim from their records.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -36,11 +37,12 @@ from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.claims import cr4_claim, cr4_not_measured, cr4_tables
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
+from mechinterp_icr.experiments.cr.evaluate import to_record
 from mechinterp_icr.interp import probes as pr
 from mechinterp_icr.interp import taskvec as tv
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.pipeline import load_run_model
-from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.loop import train_phase
 from mechinterp_icr.viz.cr_figures import write_cr4_figures, write_task_vector_views
@@ -49,15 +51,20 @@ __all__ = [
     "PHASE_FT",
     "PHASE_FT_GRM",
     "PHASE_PT",
+    "add_cr4",
     "add_taskvec_claim",
     "analyse_checkpoint",
     "analyse_seed",
+    "lam_point",
     "lam_run_config",
     "lam_sweep",
+    "lam_sweep_wanted",
+    "lam_task",
     "pca_points",
     "probe_curve",
     "probe_run",
     "separation_vs_k",
+    "taskvec_seed",
     "train_lam_run",
 ]
 
@@ -270,22 +277,26 @@ def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
     return out
 
 
+def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
+              log=print) -> dict[str, Any]:
+    """One lam of the sweep: the small PT + ICL-finetune run at ``lam`` for ``seed`` (in
+    ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``, resumed) and its separation numbers."""
+    t = time.perf_counter()
+    path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
+    train_lam_run(base, lam, path, P)
+    row = _lam_metrics(path, seed, P)
+    row["seconds"] = time.perf_counter() - t
+    if log:
+        log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft separation "
+            f"{row['ft_type_variance_fraction']:.3f}, ft top-PC probe {row['ft_acc_pc']:.3f}"
+            f" ({row['seconds']:.1f}s)")
+    return row
+
+
 def lam_sweep(base: RunConfig, out_dir: Path, seed: int, P: TaskvecConfig,
               log=print) -> list[dict[str, Any]]:
     """Small PT + ICL-finetune runs at every ``P.lams`` for one seed, and their separation."""
-    rows = []
-    for lam in P.lams:
-        t = time.perf_counter()
-        path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
-        train_lam_run(base, lam, path, P)
-        row = _lam_metrics(path, seed, P)
-        row["seconds"] = time.perf_counter() - t
-        rows.append(row)
-        if log:
-            log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft separation "
-                f"{row['ft_type_variance_fraction']:.3f}, ft top-PC probe {row['ft_acc_pc']:.3f}"
-                f" ({row['seconds']:.1f}s)")
-    return rows
+    return [lam_point(base, lam, out_dir, seed, P, log=log) for lam in P.lams]
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,62 +345,115 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict
     return res
 
 
+ANALYSIS_ERRORS = (ConfigError, ValueError, RuntimeError)  # reported in the claim, not raised
+
+
+def lam_sweep_wanted(P: TaskvecConfig) -> bool:
+    """Whether CR-4 runs a lam sweep (at least two lam values and one seed for it)."""
+    return P.lam_seeds > 0 and len(P.lams) >= 2
+
+
+def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
+                 ) -> dict[str, Any]:
+    """Task ``seed<N>/cr4``: :func:`analyse_seed` of one CR run directory, written to
+    ``<run>/analyses/taskvec.json``. Record ``{status: ok|skipped|error, result|error,
+    timings}``: a run without phases pretrain and ft-icl, or with one attribute type, is
+    ``skipped``; an analysis error (``ConfigError``, ``ValueError``, ``RuntimeError``) is
+    reported in the claim, not raised."""
+    t = time.perf_counter()
+    out: dict[str, Any] = {"status": "skipped"}
+    run = RunDir(run_path) if run_path is not None and Path(run_path).is_dir() else None
+    if run is not None and run.latest(PHASE_PT) is not None and run.latest(PHASE_FT) is not None:
+        try:
+            if getattr(run.read_config().task, "n_types", 0) >= 2:  # else: nothing to decode
+                res = analyse_seed(run.path, seed, P, log=log)
+                atomic_write_json(run.analyses_dir / "taskvec.json", res)
+                out = {"status": "ok", "result": res}
+        except ANALYSIS_ERRORS as e:
+            out = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+    out["timings"] = {"cr4_taskvec": time.perf_counter() - t}
+    return to_record(out)
+
+
+def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
+             log=print) -> dict[str, Any]:
+    """Task ``cr4-lam/<lam>/seed<N>``: :func:`lam_point` of the seed whose main run config is
+    ``base``. Record ``{row}`` or ``{error}`` (an analysis error, reported in the claim), and
+    ``timings``."""
+    t = time.perf_counter()
+    try:
+        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, P, log=log)}
+    except ANALYSIS_ERRORS as e:
+        out = {"error": f"{type(e).__name__}: {e}"}
+    out["timings"] = {"cr4_lam_sweep": time.perf_counter() - t}
+    return to_record(out)
+
+
+def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dict,
+            lam_records: dict, P: TaskvecConfig) -> None:
+    """Add claim CR-4, its tables and figures from the task records: ``seed_records`` maps a
+    seed to its :func:`taskvec_seed` record, ``lam_records`` a seed to its :func:`lam_task`
+    records in ``P.lams`` order. The lam sweep belongs to the first ``P.lam_seeds`` seeds with
+    a result that have lam records; a seed whose lam sweep had an error has none."""
+    results, skipped = [], []
+    errors: dict[Any, str] = {}
+    for seed in seeds:
+        rec = seed_records.get(seed) or {"status": "skipped"}
+        if rec["status"] == "skipped":
+            skipped.append(seed)
+            continue
+        if rec["status"] == "error":
+            errors[seed] = rec["error"]
+            continue
+        res = dict(rec["result"])
+        lams = lam_records.get(seed)
+        if len(results) < P.lam_seeds and lam_sweep_wanted(P) and lams:
+            bad = [r["error"] for r in lams if "error" in r]
+            if bad:
+                errors[f"lam sweep, seed {seed}"] = bad[0]
+            else:
+                res["lam_sweep"] = [r["row"] for r in lams]
+                atomic_write_json(Path(res["run"]) / "analyses" / "taskvec.json", res)
+        results.append(res)
+    if not results:
+        summary.add(cr4_not_measured(seeds, errors, P))
+        return
+    with summary.stage("cr4_figures"):
+        figs = write_cr4_figures(results, Path(out_dir) / "figures")
+    summary.add(cr4_claim(results, P, skipped, errors, figs))
+    summary.tables.update(cr4_tables(results))
+
+
 def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
                       seeds: list[int], P: TaskvecConfig, log=print) -> None:
-    """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``.
+    """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
+    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on the first
+    ``P.lam_seeds`` seeds with a result, then :func:`add_cr4`.
 
     Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
     (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``P`` is the
     ``taskvec`` section of the CR config (tests pass tiny sizes).
     """
-    out_dir = Path(out_dir)
     by_name = {Path(p).name: Path(p) for p in run_dirs}
-    results, skipped = [], []
-    errors: dict[Any, str] = {}
+    seed_records, lam_records, n_ok = {}, {}, 0
     for i, seed in enumerate(seeds):
         path = by_name.get(f"seed{seed}")
         if path is None and len(run_dirs) == len(seeds):
             path = Path(run_dirs[i])
-        run = RunDir(path) if path is not None and Path(path).is_dir() else None
-        if run is None or run.latest(PHASE_PT) is None or run.latest(PHASE_FT) is None:
-            skipped.append(seed)
+        with summary.stage("cr4_taskvec"):
+            seed_records[seed] = taskvec_seed(path, seed, P, log=log)
+        if seed_records[seed]["status"] != "ok":
             continue
-        # a failure on one seed is reported in the claim, not allowed to stop the reproduction
-        try:
-            if getattr(run.read_config().task, "n_types", 0) < 2:
-                skipped.append(seed)  # one attribute type: there is nothing to decode
-                continue
-            with summary.stage("cr4_taskvec"):
-                res = analyse_seed(run.path, seed, P, log=log)
-        except (ConfigError, ValueError, RuntimeError) as e:
-            errors[seed] = f"{type(e).__name__}: {e}"
-            continue
-        if len(results) < P.lam_seeds and len(P.lams) >= 2:
-            try:
-                with summary.stage("cr4_lam_sweep"):
-                    res["lam_sweep"] = lam_sweep(run.read_config(), out_dir, seed, P, log=log)
-            except (ConfigError, ValueError, RuntimeError) as e:
-                errors[f"lam sweep, seed {seed}"] = f"{type(e).__name__}: {e}"
-        results.append(res)
-        atomic_write_text(run.analyses_dir / "taskvec.json",
-                          json.dumps(res, indent=2, default=_json))
-    if not results:
-        summary.add(cr4_not_measured(seeds, errors, P))
-        return
-    with summary.stage("cr4_figures"):
-        figs = write_cr4_figures(results, out_dir / "figures")
-    summary.add(cr4_claim(results, P, skipped, errors, figs))
-    summary.tables.update(cr4_tables(results))
-
-
-def _json(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(type(o).__name__)
+        if n_ok < P.lam_seeds and lam_sweep_wanted(P):
+            base = RunDir(path).read_config()
+            with summary.stage("cr4_lam_sweep"):
+                lam_records[seed] = []
+                for lam in P.lams:
+                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, P, log=log))
+                    if "error" in lam_records[seed][-1]:
+                        break  # as one sweep: the first error stops it
+        n_ok += 1
+    add_cr4(summary, out_dir, seeds, seed_records, lam_records, P)
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,5 +490,5 @@ def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
     figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir)
     result = {"run": str(run.path), "selection": selection, "rows": rows, "figures": figs,
               "params": {k: getattr(P, k) for k in P.__dataclass_fields__}}
-    atomic_write_text(out_dir / "task_vectors.json", json.dumps(result, indent=2, default=_json))
+    atomic_write_json(out_dir / "task_vectors.json", result)
     return result

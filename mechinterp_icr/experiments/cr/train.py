@@ -8,16 +8,27 @@ Per seed, in ``<out>/runs/cr/seed<N>/``:
    (attention only), and the all-weights arms ``ft-icl-allw`` (3) / ``ft-iclgrm-allw`` (4).
 
 Every checkpoint logs a small held-out evaluation (``evaluate.checkpoint_eval``).
+
+:func:`train_seed` is the task ``seed<N>/train`` of the reproduction: all of the above for one
+seed, each phase's final model evaluated (``evaluate.full_eval``); it returns the seed's
+result record. Rerun after being killed, it resumes every phase from its checkpoints.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mechinterp_icr.config import ModelConfig, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.config import CRConfig
-from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
+from mechinterp_icr.experiments.cr.evaluate import (
+    checkpoint_eval,
+    curve_points,
+    full_eval,
+    to_record,
+)
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import CRTask
@@ -30,11 +41,14 @@ __all__ = [
     "copy_state",
     "finetune_branch",
     "finetune_sampler",
+    "last_state",
     "model_config",
     "open_seed_run",
     "pretrain",
     "require_cr_run",
     "run_config_for",
+    "seed_run_path",
+    "train_seed",
 ]
 
 # phase name -> (phase order, ICL+Grm format?, all weights?)
@@ -61,6 +75,7 @@ def run_config_for(cfg: CRConfig, seed: int, name: str) -> tuple[RunConfig, CRTa
 
 
 def seed_run_path(out_dir: Path, seed: int) -> Path:
+    """The run directory of ``seed``'s main CR run: ``<out>/runs/cr/seed<N>``."""
     return Path(out_dir) / "runs" / "cr" / f"seed{seed}"
 
 
@@ -105,6 +120,17 @@ def copy_state(model) -> dict:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
+def last_state(run_path: Path, phase: str = "pretrain") -> dict:
+    """The weights of the last checkpoint of ``phase`` in a finished run directory (the same
+    tensors the phase ended with: checkpoints hold the exact weights). Reads only."""
+    from mechinterp_icr.pipeline import load_run_model
+
+    run = RunDir(run_path)
+    _, _, build = load_run_model(run)
+    ((_, model),) = list(run.iter_models(f"phase:{phase}:last", build))
+    return copy_state(model)
+
+
 def finetune_sampler(task: CRTask, grammar: bool):
     """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only."""
     subs = task.finetune_subjects
@@ -144,3 +170,32 @@ def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_
                 extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
                             "finetune_subjects": subs.tolist()})
     return model
+
+
+def train_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:
+    """Task ``seed<N>/train``: pretrain, evaluate, then every finetuning branch from the PT
+    weights, each evaluated; into ``<out>/runs/cr/seed<N>/``. Returns the seed's record:
+    ``{seed, task, phases: {phase: evaluation rows}, seconds, curves, timings}`` (``curves``:
+    the ft-icl / ft-iclgrm checkpoint evaluations, ``evaluate.curve_points``)."""
+    timings = {"pretrain": 0.0, "evaluate": 0.0, "finetune": 0.0}
+    run, rc, task = open_seed_run(cfg, out_dir, seed)
+    result: dict[str, Any] = {"seed": seed, "task": task.describe(), "phases": {},
+                              "seconds": {}}
+    t = time.perf_counter()
+    model = pretrain(cfg, task, rc, run, seed)
+    result["seconds"]["pretrain"] = timings["pretrain"] = time.perf_counter() - t
+    pt_state = copy_state(model)
+    t = time.perf_counter()
+    result["phases"]["pretrain"] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n)
+    timings["evaluate"] += time.perf_counter() - t
+    for phase in branch_phases(cfg):
+        t = time.perf_counter()
+        model = finetune_branch(cfg, task, rc, run, pt_state, phase, seed)
+        result["seconds"][phase] = time.perf_counter() - t
+        timings["finetune"] += result["seconds"][phase]
+        t = time.perf_counter()
+        result["phases"][phase] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n)
+        timings["evaluate"] += time.perf_counter() - t
+    result["curves"] = curve_points(run.path)
+    result["timings"] = timings
+    return to_record(result)

@@ -1,0 +1,140 @@
+"""The CR reproduction as tasks: the plan (names, dependencies, picklable inputs), a rerun that
+skips every task, a failed task reported by name with its dependents not run, and (slow: local
+Ray) the same summary with one worker and with two."""
+
+import json
+import math
+import pickle
+
+import pytest
+import torch
+from helpers import CR_TINY
+
+from mechinterp_icr.claims import Summary
+from mechinterp_icr.config import apply_overrides, to_dict
+from mechinterp_icr.experiments import cr
+from mechinterp_icr.jobs import Task, TaskFailed, run_tasks
+
+# CR_TINY made smaller still (only determinism matters here), with a two-point lam sweep so
+# that every kind of task is in the plan
+FAST = CR_TINY + [
+    "pretrain.steps=120", "finetune.steps=30", "allweights_arm=false", "sweep_seeds=2",
+    "taskvec.lams=[0,0.9]", "taskvec.lam_pt_steps=30", "taskvec.lam_ft_steps=6",
+    "taskvec.lam_d_model=16", "taskvec.lam_d_mlp=32",
+    "cascade.pt_steps=60", "cascade.ft_steps=12",
+]
+SEEDS = [0, 1]
+
+
+def _cfg():
+    return apply_overrides(cr.profile("quick"), FAST)
+
+
+def _reproduce(out, workers=1):
+    cfg = _cfg()
+    s = Summary("cr", "quick", SEEDS)
+    s.config = to_dict(cfg)
+    cr.reproduce(cfg, out, SEEDS, s, workers=workers)
+    s.write(out)
+    return json.loads((out / "summary.json").read_text())
+
+
+def comparable(data: dict, out_dir) -> dict:
+    """Claims and tables without what differs between runs by nature: timings and paths."""
+    drop = {"seconds", "run"}
+
+    def norm(x):
+        if isinstance(x, dict):
+            return {k: norm(v) for k, v in x.items() if k not in drop}
+        if isinstance(x, list):
+            return [norm(v) for v in x]
+        if isinstance(x, str):
+            return x.replace(str(out_dir), "<out>")
+        if isinstance(x, float) and math.isnan(x):
+            return "nan"
+        return x
+
+    tables = {k: v for k, v in data["tables"].items() if k != "CR phase seconds"}
+    return norm({"claims": data["claims"], "tables": tables})
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("cr_w1")
+    return out, _reproduce(out)
+
+
+def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
+    cfg = cr.profile("quick")
+    tasks = cr.plan(cfg, tmp_path, [0, 1, 2])
+    after = {t.name: t.after for t in tasks}
+    for s in (0, 1, 2):
+        assert after[f"seed{s}/train"] == ()
+        assert after[f"seed{s}/cascade"] == ()  # needs the task only: starts at once
+        for name in (f"seed{s}/cr4", f"seed{s}/mechanism", f"sweep/type-chain-grammar/seed{s}",
+                     f"sweep/len-0-2/seed{s}"):
+            assert after[name] == (f"seed{s}/train",), name
+        assert after[f"sweep/sga-order-type-chain/seed{s}"] == ()  # pretrains its own
+    assert [n for n in after if n.startswith("cr4-lam/")] == [
+        "cr4-lam/0/seed0", "cr4-lam/0.5/seed0", "cr4-lam/0.9/seed0"]
+    assert after["views"] == ("seed0/train",)
+    assert not any(n.startswith("sweep/default") for n in after)  # the main ft-iclgrm branch
+    for t in tasks:  # Ray ships the function by reference and the inputs by pickle
+        assert t.fn.__module__.startswith("mechinterp_icr.experiments.cr.")
+        assert pickle.loads(pickle.dumps(t.kwargs)) == t.kwargs
+    # settings that share a pretraining run after the first of them, which pretrains it
+    paper = {t.name: t.after for t in cr.plan(cr.profile("paper"), tmp_path / "p", [0])}
+    assert paper["sweep/sga-order-type-chain/seed0"] == ()
+    assert paper["sweep/sga-order-shared-chain/seed0"] == ("sweep/sga-order-type-chain/seed0",)
+    assert paper["sweep/lam-0-1/seed0"] == ()
+
+
+def test_rerun_skips_every_task(serial, capfd):
+    out, first = serial
+    records = sorted((out / "tasks" / "cr").rglob("*.json"))
+    ckpts = sorted((out / "runs").rglob("*.safetensors"))
+    assert len(records) > 10 and ckpts
+    before = {p: p.stat().st_mtime_ns for p in records + ckpts}
+    capfd.readouterr()
+    again = _reproduce(out)
+    err = capfd.readouterr().err
+    n = len(cr.plan(_cfg(), out, SEEDS))
+    assert f"{n} of {n} already done" in err and "[task]" not in err
+    assert {p: p.stat().st_mtime_ns for p in records + ckpts} == before  # nothing written
+    assert comparable(again, out) == comparable(first, out)
+    # the summary is a function of the records: the per-stage task times are summed in
+    assert again["timings_s"]["pretrain"] == pytest.approx(first["timings_s"]["pretrain"])
+
+
+def _broken(**kwargs):
+    raise RuntimeError("disk on fire")
+
+
+def test_failed_task_is_named_and_its_dependents_do_not_run(tmp_path):
+    torch.set_num_threads(1)
+    cfg = apply_overrides(_cfg(), ["sweep_seeds=1"])
+    tasks = [Task(t.name, _broken, t.kwargs, t.after) if t.name == "seed0/train" else t
+             for t in cr.plan(cfg, tmp_path, [0])]
+    logged = []
+    with pytest.raises(TaskFailed) as e:
+        run_tasks(tasks, tmp_path / "tasks" / "cr", workers=1, log=logged.append)
+    failures = e.value.failures
+    assert "disk on fire" in failures["seed0/train"]
+    assert "seed0/train: RuntimeError: disk on fire" in str(e.value)
+    dependents = {t.name for t in tasks if "seed0/train" in t.after}
+    assert dependents == {"seed0/cr4", "seed0/mechanism", "sweep/type-chain/seed0", "views"}
+    assert set(failures) == {"seed0/train"} | dependents
+    assert "[task] seed0/cr4: not run (a task it depends on failed)" in logged
+    # the tasks that do not need the seed's training finished and kept their records
+    for name in ("sweep/sga/seed0", "seed0/cascade", "cr4-lam/0/seed0", "cr4-lam/0.9/seed0"):
+        assert (tmp_path / "tasks" / "cr" / f"{name}.json").exists(), name
+    assert not (tmp_path / "runs" / "cr" / "seed0").exists()
+
+
+@pytest.mark.slow  # starting Ray costs 10-20 s
+def test_two_workers_give_the_same_summary_as_one(serial, tmp_path):
+    out1, first = serial
+    second = _reproduce(tmp_path, workers=2)
+    assert comparable(second, tmp_path) == comparable(first, out1)
+    assert set(second["claims"]) == {f"CR-{i}" for i in range(1, 8)}
