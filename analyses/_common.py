@@ -44,6 +44,22 @@ def fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def run_main(main) -> None:
+    """Run a script's ``main``; an expected error met on the way (a damaged checkpoint, a bad
+    value, I/O, disk full) ends it with one line and exit code 2 (the CLI's
+    :func:`mechinterp_icr.cli.error_line`), a bug keeps its traceback."""
+    try:
+        rc = main()
+    except Exception as e:  # noqa: BLE001 - re-raised unless it is an expected error
+        from mechinterp_icr.cli import error_line
+
+        line = error_line(e)
+        if line is None:
+            raise
+        fail(line)
+    raise SystemExit(rc or 0)
+
+
 def open_run(path, kinds: tuple[str, ...], selection: str | None = None):
     """``(run directory, config, task)`` of the run at ``path``.
 

@@ -5,7 +5,7 @@ onto demo subjects, demo attributes, grammar, separators, the query subject (CR 
 """
 
 import numpy as np
-from _common import CR, open_run, parser, setup, write_table
+from _common import CR, open_run, parser, run_main, setup, write_table
 
 
 def main() -> None:
@@ -26,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

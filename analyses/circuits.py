@@ -5,7 +5,7 @@ similarity of each head's OV blocks to the construction (CR runs).
     python analyses/circuits.py out/runs/cr/seed0 --checkpoints phase:ft-icl
 """
 
-from _common import CR, open_run, parser, setup, write_table
+from _common import CR, open_run, parser, run_main, setup, write_table
 
 
 def main() -> None:
@@ -21,4 +21,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -7,7 +7,7 @@ ICL.
 
 import argparse
 
-from _common import CR, open_run, setup, write_table
+from _common import CR, open_run, run_main, setup, write_table
 
 
 def main(argv=None) -> None:
@@ -25,4 +25,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

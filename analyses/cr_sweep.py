@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import torch
+from _common import run_main
 
 from mechinterp_icr.config import ConfigError, apply_overrides
 from mechinterp_icr.experiments import cr
@@ -49,4 +50,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -4,7 +4,7 @@ and subject pairs (another query subject); names a Relation head and a Subject h
     python analyses/head_roles.py out/runs/cr/seed0 --checkpoints phase:ft-icl --n 64
 """
 
-from _common import CR, open_run, parser, setup, write_table
+from _common import CR, open_run, parser, run_main, setup, write_table
 
 
 def main() -> None:
@@ -20,4 +20,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

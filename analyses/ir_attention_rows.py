@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from _common import IR, open_run
+from _common import IR, open_run, run_main
 
 
 def main(argv=None) -> int:
@@ -53,4 +52,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

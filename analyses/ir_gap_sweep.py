@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from _common import run_main
+
 from mechinterp_icr.config import ConfigError, apply_overrides
 from mechinterp_icr.experiments import ir
 from mechinterp_icr.experiments.ir.sweeps import check_gap_settings, gap_sweep, settings_grid
@@ -58,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from _common import IR, fail, open_run
+from _common import IR, fail, open_run, run_main
 
 
 def main(argv=None) -> int:
@@ -52,4 +51,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

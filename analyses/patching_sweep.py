@@ -6,7 +6,7 @@ batches, with the logit difference of their next tokens at the second-to-last po
     python analyses/patching_sweep.py out/runs/cr/seed0 --checkpoints phase:ft-icl:last --n 32
 """
 
-from _common import open_run, parser, setup, write_table
+from _common import open_run, parser, run_main, setup, write_table
 
 KINDS = ("cr", "induction", "ir")
 
@@ -45,4 +45,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -67,3 +67,14 @@ def test_patching_sweep_runs_on_induction(induction_run):
     rows = json.loads((induction_run / "analyses" / "patching_sweep.json").read_text())
     assert {r["checkpoint"] for r in rows} == {"train-0000000", "train-0000030"}
     assert {"layer", "pos", "head", "recovery", "attribution_recovery"} <= set(rows[0])
+
+
+def test_a_damaged_checkpoint_met_during_the_analysis_is_one_line(induction_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "damaged"
+    shutil.copytree(induction_run, run)
+    weights = sorted((run / "checkpoints").glob("*.safetensors"))[-1]
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated: found when it is loaded
+    msg = _refused(_script("patching_sweep", str(run), "--checkpoints", "last", "--n", "4"))
+    assert weights.stem in msg
