@@ -27,25 +27,43 @@ def test_ray_matches_in_process_and_reports_failures(tmp_path):
     assert (tmp_path / "bad" / "b.json").exists()
 
 
-def test_address_path_against_a_local_head(tmp_path):
-    """`--ray-address` submits to an existing cluster: a head started by `ray start --head`."""
-    import shutil
+def test_address_path_against_a_local_head(tmp_path, monkeypatch):
+    """`--ray-address` submits to an existing cluster: a head started by `ray start --head`.
+
+    The head runs with --block in its own process group, which the test ends itself; `ray
+    stop` would also kill any other Ray session on the machine."""
+    import os
+    import signal
     import socket
     import subprocess
     import sys
+    import time
     from pathlib import Path
 
-    ray_cli = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    # a test cluster of its own: no token shared with another Ray session on the machine
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    start = subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
-                            "--include-dashboard=false", "--disable-usage-stats"],
-                           capture_output=True, text=True, timeout=180)
-    assert start.returncode == 0, start.stderr[-2000:]
+    head = subprocess.Popen([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=2",
+                             "--include-dashboard=false", "--disable-usage-stats", "--block"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
+        deadline = time.time() + 120
+        while True:  # wait until the head accepts connections
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert head.poll() is None and time.time() < deadline, "ray head did not start"
+            time.sleep(1)
         out = run_tasks(_plan(), tmp_path / "cluster", workers=1,
                         ray_address=f"127.0.0.1:{port}", log=lambda m: None)
         assert out == {"a": {"a": 1}, "b": {"b": 2}, "c": {"c": 3}, "d": {"d": 4}}
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+        os.killpg(head.pid, signal.SIGTERM)
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
