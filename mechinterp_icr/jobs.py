@@ -241,7 +241,10 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
     if ray_address:
         ray.init(address=ray_address, log_to_driver=False)
     else:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        # address="local": always a new local instance, never a cluster that an earlier
+        # `ray start` left recorded in Ray's temp folder
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False)
     return True
 
 

@@ -60,7 +60,7 @@ def attention_view_html(tokens: Sequence[str], patterns, head_names: Sequence[st
                       else patterns, dtype=float)
     props = {"attention": pats.round(5).tolist(), "tokens": [str(t) for t in tokens]}
     if head_names is not None and component == "AttentionHeads":
-        props["headLabels"] = list(head_names)
+        props["attentionHeadNames"] = list(head_names)  # the prop AttentionHeads reads
     div = f"circuits-vis-{uuid.uuid4().hex[:12]}"
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>

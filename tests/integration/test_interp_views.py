@@ -29,7 +29,8 @@ def test_view_is_offline_and_readable(run_dir):
     assert "CircuitsVis" in bundle.read_text()[:200]
     assert not re.search(r"unpkg|jsdelivr", bundle.read_text())
     assert '"[BOS]"' in text and '"T' in text  # readable token strings
-    assert "L1H1" in text
+    # the head names reach the prop circuitsvis' AttentionHeads reads (not "Head 0, Head 1")
+    assert '"attentionHeadNames": ["L0H0", "L0H1", "L1H0", "L1H1"]' in text
 
 
 def test_view_prompt_and_errors(run_dir, tmp_path):
