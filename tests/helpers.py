@@ -48,3 +48,24 @@ IR_TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_
         "k3_n=16", "pre_n=8", "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3",
         "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
         "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]
+
+
+def build_induction_patching_case(steps: int = 150):
+    """A tiny trained 2-layer attention-only induction model, clean and corrupted prompts (the
+    first half's tokens replaced, so the induction answers change) and the logit difference at
+    the second half's last position: ``(model, clean, corrupted, metric)``."""
+    import numpy as np
+    import torch
+
+    from mechinterp_icr.interp import patching as P
+    from mechinterp_icr.training.loop import batch_rng
+    from mechinterp_icr.training.toy import tiny_induction_model
+
+    model, task = tiny_induction_model(n_layers=2, n_heads=2, steps=steps)
+    clean = task.sample(batch_rng(1, "t", 0), 8).tokens
+    corr = clean.clone()
+    h = task.cfg.half_len
+    corr[:, 1:h + 1] = torch.from_numpy(np.random.default_rng(0).integers(1, 17, (8, h)))
+    pos = 2 * h - 1
+    metric = P.logit_diff_metric(pos, clean[:, pos + 1], corr[:, h])
+    return model, clean, corr, metric

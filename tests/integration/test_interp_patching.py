@@ -3,29 +3,16 @@ per-cell loop, attribution and path patching, the metrics, and the benchmark's e
 The fast paths (suffix, incremental) are tested in ``test_patching_fast.py``; the IR
 attention-row overwrite in ``test_ir_overwrite.py``."""
 
-import numpy as np
 import pytest
 import torch
+from helpers import build_induction_patching_case
 
 from mechinterp_icr.interp import patching as P
-from mechinterp_icr.training.loop import batch_rng
-from mechinterp_icr.training.toy import tiny_induction_model
 
 
 @pytest.fixture(scope="module")
 def trained():
-    model, task = tiny_induction_model(n_layers=2, n_heads=2, steps=150)
-    b = task.sample(batch_rng(1, "t", 0), 8)
-    clean = b.tokens
-    corr = clean.clone()
-    h = task.cfg.half_len
-    # corrupt the first half's tokens: the induction answers change
-    corr[:, 1:h + 1] = torch.from_numpy(np.random.default_rng(0).integers(1, 17, (8, h)))
-    pos = 2 * h - 1
-    good = clean[:, pos + 1]
-    bad = corr[:, h]  # what the corrupted first half predicts at the same place
-    metric = P.logit_diff_metric(pos, good, bad)
-    return model, clean, corr, metric
+    return build_induction_patching_case()
 
 
 @pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_head", "v"),

@@ -5,6 +5,7 @@ up to float summation order, and fall back to the plain engine where they do not
 import numpy as np
 import pytest
 import torch
+from helpers import build_induction_patching_case
 
 from mechinterp_icr.interp import patching as P
 from mechinterp_icr.interp import patching_fast as F
@@ -14,17 +15,7 @@ from mechinterp_icr.training.toy import tiny_induction_model
 
 @pytest.fixture(scope="module")
 def trained():
-    """2 attention-only layers; clean/corrupted induction prompts and their logit difference
-    at the second half's last position (11)."""
-    model, task = tiny_induction_model(n_layers=2, n_heads=2, steps=150)
-    b = task.sample(batch_rng(1, "t", 0), 8)
-    clean = b.tokens
-    corr = clean.clone()
-    h = task.cfg.half_len
-    corr[:, 1:h + 1] = torch.from_numpy(np.random.default_rng(0).integers(1, 17, (8, h)))
-    pos = 2 * h - 1
-    metric = P.logit_diff_metric(pos, clean[:, pos + 1], corr[:, h])
-    return model, clean, corr, metric
+    return build_induction_patching_case()
 
 
 @pytest.fixture(scope="module")
