@@ -48,6 +48,7 @@ __all__ = [
     "batched_activation_patch",
     "cells_for",
     "check_patch_args",
+    "chunk_hooks",
     "group_cells",
     "logit_diff_metric",
     "normalised_recovery",
@@ -188,6 +189,28 @@ class PatchResult:
 # ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
+def chunk_hooks(chunk, act: str, clean_cache, fn: Callable, B: int, p0: int = 0) -> list:
+    """Hooks writing cell ``chunk[c]`` (setter ``fn``, clean activation) into batch copy ``c``
+    (rows ``c*B..(c+1)*B``); with ``p0`` the forward sees positions ``p0..`` only (suffix)."""
+    by_layer: dict[int, list[tuple[int, tuple]]] = {}
+    for c, cell in enumerate(chunk):
+        by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])
+                                                     if p0 else cell))
+    hooks = []
+    for layer, items in by_layer.items():
+        name = act_name(act, layer)
+        clean = clean_cache[name][:, p0:] if p0 else clean_cache[name]
+
+        def hook(a, hook, items=items, clean=clean):
+            a = a.clone()
+            for c, cell in items:
+                fn(a[c * B:(c + 1) * B], cell, clean)
+            return a
+
+        hooks.append((name, hook))
+    return hooks
+
+
 def group_cells(todo, sort_key, group_key, per: int) -> list[list[int]]:
     """Cell indices sorted by ``sort_key`` and cut into runs of equal ``group_key`` holding at
     most ``per`` cells each (one batched forward per run; the engine's loop and the fast
@@ -305,21 +328,7 @@ def batched_activation_patch(
         chunk = [cells[i] for i in idx]
         C = len(chunk)
         layer0 = chunk[0][0]
-        by_layer: dict[int, list[tuple[int, tuple]]] = {}
-        for c, cell in enumerate(chunk):
-            by_layer.setdefault(cell[0], []).append((c, cell))
-        hooks = []
-        for layer, items in by_layer.items():
-            name = act_name(act, layer)
-            clean = clean_cache[name]
-
-            def hook(a, hook, items=items, clean=clean):
-                a = a.clone()
-                for c, cell in items:
-                    fn(a[c * B:(c + 1) * B], cell, clean)
-                return a
-
-            hooks.append((name, hook))
+        hooks = chunk_hooks(chunk, act, clean_cache, fn, B)
         if layer0 in start_resid:
             resid = start_resid[layer0].repeat(C, 1, 1)  # (C*B, T, d_model)
             kw = {k: v.repeat(C, *[1] * (v.dim() - 1)) for k, v in restart_kw.items()}

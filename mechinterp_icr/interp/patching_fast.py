@@ -25,7 +25,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from mechinterp_icr.interp.patching import SETTERS, act_name, group_cells, pads_left
+from mechinterp_icr.interp.patching import SETTERS, act_name, chunk_hooks, group_cells, pads_left
 
 __all__ = [
     "SUFFIX_ACTS",
@@ -91,21 +91,7 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
             e.past_values = cc[f"blocks.{l}.attn.hook_v"][:, :p0].repeat(C, 1, 1, 1)
         kv.previous_attention_mask = torch.ones(CB, p0, dtype=torch.int, device=dev)
         kv.freeze()
-        by_layer: dict[int, list[tuple[int, tuple]]] = {}
-        for c, cell in enumerate(chunk):
-            by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])))
-        hooks = []
-        for layer, items in by_layer.items():
-            name = act_name(act, layer)
-            clean = clean_cache[name][:, p0:]
-
-            def hook(a, hook, items=items, clean=clean):
-                a = a.clone()
-                for c, cell in items:
-                    fn(a[c * B:(c + 1) * B], cell, clean)
-                return a
-
-            hooks.append((name, hook))
+        hooks = chunk_hooks(chunk, act, clean_cache, fn, B, p0)
         if l0 > 0:
             resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
             kw = ({"shortformer_pos_embed": cc["hook_pos_embed"][:, p0:].repeat(C, 1, 1)}
