@@ -69,3 +69,23 @@ def build_induction_patching_case(steps: int = 150):
     pos = 2 * h - 1
     metric = P.logit_diff_metric(pos, clean[:, pos + 1], corr[:, h])
     return model, clean, corr, metric
+
+
+def comparable_summary(data: dict, out_dir, drop_keys=(), drop_tables=()) -> dict:
+    """A summary's claims and tables without what differs between runs by nature: keys in
+    ``drop_keys`` (timings), tables in ``drop_tables``, ``out_dir`` in strings, NaN."""
+    import math
+
+    def norm(x):
+        if isinstance(x, dict):
+            return {k: norm(v) for k, v in x.items() if k not in drop_keys}
+        if isinstance(x, list):
+            return [norm(v) for v in x]
+        if isinstance(x, str):
+            return x.replace(str(out_dir), "<out>")
+        if isinstance(x, float) and math.isnan(x):
+            return "nan"
+        return x
+
+    tables = {k: v for k, v in data["tables"].items() if k not in drop_tables}
+    return norm({"claims": data["claims"], "tables": tables})

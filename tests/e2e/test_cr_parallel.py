@@ -3,12 +3,11 @@ skips every task, a failed task reported by name with its dependents not run, an
 Ray) the same summary with one worker and with two."""
 
 import json
-import math
 import pickle
 
 import pytest
 import torch
-from helpers import CR_TINY
+from helpers import CR_TINY, comparable_summary
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import apply_overrides, to_dict
@@ -41,21 +40,8 @@ def _reproduce(out, workers=1):
 
 def comparable(data: dict, out_dir) -> dict:
     """Claims and tables without what differs between runs by nature: timings and paths."""
-    drop = {"seconds", "run"}
-
-    def norm(x):
-        if isinstance(x, dict):
-            return {k: norm(v) for k, v in x.items() if k not in drop}
-        if isinstance(x, list):
-            return [norm(v) for v in x]
-        if isinstance(x, str):
-            return x.replace(str(out_dir), "<out>")
-        if isinstance(x, float) and math.isnan(x):
-            return "nan"
-        return x
-
-    tables = {k: v for k, v in data["tables"].items() if k != "CR phase seconds"}
-    return norm({"claims": data["claims"], "tables": tables})
+    return comparable_summary(data, out_dir, drop_keys={"seconds", "run"},
+                              drop_tables={"CR phase seconds"})
 
 
 @pytest.fixture(scope="module")

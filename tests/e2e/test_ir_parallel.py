@@ -4,12 +4,11 @@ reported by name with its dependents not run, and (slow: local Ray) the same sum
 worker and with two."""
 
 import json
-import math
 import pickle
 
 import pytest
 import torch
-from helpers import IR_TINY
+from helpers import IR_TINY, comparable_summary
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import apply_overrides, to_dict
@@ -43,18 +42,7 @@ def _reproduce(out, workers=1):
 
 def comparable(data: dict, out_dir) -> dict:
     """Claims and tables without what differs between runs by nature (timings, paths)."""
-    def norm(x):
-        if isinstance(x, dict):
-            return {k: norm(v) for k, v in x.items()}
-        if isinstance(x, list):
-            return [norm(v) for v in x]
-        if isinstance(x, str):
-            return x.replace(str(out_dir), "<out>")
-        if isinstance(x, float) and math.isnan(x):
-            return "nan"
-        return x
-
-    return norm({"claims": data["claims"], "tables": data["tables"]})
+    return comparable_summary(data, out_dir)
 
 
 @pytest.fixture(scope="module")
