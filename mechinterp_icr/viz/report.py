@@ -33,6 +33,7 @@ th,td{border:1px solid #d5d9de;padding:5px 9px;text-align:left;vertical-align:to
 th{background:#eef1f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .holds{background:#d8f3dc;color:#0b5d1e;font-weight:600}
 .fails{background:#fde2e1;color:#8a1c14;font-weight:600}
+.inconclusive{background:#fff3cd;color:#7a5200;font-weight:600}
 .claim{border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:18px 0}
 .claim img{max-width:100%;border:1px solid #e3e6ea;margin-top:8px}
 .statement{font-size:15px;margin:4px 0 10px} .muted{color:#5b6570;font-size:13px}
@@ -99,6 +100,11 @@ def _table_html(rows: Any) -> str:
     return f"<table>{body}</table>"
 
 
+def _verdict(c: dict[str, Any]) -> tuple[str, str]:
+    v = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
+    return v, {"holds": "holds", "inconclusive": "inconclusive"}.get(v, "fails")
+
+
 def render_report(summary: dict[str, Any], out_dir: Path) -> str:
     claims = summary.get("claims", {})
     items = sorted(claims.items(), key=claim_key)
@@ -107,16 +113,18 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
     for cid, c in items:
         lo, hi = c.get("ci95", [float("nan")] * 2)
         th = c.get("threshold", {})
-        cls = "holds" if c.get("holds") else "fails"
+        verdict, cls = _verdict(c)
         eid = html.escape(str(cid))
+        n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
         rows.append(
             f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
-            f'{"holds" if c.get("holds") else "does not hold"}</td>'
+            f'{verdict}</td><td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
             f'<td><code>{html.escape(str(c.get("metric")))}</code></td>'
             f'<td class="num">{_f(c.get("mean"))}</td><td class="num">[{_f(lo)}, {_f(hi)}]</td>'
             f'<td>{html.escape(str(th.get("op", "")))} {_f(th.get("value"))}</td>'
             f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
-    table = ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th><th>metric</th>"
+    table = ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th>"
+             "<th>controls as expected</th><th>metric</th>"
              "<th>mean over seeds</th><th>95% CI</th><th>threshold</th><th>seeds</th></tr>"
              + "".join(rows) + "</table>")
 
@@ -124,7 +132,7 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
     for cid, c in items:
         lo, hi = c.get("ci95", [float("nan")] * 2)
         th = c.get("threshold", {})
-        cls = "holds" if c.get("holds") else "fails"
+        verdict, cls = _verdict(c)
         per_seed = c.get("per_seed", {})
         keys: list[str] = []
         for m in per_seed.values():
@@ -141,8 +149,25 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
             f'<li class="{"holds" if ok else "fails"}">{html.escape(name)}: '
             f'{"ok" if ok else "failed"}</li>' for name, ok in checks.items()) + "</ul>"
             if checks else "")
+        conds = c.get("conditions", [])
+        conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
+            f'<li class="{"holds" if k.get("met") else "fails"}">{html.escape(k["condition"])}'
+            f': value {_f(k.get("value"))} &mdash; {"met" if k.get("met") else "not met"}</li>'
+            for k in conds) + "</ul>" if conds else "")
+        ctrls = c.get("controls", [])
+        ctrls_html = ("<p><b>Controls</b> (computed in this run):</p><table><tr><th>control</th>"
+                      "<th>kind</th><th>condition it names</th><th>value</th><th>meets it</th>"
+                      "<th>as expected</th></tr>" + "".join(
+                          f'<tr><td>{html.escape(k["name"])}</td><td>{html.escape(k["kind"])}'
+                          f'</td><td>{html.escape(str(k.get("condition", "")))}</td>'
+                          f'<td class="num">{_f(k.get("value"))}</td>'
+                          f'<td>{_f(k.get("meets_rule"))}</td><td class="'
+                          f'{"holds" if k.get("as_expected") else "fails"}">'
+                          f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
+                          for k in ctrls) + "</table>" if ctrls else
+                      '<p class="fails">No control was measured for this claim.</p>')
+        reason = c.get("verdict_reason") or ""
         notes = c.get("notes") or ""
-        verdict = "holds" if c.get("holds") else "does not hold"
         eid = html.escape(str(cid))
         sections.append(f"""
 <section class="claim" id="{eid}">
@@ -152,7 +177,10 @@ def render_report(summary: dict[str, Any], out_dir: Path) -> str:
 (mean over {html.escape(str(c.get("n_seeds", "?")))} seeds; 95% CI [{_f(lo)}, {_f(hi)}]) &nbsp;
 <b>Threshold:</b> {html.escape(str(th.get("op", "")))} {_f(th.get("value"))}
 {"(every seed)" if th.get("rule") == "all_seeds" else "(mean over seeds)"}</p>
+<p class="muted">Verdict: {html.escape(reason)}</p>
+{conds_html}
 {checks_html}
+{ctrls_html}
 {f'<p class="muted">{html.escape(notes)}</p>' if notes else ""}
 <h3>Per seed</h3><div class="scroll">{ps_table}</div>
 {_figure_html(c.get("figure"), out_dir)}

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mechinterp_icr.claims.protocol import (
+    HOLDS,
+    ClaimSpec,
+    Condition,
+    ControlResult,
+    decide,
+    evaluate_condition,
+)
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.provenance import git_revision, package_versions, peak_memory_mb
 
@@ -39,22 +47,20 @@ def ci95(values) -> tuple[float, float]:
     return (mean - half, mean + half)
 
 
-def _cmp(value: float, op: str, threshold: float) -> bool:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return False
-    return {">=": value >= threshold, "<=": value <= threshold, ">": value > threshold,
-            "<": value < threshold}[op]
-
-
 @dataclass
 class Claim:
-    """One paper claim checked by a number against a threshold, over several seeds.
+    """One paper claim checked by numbers against registered conditions, over several seeds.
 
-    ``per_seed`` maps seed -> dict of metrics; ``metric`` names the metric that decides the
-    verdict. The default verdict is that the *mean over seeds* passes the threshold; with
-    ``rule='all_seeds'`` every seed must pass. ``extra_checks`` are further conditions
-    (name -> bool) that must also be true for the claim to hold (e.g. the second half of a
-    two-part claim); they are reported beside the verdict.
+    Build it with :meth:`from_spec` from the registry (:mod:`.registry`): the spec's conditions
+    are the rule (the first one is the headline ``metric``), ``controls`` are the measured
+    controls (:func:`.protocol.evaluate_control`). ``extra_checks`` are further conditions
+    (name -> bool) computed by the experiment; they count as part of the rule and are
+    reported beside it. The verdict follows :func:`.protocol.decide`; ``holds`` is true only
+    for the verdict ``holds``.
+
+    The low-level constructor (``metric``/``op``/``threshold``/``rule``) is kept for claims
+    that are not registered (tests, ad-hoc analyses); such a claim has no control and can at
+    best be ``inconclusive``.
     """
 
     id: str
@@ -68,19 +74,41 @@ class Claim:
     notes: str = ""
     figure: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    controls: list[ControlResult] = field(default_factory=list)
+    conditions: tuple[Condition, ...] = ()
+    not_measurable: str = ""
+    registered: bool = False
+
+    @classmethod
+    def from_spec(cls, spec: ClaimSpec, per_seed: dict[str, dict[str, Any]], *,
+                  controls: list[ControlResult] = (), extra_checks: dict[str, bool] | None = None,
+                  statement: str | None = None, **kw) -> "Claim":
+        h = spec.headline
+        return cls(spec.id, statement or spec.statement, h.metric, h.op, h.threshold,
+                   per_seed=per_seed, rule="all_seeds" if h.rule == "every_seed" else h.rule,
+                   extra_checks=dict(extra_checks or {}), controls=list(controls),
+                   conditions=tuple(spec.conditions), registered=True, **kw)
 
     def values(self) -> list[float]:
         return [m[self.metric] for m in self.per_seed.values() if self.metric in m]
 
+    def _conditions(self) -> tuple[Condition, ...]:
+        if self.conditions:
+            return self.conditions
+        rule = "every_seed" if self.rule == "all_seeds" else self.rule
+        return (Condition(self.metric, self.op, self.threshold, rule),)
+
+    def evaluate(self) -> tuple[str, str, list[dict[str, Any]]]:
+        conds = [evaluate_condition(c, self.per_seed) for c in self._conditions()]
+        verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable)
+        return verdict, reason, conds
+
     def to_dict(self) -> dict[str, Any]:
-        vals = self.values()
+        vals = [v for v in self.values() if v is not None]
+        vals = [float(v) for v in vals]
         mean = sum(vals) / len(vals) if vals else float("nan")
         lo, hi = ci95(vals)
-        if self.rule == "all_seeds":
-            main_ok = bool(vals) and all(_cmp(v, self.op, self.threshold) for v in vals)
-        else:
-            main_ok = _cmp(mean, self.op, self.threshold)
-        holds = bool(main_ok and all(self.extra_checks.values()))
+        verdict, reason, conds = self.evaluate()
         return {
             "statement": self.statement,
             "metric": self.metric,
@@ -88,9 +116,14 @@ class Claim:
             "mean": mean,
             "ci95": [lo, hi],
             "threshold": {"op": self.op, "value": self.threshold, "rule": self.rule},
+            "conditions": conds,
             "extra_checks": self.extra_checks,
-            "holds": holds,
-            "n_seeds": len(vals),
+            "controls": [c.to_dict() for c in self.controls],
+            "verdict": verdict,
+            "verdict_reason": reason,
+            "holds": verdict == HOLDS,
+            "registered": self.registered,
+            "n_seeds": len(self.per_seed),
             "notes": self.notes,
             "figure": self.figure,
             "details": self.details,
@@ -182,18 +215,24 @@ def _fmt(v: float) -> str:
 
 def format_claim_table(claims: dict[str, dict]) -> str:
     """Readable claim table: id, verdict, metric, mean [ci95], threshold, seeds; each claim's
-    extra checks follow it as indented lines (they do not widen the columns)."""
+    extra checks and controls follow it as indented lines (they do not widen the columns)."""
     head = ("claim", "verdict", "metric", "mean [95% CI]", "threshold", "seeds")
     rows: list[tuple[tuple[str, ...], list[str]]] = []
     for cid, c in sorted(claims.items(), key=claim_key):
         lo, hi = c["ci95"]
-        verdict = "HOLDS" if c["holds"] else "DOES NOT HOLD"
+        verdict = c.get("verdict") or ("holds" if c["holds"] else "does not hold")
+        verdict = verdict.upper()
         th = c["threshold"]
         every = " (every seed)" if th.get("rule") == "all_seeds" else ""
         main = (cid, verdict, c["metric"], f"{_fmt(c['mean'])} [{_fmt(lo)}, {_fmt(hi)}]",
                 f"{th['op']} {_fmt(th['value'])}{every}", str(c["n_seeds"]))
         checks = [f"    [{'ok' if ok else 'FAILED'}] {name}"
                   for name, ok in c.get("extra_checks", {}).items()]
+        checks += [f"    [{'ok' if k.get('as_expected') else 'MISBEHAVED'}] {k['kind']} control "
+                   f"{k['name']}: {k.get('condition', '')} -> {_fmt(k.get('value'))}"
+                   for k in c.get("controls", [])]
+        if c.get("verdict") == "inconclusive":
+            checks.append(f"    ({c.get('verdict_reason', '')})")
         rows.append((main, checks))
     widths = [max([len(head[i])] + [len(r[0][i]) for r in rows]) for i in range(len(head))]
 

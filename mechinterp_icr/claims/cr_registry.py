@@ -1,0 +1,137 @@
+"""Registered CR claims (SPEC section 1). Thresholds are SPEC's; metric names are the keys
+the CR experiment writes per seed (``experiments/cr/claims.py``). L = 4 types, so the type
+bound 1/L + 0.05 is 0.30."""
+
+from __future__ import annotations
+
+from mechinterp_icr.claims.protocol import ClaimSpec, Condition, ControlSpec
+
+__all__ = ["CR_SPECS", "TYPE_BOUND"]
+
+N_TYPES = 4
+TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
+
+
+def _c(metric, op, threshold, rule="every_seed", text="", min_fraction=1.0):
+    return Condition(metric, op, threshold, rule, min_fraction, text)
+
+
+def _neg(name, metric, op, threshold, rule="every_seed"):
+    return ControlSpec(name, "negative", _c(metric, op, threshold, rule))
+
+
+def _pos(name, metric, op, threshold, rule="every_seed"):
+    return ControlSpec(name, "positive", _c(metric, op, threshold, rule))
+
+
+CR_SPECS = (
+    ClaimSpec(
+        "CR-1",
+        "PT-only model: the facts are stored (typed recall >= 0.95) but the type is not "
+        "inferred from the in-context pairs (type of its best attribute guess on held-out ICL "
+        "<= 1/L + 0.05).",
+        conditions=(
+            _c("pt_typed_recall", ">=", 0.95, text="facts stored"),
+            _c("heldout_icl_best_attr_type", "<=", TYPE_BOUND,
+               text="type not inferred from the pairs"),
+        ),
+        controls=(_neg("ICL-finetuned model", "ft_heldout_icl_best_attr_type", "<=",
+                       TYPE_BOUND),),
+        hyperparameters={"task.n_types": N_TYPES},
+    ),
+    ClaimSpec(
+        "CR-2",
+        "ICL finetuning on a subject subset: held-out ICL exact accuracy >= 0.90 (mean) at the "
+        "default K, never dropping by more than 0.02 between consecutive K from 2 to max_demos.",
+        conditions=(
+            _c("heldout_icl_exact", ">=", 0.90, rule="mean", text="held-out ICL exact"),
+            _c("max_drop_over_k", "<=", 0.02, text="non-decreasing in K"),
+        ),
+        controls=(_neg("PT-only model", "pt_heldout_icl_exact", ">", 0.5),
+                  _neg("finetuned on mixed-type demos", "mixed_heldout_icl_exact", ">", 0.5)),
+    ),
+    ClaimSpec(
+        "CR-3",
+        "ICL+Grm finetuning (grammar between subject and attribute) on a subject subset, "
+        "evaluated on plain ICL on held-out subjects: exact accuracy >= 0.80 (mean).",
+        conditions=(_c("heldout_icl_exact", ">=", 0.80, rule="mean"),),
+        controls=(_neg("ICL+Grm finetuned on mixed-type demos", "mixed_heldout_icl_type", ">",
+                       TYPE_BOUND),),
+    ),
+    ClaimSpec(
+        "CR-4",
+        "After finetuning the type is encoded in a low-dimensional subspace before the last "
+        "layer reads it out: top-(L-1)-PC probe >= 0.95 on held-out prompts, transfer >= 0.90, "
+        "eta^2 rises with K and with lam (Spearman >= 0.8, rise >= 0.1), and adding the "
+        "type-mean difference moves the answer on >= 0.80 of prompts.",
+        conditions=(
+            _c("ft_acc_pc", ">=", 0.95, text="top-PC probe"),
+            _c("ft_transfer_acc_pc", ">=", 0.90, text="transfer to held-out subjects"),
+            _c("ft_rho_k", ">=", 0.8, text="eta^2 vs K Spearman"),
+            _c("ft_rise_k", ">=", 0.1, text="eta^2 rise over K"),
+            _c("ft_rho_lam", ">=", 0.8, text="eta^2 vs lam Spearman"),
+            _c("ft_rise_lam", ">=", 0.1, text="eta^2 rise over lam"),
+            _c("ft_patch_success", ">=", 0.80, text="additive causal patch"),
+        ),
+        controls=(
+            _neg("PT-only probe", "pt_acc_pc", ">", 0.5),
+            _neg("PT-only eta^2 rise over K", "pt_rise_k", ">=", 0.1),
+            _neg("PT-only patch", "pt_patch_success", ">", 0.3),
+            _neg("label shuffle (distance from chance)", "ft_shuffle_gap", ">", 0.05),
+            _neg("norm-matched random vector patch", "ft_random_patch_success", ">", 0.1),
+            _neg("3 random directions (top-PC probe minus random)", "ft_pc_minus_random",
+                 "<", 0.2),
+        ),
+    ),
+    ClaimSpec(
+        "CR-5",
+        "In the 1-layer attention-only 2-head model trained PT -> ICL finetuning, one head is a "
+        "Relation head and the other a Subject head: recovery >= 0.5 for each role on every "
+        "seed, each role's head at least twice the other head on that role.",
+        conditions=(
+            _c("relation_recovery", ">=", 0.5, text="Relation role"),
+            _c("subject_recovery", ">=", 0.5, text="Subject role"),
+            _c("relation_margin", ">=", 2.0, text="Relation head / other head"),
+            _c("subject_margin", ">=", 2.0, text="Subject head / other head"),
+        ),
+        controls=(
+            _neg("Relation role in the PT-only model", "pt_relation_recovery", ">", 0.2),
+            _neg("Subject head patched from other demo subjects, same query subject",
+                 "subject_same_query_changed", ">", 0.05),
+            _pos("role code on the ICL construction (Relation)", "construction_relation",
+                 ">=", 0.9),
+            _pos("role code on the ICL construction (Subject)", "construction_subject",
+                 ">=", 0.9),
+        ),
+    ),
+    ClaimSpec(
+        "CR-6",
+        "The construction reaches >= 0.99 in its own format and the PT construction scores "
+        "<= 0.10 on ICL.",
+        conditions=(
+            _c("own_format_min", ">=", 0.99, text="own format"),
+            _c("pt_construction_icl_heldout_exact", "<=", 0.10, text="PT construction on ICL"),
+        ),
+        controls=(_neg("ICL construction with the Relation OV zeroed",
+                       "zeroed_relation_ov_icl_exact", ">", 0.5),),
+    ),
+    ClaimSpec(
+        "CR-7",
+        "While finetuning the attention-only model on ICL, the Relation head's OV memory "
+        "improves before its KQ: OV onset earlier than KQ onset on at least 4 of 5 seeds at "
+        "both finetuning learning rates 3e-3 and 6e-3.",
+        conditions=(
+            _c("ov_first_lr_3e-3", ">=", 1.0, rule="fraction", min_fraction=0.8,
+               text="OV first at lr 3e-3"),
+            _c("ov_first_lr_6e-3", ">=", 1.0, rule="fraction", min_fraction=0.8,
+               text="OV first at lr 6e-3"),
+        ),
+        controls=(
+            _pos("placebo: OV-first synthetic schedule read as OV first", "placebo_ov_first",
+                 ">=", 1.0),
+            _pos("placebo: KQ-first synthetic schedule read as KQ first", "placebo_kq_first",
+                 ">=", 1.0),
+        ),
+        hyperparameters={"cascade.ft_lrs": (3e-3, 6e-3)},
+    ),
+)

@@ -1,0 +1,227 @@
+"""How a claim is decided (SPEC section 0): registered conditions, controls and verdicts.
+
+A claim is a set of **conditions** on per-seed metrics (the first is the headline metric) and
+a set of **controls**. Every condition and control names a metric, a comparison, a threshold
+and a seed rule; all of them are pre-registered in :mod:`mechinterp_icr.claims.registry`, so
+the experiment code only supplies numbers.
+
+- A condition is *met* when its comparison holds on every seed (``every_seed``), on the mean
+  over seeds (``mean``) or on at least ``min_fraction`` of the seeds (``fraction``).
+- A control names the condition the effect would satisfy. A **negative** control (a model,
+  state or data where the effect is absent) misbehaves when that condition is met: under
+  ``every_seed`` on *any* seed, under ``mean`` by the mean. A **positive** control (the effect
+  known to be present) misbehaves when its condition is not met (every seed / mean). A
+  control that could not be measured misbehaves too: no number, no evidence.
+- Verdict: the rule (all conditions) not met -> ``does not hold``; met with a misbehaving
+  control -> ``inconclusive`` (the report names the control); met with every control as
+  expected -> ``holds``.
+
+``meets_rule`` in ``summary.json`` is whether the control met the condition it names, so a
+negative control with ``meets_rule: true`` (or a positive one with ``false``) keeps a claim
+from holding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = [
+    "HOLDS",
+    "INCONCLUSIVE",
+    "NOT_HOLD",
+    "VERDICTS",
+    "ClaimSpec",
+    "Condition",
+    "ControlResult",
+    "ControlSpec",
+    "compare",
+    "evaluate_condition",
+    "evaluate_control",
+    "decide",
+]
+
+HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+VERDICTS = (HOLDS, NOT_HOLD, INCONCLUSIVE)
+_OPS = (">=", "<=", ">", "<")
+_RULES = ("every_seed", "mean", "fraction")
+
+
+def compare(value: Any, op: str, threshold: float) -> bool:
+    """``value op threshold``; a missing or NaN value never satisfies a comparison."""
+    if value is None:
+        return False
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return False
+    if math.isnan(v):
+        return False
+    return {">=": v >= threshold, "<=": v <= threshold, ">": v > threshold,
+            "<": v < threshold}[op]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``metric op threshold`` over seeds, by ``rule`` (see the module docstring)."""
+
+    metric: str
+    op: str
+    threshold: float
+    rule: str = "every_seed"
+    min_fraction: float = 1.0
+    text: str = ""
+
+    def __post_init__(self):
+        if self.op not in _OPS:
+            raise ValueError(f"condition {self.metric}: op {self.op!r} not in {_OPS}")
+        if self.rule not in _RULES:
+            raise ValueError(f"condition {self.metric}: rule {self.rule!r} not in {_RULES}")
+
+    def describe(self) -> str:
+        rule = {"every_seed": "every seed", "mean": "mean over seeds",
+                "fraction": f"on >= {self.min_fraction:g} of seeds"}[self.rule]
+        base = f"{self.metric} {self.op} {self.threshold:g} ({rule})"
+        return f"{self.text}: {base}" if self.text else base
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """A registered control: ``condition`` is the condition the effect would satisfy (what a
+    negative control must fail, what a positive control must pass)."""
+
+    name: str
+    kind: str
+    condition: Condition
+
+    def __post_init__(self):
+        if self.kind not in ("negative", "positive"):
+            raise ValueError(f"control {self.name}: kind {self.kind!r} not negative/positive")
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One registered claim: its conditions (the first is the headline metric), controls and
+    the hyperparameters its verdict depends on (config key -> value, same in every profile
+    unless ``profile_specific`` names the key)."""
+
+    id: str
+    statement: str
+    conditions: tuple[Condition, ...]
+    controls: tuple[ControlSpec, ...]
+    hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    profile_specific: tuple[str, ...] = ()
+
+    @property
+    def headline(self) -> Condition:
+        return self.conditions[0]
+
+    def control(self, name: str) -> ControlSpec:
+        for c in self.controls:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.id} has no control {name!r}; registered: "
+                       f"{[c.name for c in self.controls]}")
+
+
+def _values(per_seed: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    return {str(s): (m.get(metric) if isinstance(m, Mapping) else m)
+            for s, m in per_seed.items()}
+
+
+def _mean(vals) -> float:
+    v = [float(x) for x in vals if x is not None and not math.isnan(float(x))]
+    return sum(v) / len(v) if v else float("nan")
+
+
+def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"condition", "value", "met", "per_seed"}`` for per-seed metric dicts (or values)."""
+    vals = _values(per_seed, cond.metric)
+    ok = {s: compare(v, cond.op, cond.threshold) for s, v in vals.items()}
+    numeric = [v for v in vals.values() if isinstance(v, (int, float)) and v is not None]
+    mean = _mean(numeric)
+    if not vals:
+        met = False
+    elif cond.rule == "mean":
+        met = compare(mean, cond.op, cond.threshold)
+    elif cond.rule == "fraction":
+        met = sum(ok.values()) / len(ok) >= cond.min_fraction - 1e-12
+    else:
+        met = all(ok.values())
+    return {"condition": cond.describe(), "value": mean, "met": bool(met),
+            "per_seed": {s: (float(v) if isinstance(v, (int, float)) else v)
+                         for s, v in vals.items()}}
+
+
+@dataclass
+class ControlResult:
+    """A control measured in this run; ``ok`` says whether it behaved as expected."""
+
+    name: str
+    kind: str
+    condition: str
+    value: float | None
+    per_seed: dict[str, Any]
+    meets_rule: bool | None
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.meets_rule is None:
+            return False
+        return (not self.meets_rule) if self.kind == "negative" else bool(self.meets_rule)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "condition": self.condition,
+                "value": self.value, "per_seed": self.per_seed, "meets_rule": self.meets_rule,
+                "as_expected": self.ok, "note": self.note}
+
+
+def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
+                     note: str = "") -> ControlResult:
+    """Measure a control from per-seed values (or per-seed metric dicts holding its metric).
+    A negative control under ``every_seed`` meets its condition if *any* seed does; a
+    positive one only if every seed does. No values at all -> ``meets_rule`` None."""
+    cond = spec.condition
+    vals = {s: (m.get(cond.metric) if isinstance(m, Mapping) else m)
+            for s, m in per_seed.items()}
+    vals = {s: v for s, v in vals.items() if v is not None}
+    if not vals:
+        return ControlResult(spec.name, spec.kind, cond.describe(), None, {}, None,
+                             note or "not measured in this run")
+    ok = [compare(v, cond.op, cond.threshold) for v in vals.values()]
+    mean = _mean([float(v) for v in vals.values()])
+    if cond.rule == "mean":
+        meets = compare(mean, cond.op, cond.threshold)
+    elif cond.rule == "fraction":
+        meets = sum(ok) / len(ok) >= cond.min_fraction - 1e-12
+    elif spec.kind == "negative":
+        meets = any(ok)
+    else:
+        meets = all(ok)
+    return ControlResult(spec.name, spec.kind, cond.describe(), mean,
+                         {str(s): float(v) for s, v in vals.items()}, bool(meets), note)
+
+
+def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
+           controls: list[ControlResult], not_measurable: str = "") -> tuple[str, str]:
+    """(verdict, reason) from evaluated conditions, extra checks and controls."""
+    failed = [c["condition"] for c in conditions if not c["met"]]
+    failed += [name for name, ok in extra_checks.items() if not ok]
+    if not conditions:
+        return NOT_HOLD, "no condition evaluated"
+    if failed:
+        return NOT_HOLD, "not met: " + "; ".join(failed)
+    if not_measurable:
+        return INCONCLUSIVE, f"not measurable: {not_measurable}"
+    if not controls:
+        return INCONCLUSIVE, "no control measured in this run"
+    bad = [c for c in controls if not c.ok]
+    if bad:
+        return INCONCLUSIVE, "control misbehaved: " + "; ".join(
+            f"{c.kind} control {c.name!r} ({c.condition}) "
+            + ("not measured" if c.meets_rule is None else
+               f"{'met' if c.meets_rule else 'missed'} its condition (value {c.value:.4g})")
+            for c in bad)
+    return HOLDS, "rule met and every control as expected"
