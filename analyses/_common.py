@@ -3,7 +3,11 @@
 Every script opens its run with :func:`open_run`, which checks up front that the run's task
 kind is one the script supports and that ``--checkpoints`` selects something; otherwise it
 prints one line (``error: ...``) and exits with code 2, before any model is loaded. Scripts
-call only public functions of the package.
+call only public functions of the package, import it after parsing the arguments (so
+``--help`` is fast), walk the checkpoints with a progress bar on stderr
+(:func:`checkpoints`), and print tables with full column names (:func:`write_table`, which
+also writes ``--csv PATH``). A bare ``last`` / ``first`` selection means the run's main phase
+(``ft-icl`` on a CR run, never an all-weights arm).
 """
 
 import argparse
@@ -18,17 +22,26 @@ CR = ("cr",)
 IR = ("ir",)
 
 
+SELECTION_HELP = ("all | last | first | phase:NAME | phase:NAME:last | steps:A-B | a name, "
+                  "or several joined by commas (last/first: the main phase's)")
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """The common flags: the run directory, ``--checkpoints``, ``--n``, ``--seed``,
-    ``--threads``."""
+    ``--threads``, ``--csv``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("run", help="run directory (e.g. out/runs/cr/seed0)")
-    ap.add_argument("--checkpoints", default="last",
-                    help="all | last | first | phase:NAME | phase:NAME:last | steps:A-B | name")
+    ap.add_argument("--checkpoints", default="last", help=SELECTION_HELP)
     ap.add_argument("--n", type=int, default=128, help="prompts per checkpoint")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    add_csv(ap)
     return ap
+
+
+def add_csv(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--csv", default=None, metavar="PATH",
+                    help="also write the printed table as CSV to PATH")
 
 
 def setup(a) -> None:
@@ -76,26 +89,77 @@ def open_run(path, kinds: tuple[str, ...], selection: str | None = None):
         if kind not in kinds:
             fail(f"{script} supports {' and '.join(kinds)} runs only; {path} has task kind "
                  f"{kind!r}")
-        if selection is not None:
-            run.select(selection)
-        from mechinterp_icr.pipeline import load_run_model  # models: imported once it applies
+        from mechinterp_icr.pipeline import load_run_model, resolve_selection
 
+        if selection is not None:
+            run.select(resolve_selection(run, selection))
         cfg, task, _ = load_run_model(run)
     except (RunError, ConfigError, ValueError) as e:
         fail(str(e))
     return run, cfg, task
 
 
-def write_table(run: str, name: str, rows: list[dict], cols: list[str]) -> Path:
-    """Write ``rows`` to ``RUN/analyses/<name>.json`` and print the columns ``cols``."""
+def checkpoints(run, selection: str, desc: str | None = None) -> list[str]:
+    """The names of the checkpoints ``selection`` names (a bare last / first: the main
+    phase's), wrapped in a progress bar on stderr when there are several."""
+    from tqdm.auto import tqdm
+
+    from mechinterp_icr.pipeline import resolve_selection
+
+    names = [c.name for c in run.select(resolve_selection(run, selection))]
+    if len(names) < 2:
+        return names
+    return tqdm(names, desc=desc or Path(sys.argv[0]).stem, file=sys.stderr, leave=False,
+                unit="checkpoint", disable=None)  # shown on a terminal
+
+
+def _text(v) -> str:
+    if isinstance(v, float):
+        return "n/a" if v != v else f"{v:.3f}"
+    return "" if v is None else str(v)
+
+
+def save_json(run, name: str, rows: list[dict]) -> Path:
+    """Write ``rows`` to ``RUN/analyses/<name>.json``."""
     from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.store.rundir import RunDir
 
-    out = RunDir(run).analyses_dir / f"{name}.json"
+    run = run if hasattr(run, "analyses_dir") else RunDir(run)
+    out = run.analyses_dir / f"{name}.json"
     atomic_write_text(out, json.dumps(rows, indent=2, default=str))
-    print("  ".join(c[:16].ljust(16) for c in cols))
-    for r in rows:
-        print("  ".join((f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "")))
-                        [:16].ljust(16) for c in cols))
+    return out
+
+
+def print_table(rows: list[dict], cols: list[str], labels: dict[str, str] | None = None,
+                csv: str | None = None) -> None:
+    """Print the columns ``cols`` of ``rows`` with full names (``labels`` renames headers)
+    and, with ``csv``, write them (full precision) to that CSV file."""
+    import csv as csvmod
+    import io
+
+    heads = [(labels or {}).get(c, c) for c in cols]
+    cells = [[_text(r.get(c)) for c in cols] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    if csv:
+        from mechinterp_icr.store.io import atomic_write_text
+
+        buf = io.StringIO()
+        wr = csvmod.writer(buf)
+        wr.writerow(heads)
+        for r in rows:
+            wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
+        Path(csv).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(Path(csv), buf.getvalue())
+        print(f"wrote {csv}")
+
+
+def write_table(run, name: str, rows: list[dict], cols: list[str], csv: str | None = None,
+                labels: dict[str, str] | None = None) -> Path:
+    """:func:`save_json` then :func:`print_table`."""
+    out = save_json(run, name, rows)
+    print_table(rows, cols, labels, csv)
     print(f"wrote {out}")
     return out

@@ -11,28 +11,30 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-from _common import run_main
-
-from mechinterp_icr.config import ConfigError, apply_overrides
-from mechinterp_icr.experiments import cr
-from mechinterp_icr.experiments.cr.sweep import format_sweep, run_sweep, sweep_table
-from mechinterp_icr.experiments.cr.train import require_cr_run
-from mechinterp_icr.store.rundir import RunError
+from _common import add_csv, print_table, run_main
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--profile", default="paper", choices=cr.PROFILES)
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--out", required=True, help="output root (runs under OUT/runs/cr/)")
+    ap.add_argument("--profile", default="paper", choices=("quick", "paper"))
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="override of the experiment config, e.g. finetune.steps=300")
     ap.add_argument("--setting", action="append", default=[],
                     help="'label|task.key=v,finetune.key=v' (default: the profile's sweep)")
     ap.add_argument("--log", default=None, help="append one JSON row per (setting, seed)")
     ap.add_argument("--threads", type=int, default=1)
+    add_csv(ap)
     a = ap.parse_args(argv)
+    import torch  # imported after parsing: --help stays fast
+
+    from mechinterp_icr.config import ConfigError, apply_overrides
+    from mechinterp_icr.experiments import cr
+    from mechinterp_icr.experiments.cr.sweep import format_sweep, run_sweep, sweep_table
+    from mechinterp_icr.experiments.cr.train import require_cr_run
+    from mechinterp_icr.store.rundir import RunError
+
     torch.set_num_threads(a.threads)
     try:
         cfg = apply_overrides(cr.profile(a.profile), a.overrides)
@@ -45,7 +47,16 @@ def main(argv=None) -> int:
         return 2
     settings = a.setting or list(cfg.sweep)
     rows = run_sweep(cfg, Path(a.out), seeds, settings, log=a.log)
-    print(format_sweep(sweep_table(rows)))
+    table = sweep_table(rows)
+    print(format_sweep(table))
+    if a.csv:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):  # the table is printed above
+            print_table(table, [k for k in table[0] if not isinstance(table[0][k], list)],
+                        csv=a.csv)
+        print(f"wrote {a.csv}")
     return 0
 
 

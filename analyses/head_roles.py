@@ -2,21 +2,65 @@
 and subject pairs (another query subject); names a Relation head and a Subject head.
 
     python analyses/head_roles.py out/runs/cr/seed0 --checkpoints phase:ft-icl --n 64
+
+A recovery divides by the model's own source-minus-base logit difference; where that gap is
+below --min-gap (the checkpoint barely tells the pair apart, e.g. before finetuning) or
+negative (the source prompt does not prefer its own answer), the recovery is printed as n/a
+(the JSON keeps the raw number and the gap; --csv holds the printed table).
 """
 
-from _common import CR, open_run, parser, run_main, setup, write_table
+from _common import CR, checkpoints, open_run, parser, print_table, run_main, save_json, setup
+
+COLUMNS = {"checkpoint": "checkpoint", "step": "step",
+           "relation_head": "Relation head", "relation_recovery": "Relation recovery",
+           "relation_moved": "Relation moved share", "type_gap": "type-pair logit gap",
+           "subject_head": "Subject head", "subject_recovery": "Subject recovery",
+           "subject_moved": "Subject moved share", "subject_gap": "subject-pair logit gap",
+           "distinct": "distinct heads"}
 
 
 def main() -> None:
-    a = parser(__doc__).parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--min-gap", type=float, default=0.5,
+                    help="smallest source - base logit difference for which a recovery is "
+                         "shown (default 0.5)")
+    a = ap.parse_args()
     setup(a)
-    open_run(a.run, CR, a.checkpoints)
-    from mechinterp_icr.interp.roles import roles_across_checkpoints
+    run, _, task = open_run(a.run, CR, a.checkpoints)
+    import numpy as np
 
-    rows = roles_across_checkpoints(a.run, a.checkpoints, a.seed, a.n)
-    write_table(a.run, "head_roles", rows,
-                ["checkpoint", "relation_head", "relation_recovery", "relation_moved",
-                 "subject_head", "subject_recovery", "subject_moved", "distinct"])
+    from mechinterp_icr.interp.cache import map_checkpoints
+    from mechinterp_icr.interp.roles import make_pairs, pair_effects
+
+    def verdict(ck, model):
+        rng = np.random.default_rng([a.seed, 0x501E])
+        t = pair_effects(model, *make_pairs(task, rng, a.n, "type"))
+        s = pair_effects(model, *make_pairs(task, rng, a.n, "subject"))
+        rel = int(np.argmax([r["recovery_all_pos"] for r in t]))
+        sub = int(np.argmax([r["recovery_all_pos"] for r in s]))
+        name = [f"L{r['layer']}H{r['head']}" for r in t]
+        return {"relation_head": name[rel], "relation_recovery": t[rel]["recovery_all_pos"],
+                "relation_moved": t[rel]["moved_all_pos"],
+                "type_gap": t[0]["metric_source"] - t[0]["metric_base"],
+                "subject_head": name[sub], "subject_recovery": s[sub]["recovery_all_pos"],
+                "subject_moved": s[sub]["moved_all_pos"],
+                "subject_gap": s[0]["metric_source"] - s[0]["metric_base"],
+                "distinct": rel != sub}
+
+    rows = []
+    for name in checkpoints(run, a.checkpoints):
+        rows += map_checkpoints(run, name, verdict)
+    shown = []
+    for r in rows:
+        s = dict(r)
+        for role, gap in (("relation", "type_gap"), ("subject", "subject_gap")):
+            if not r[gap] >= a.min_gap:  # also a negative gap: no recovery to measure
+                s[f"{role}_recovery"] = "n/a"
+        shown.append(s)
+    out = save_json(run, "head_roles", rows)  # raw recoveries, with their gaps
+    print_table(shown, list(COLUMNS), COLUMNS, a.csv)
+    print(f"recoveries where the logit gap is below {a.min_gap:g} are shown as n/a; "
+          f"wrote {out}")
 
 
 if __name__ == "__main__":

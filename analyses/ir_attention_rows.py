@@ -3,51 +3,49 @@ run directory, e.g. one written by `icr reproduce ir` under out/runs/ir/seed0/ht
 
     python analyses/ir_attention_rows.py out/runs/ir/seed0/ht_sym_pgd --checkpoints all
 
-Writes <run>/analyses/ir_attention_rows.json and an offline plotly figure next to it.
+Writes <run>/analyses/ir_attention_rows.json (and --csv PATH) and an offline plotly figure
+of the row against the training step next to it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
-from _common import IR, open_run, run_main
+from _common import IR, SELECTION_HELP, add_csv, checkpoints, open_run, run_main, write_table
+
+COLUMNS = {"checkpoint": "checkpoint", "step": "step", "step1_acc": "step-1 accuracy",
+           "step2_acc": "step-2 accuracy", "step1_acc_swap": "step-1 accuracy (swap)",
+           "within_pair_gap": "within-pair gap", "a": "a (pair mass)",
+           "mass_sq": "mass on s_q"}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="IR run directory")
-    ap.add_argument("--checkpoints", default="all", help="all | last | phase:NAME | steps:A-B")
-    ap.add_argument("--n-eval", type=int, default=256)
+    ap.add_argument("--checkpoints", default="all", help=SELECTION_HELP)
+    ap.add_argument("--n-eval", type=int, default=256, help="sequences per checkpoint")
+    add_csv(ap)
     args = ap.parse_args(argv)
     run, _, _ = open_run(args.run, IR, args.checkpoints)
 
-    import plotly.graph_objects as go
-
     from mechinterp_icr.interp.ir_attention import attention_row_table
-    from mechinterp_icr.store.io import atomic_write_text
-    from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.viz.figures import checkpoint_figure, save_figure
 
-    rows = attention_row_table(args.run, args.checkpoints, args.n_eval)
-    out = run.analyses_dir
-    atomic_write_text(out / "ir_attention_rows.json", json.dumps(rows, indent=2))
-    fig = go.Figure()
-    x = list(range(len(rows)))
-    labels = [r["checkpoint"] for r in rows]
-    names = [f"s{i // 2 + 1}" if i % 2 == 0 else f"a{i // 2 + 1}" for i in
-             range(len(rows[0]["row1"]) - 1)] + ["s_q"]
-    for j, nm in enumerate(names):
-        fig.add_trace(go.Scatter(x=x, y=[r["row1"][j] for r in rows], name=nm, mode="lines"))
-    fig.update_xaxes(tickvals=x[:: max(1, len(x) // 12)], ticktext=labels[:: max(1, len(x) // 12)])
-    fig.update_layout(title=f"step-1 attention row across checkpoints: {args.run}",
-                      yaxis_title="attention")
-    save_figure(fig, out / "ir_attention_rows")
-    print(f"{'checkpoint':22} {'step1':>7} {'step2':>7} {'swap':>7} {'gap':>8} {'a':>7} {'s_q':>7}")
+    rows = []
+    for name in checkpoints(run, args.checkpoints):
+        rows += attention_row_table(run.path, name, args.n_eval)
+    n = len(rows[0]["row1"])
+    names = [f"s{i // 2 + 1}" if i % 2 == 0 else f"a{i // 2 + 1}" for i in range(n - 1)] + \
+        ["s_q"]
     for r in rows:
-        print(f"{r['checkpoint']:22} {r['step1_acc']:7.4f} {r['step2_acc']:7.4f} "
-              f"{r.get('step1_acc_swap', float('nan')):7.4f} {r['within_pair_gap']:8.5f} "
-              f"{r['a']:7.4f} {r['mass_sq']:7.4f}")
-    print(f"table: {out / 'ir_attention_rows.json'}")
+        r.update({f"row1 {nm}": v for nm, v in zip(names, r["row1"])})
+    fig = checkpoint_figure(rows, {nm: f"row1 {nm}" for nm in names},
+                            f"step-1 attention row (query s_q) across checkpoints: {args.run}",
+                            "attention from s_q", y_range=(0, 1.02))
+    paths = save_figure(fig, run.analyses_dir / "ir_attention_rows")
+    write_table(run, "ir_attention_rows", rows, list(COLUMNS), csv=args.csv, labels=COLUMNS)
+    print(f"figure: {paths.get('png') or paths['html']}")
     return 0
 
 

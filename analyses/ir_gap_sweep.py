@@ -14,10 +14,6 @@ import sys
 
 from _common import run_main
 
-from mechinterp_icr.config import ConfigError, apply_overrides
-from mechinterp_icr.experiments import ir
-from mechinterp_icr.experiments.ir.sweeps import check_gap_settings, gap_sweep, settings_grid
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
@@ -26,10 +22,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     ap.add_argument("--out", required=True, help="JSONL file the rows are appended to")
     ap.add_argument("--only", default="", help="JSON list of settings instead of the grid")
-    ap.add_argument("--profile", default="quick", choices=list(ir.PROFILES))
+    ap.add_argument("--profile", default="quick", choices=("quick", "paper"))
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     metavar="KEY=VALUE", help="override a field of the IR config (repeatable)")
     a = ap.parse_args()
+    # imported after parsing: --help stays fast
+    from mechinterp_icr.config import ConfigError, apply_overrides
+    from mechinterp_icr.experiments import ir
+    from mechinterp_icr.experiments.ir.sweeps import check_gap_settings, gap_sweep, settings_grid
+
     try:
         seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
     except ValueError:

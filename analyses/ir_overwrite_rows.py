@@ -5,24 +5,36 @@ re-pairing (swap)-confusing sequences at every selected checkpoint.
 
     python analyses/ir_overwrite_rows.py out/runs/ir/seed0/ht_sym_pgd --checkpoints all
 
-Writes <run>/analyses/ir_overwrite_rows.json and prints a table (accuracy clean/single/swap).
+Writes <run>/analyses/ir_overwrite_rows.json and prints one line per checkpoint and written
+row (--csv PATH: the same table as CSV).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
-from _common import IR, fail, open_run, run_main
+from _common import (
+    IR,
+    SELECTION_HELP,
+    add_csv,
+    checkpoints,
+    fail,
+    open_run,
+    print_table,
+    run_main,
+    save_json,
+)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="IR run directory (K = 2)")
-    ap.add_argument("--checkpoints", default="all", help="all | last | phase:NAME | steps:A-B")
+    ap.add_argument("--checkpoints", default="all", help=SELECTION_HELP)
     ap.add_argument("--n-each", type=int, default=128, help="sequences per kind")
     ap.add_argument("--deltas", default="0.02,0.05,0.1",
                     help="half within-pair gaps of the unequal rows")
+    add_csv(ap)
     args = ap.parse_args(argv)
     try:
         deltas = tuple(float(d) for d in args.deltas.split(","))
@@ -32,21 +44,27 @@ def main(argv=None) -> int:
 
     from mechinterp_icr.config import ConfigError
     from mechinterp_icr.interp.ir_attention import overwrite_rows_across_checkpoints
-    from mechinterp_icr.store.io import atomic_write_text
 
+    rows = []
     try:  # the row overwrite needs K = 2 (refused before any checkpoint is loaded)
-        rows = overwrite_rows_across_checkpoints(args.run, args.checkpoints, args.n_each,
-                                                 deltas)
+        for name in checkpoints(run, args.checkpoints):
+            rows += overwrite_rows_across_checkpoints(run.path, name, args.n_each, deltas)
     except ConfigError as e:
         fail(str(e))
-    out = run.analyses_dir / "ir_overwrite_rows.json"
-    atomic_write_text(out, json.dumps(rows, indent=2))
+    out = save_json(run, "ir_overwrite_rows", rows)
+    flat = []
     for r in rows:
-        print(f"{r['checkpoint']}  a={r['a']:.3f}  critical gap={r['critical_gap']:.3f}")
         for name, acc in r["acc"].items():
-            print(f"    {name:14s} " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()) +
-                  f"  | P(r*) swap {r['prob'][name]['swap']:.3f}")
-    print(out)
+            flat.append({"checkpoint": r["checkpoint"], "step": r["step"], "a": r["a"],
+                         "critical_gap": r["critical_gap"], "row": name,
+                         **{f"acc_{k}": v for k, v in acc.items()},
+                         "p_swap": r["prob"][name]["swap"]})
+    print_table(flat, ["checkpoint", "step", "a", "critical_gap", "row", "acc_clean",
+                       "acc_single", "acc_swap", "p_swap"],
+                {"a": "learned a", "critical_gap": "critical gap", "row": "row written",
+                 "acc_clean": "step-1 accuracy clean", "acc_single": "step-1 accuracy single",
+                 "acc_swap": "step-1 accuracy swap", "p_swap": "P(r*) on swap"}, args.csv)
+    print(f"wrote {out}")
     return 0
 
 

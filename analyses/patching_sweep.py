@@ -4,17 +4,24 @@ patching_prompts``): CR runs use held-out type pairs; induction and IR runs two 
 batches, with the logit difference of their next tokens at the second-to-last position.
 
     python analyses/patching_sweep.py out/runs/cr/seed0 --checkpoints phase:ft-icl:last --n 32
+
+Where the clean-minus-corrupted logit difference is below --min-gap (the checkpoint does not
+tell the prompts apart) the recoveries are printed as n/a; the JSON keeps the raw numbers.
 """
 
-from _common import open_run, parser, run_main, setup, write_table
+from _common import checkpoints, open_run, parser, print_table, run_main, save_json, setup
 
 KINDS = ("cr", "induction", "ir")
 
 
 def main() -> None:
-    a = parser(__doc__).parse_args()
+    ap = parser(__doc__)
+    ap.add_argument("--min-gap", type=float, default=0.5,
+                    help="smallest clean - corrupted logit difference for which recoveries "
+                         "are shown (default 0.5)")
+    a = ap.parse_args()
     setup(a)
-    _, _, task = open_run(a.run, KINDS, a.checkpoints)
+    run, _, task = open_run(a.run, KINDS, a.checkpoints)
     import torch
 
     from mechinterp_icr.interp import patching as P
@@ -32,16 +39,26 @@ def main() -> None:
             attr = P.attribution_patch(model, clean, corr, metric) + x_val
         rec = P.normalised_recovery(exact, c_val, x_val)
         rec_a = P.normalised_recovery(attr, c_val, x_val)
-        return {"cells": [{"layer": l, "pos": p, "head": h, "recovery": float(rec[l, p, h]),
+        return {"cells": [{"layer": l, "pos": p, "head": h, "head_name": f"L{l}H{h}",
+                           "gap": c_val - x_val, "recovery": float(rec[l, p, h]),
                            "attribution_recovery": float(rec_a[l, p, h])}
                           for l in range(exact.shape[0]) for p in range(exact.shape[1])
                           for h in range(exact.shape[2])]}
 
     rows = []
-    for r in map_checkpoints(a.run, a.checkpoints, fn):
-        rows += [{"checkpoint": r["checkpoint"], **c} for c in r["cells"]]
-    write_table(a.run, "patching_sweep", rows, ["checkpoint", "layer", "pos", "head", "recovery",
-                                                "attribution_recovery"])
+    for name in checkpoints(run, a.checkpoints):
+        for r in map_checkpoints(run, name, fn):
+            rows += [{"checkpoint": r["checkpoint"], "step": r["step"], **c}
+                     for c in r["cells"]]
+    out = save_json(run, "patching_sweep", rows)
+    shown = [dict(r, recovery="n/a", attribution_recovery="n/a") if not r["gap"] >= a.min_gap
+             else r for r in rows]
+    print_table(shown, ["checkpoint", "step", "layer", "pos", "head_name", "gap", "recovery",
+                        "attribution_recovery"],
+                {"head_name": "head", "pos": "position", "gap": "clean - corrupted logit gap",
+                 "recovery": "exact patching recovery",
+                 "attribution_recovery": "attribution patching recovery"}, a.csv)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """``icr``: the command line. Thin: parses, validates, calls the library.
 
     icr train --task induction --out runs/demo --set train.steps=300
-    icr eval runs/demo --checkpoints last
+    icr eval runs/demo
     icr checkpoints runs/demo
+    icr explore runs/demo --checkpoints all --out demo.html
     icr reproduce cr --profile quick --out out/ --seeds 0,1,2
 """
 
@@ -124,13 +125,24 @@ def main() -> None:
                    "resource ceilings: --set resources.max_gib=16.")
 @click.option("--phase", default="train", show_default=True,
               help="Phase name for checkpoints: a letter, then letters, digits, _ or -.")
-def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase: str) -> None:
+@click.option("--init", "init", default=None, metavar="RUN[:CHECKPOINT]",
+              help="Start the phase from a checkpoint of another run (same model shapes), "
+                   "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: last.")
+@click.option("--track", type=click.Choice(["none", "wandb"]), default="none",
+              show_default=True,
+              help="Also log the training metrics to Weights & Biases: offline into "
+                   "OUT/wandb/ unless WANDB_MODE=online or WANDB_API_KEY is set.")
+def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase: str,
+          init: str | None, track: str) -> None:
     """Train one phase of a model on a task, with checkpoints and metrics in OUT.
 
     Re-running the same command resumes from the last intact checkpoint (also in a copied or
-    renamed directory); a finished phase is reported, not retrained. Everything is checked
-    before anything is written, including an estimate of memory and disk against
-    resources.max_gib / resources.max_disk_gib.
+    renamed directory); a finished phase is reported, not retrained. The same command with a
+    larger --set train.steps=N extends a finished run from its last checkpoint. --init starts
+    a new phase from another run's checkpoint (e.g. finetuning a pretrained model).
+    Everything is checked before anything is written, including an estimate of memory and
+    disk against resources.max_gib / resources.max_disk_gib; a bad setting is one line on
+    stderr and exit code 2.
     """
     from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
     from mechinterp_icr.store.rundir import check_phase_name
@@ -138,7 +150,12 @@ def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase
     check_phase_name(phase)
     name = Path(out).resolve().name or "run"
     cfg = resolve_run_config(task_kind, seed, list(overrides), name=name)
-    res = train_single_phase(cfg, Path(out), phase=phase)
+    tracker = _WandbTracker(cfg, Path(out), phase) if track == "wandb" else None
+    try:
+        res = train_single_phase(cfg, Path(out), phase=phase, init=init, on_log=tracker)
+    finally:
+        if tracker is not None:
+            tracker.finish()
     for s in res.skipped:
         click.echo(f"skipped damaged checkpoint {s}", err=True)
     if res.removed_temp_files:
@@ -155,26 +172,96 @@ def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase
                f"to {where}")
 
 
+class _WandbTracker:
+    """``icr train --track wandb``: a wandb run opened at the first metrics record (so a
+    refused start leaves nothing behind), offline with its files under OUT/wandb/ unless
+    WANDB_MODE says otherwise or WANDB_API_KEY is set; project ``mechinterp_icr`` (or
+    WANDB_PROJECT), named after the run directory and phase, with the resolved config.
+    Metrics are logged as ``<phase>/<name>`` at their step."""
+
+    def __init__(self, cfg, out: Path, phase: str):
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError("--track wandb needs the wandb package (pip install wandb)"
+                              ) from None
+        self.cfg, self.out, self.phase, self.run = cfg, out, phase, None
+
+    def __call__(self, record: dict) -> None:
+        import os
+
+        import wandb
+
+        from mechinterp_icr.config import to_dict
+
+        if self.run is None:
+            mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY")
+                                                    else "offline")
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "mechinterp_icr"),
+                                  name=f"{self.out.resolve().name}-{self.phase}",
+                                  dir=str(self.out), mode=mode, config=to_dict(self.cfg))
+        step = record.get("step")
+        data = {f"{self.phase}/{k}": v for k, v in record.items()
+                if k not in ("phase", "step") and isinstance(v, (int, float))}
+        self.run.log(data, step=step if isinstance(step, int) else None)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+
+
 @main.command(name="eval")
 @click.argument("run", type=click.Path())
-@click.option("--checkpoints", "selection", default="last", show_default=True,
+@click.option("--checkpoints", "selection", default=None,
               help="Which checkpoints: all, last, first, phase:NAME[:first|:last], steps:A-B, "
-                   "a name, or several joined by commas.")
+                   "a name, or several joined by commas. Default: the last checkpoint of "
+                   "every phase except all-weights arms; a bare last/first is the main "
+                   "phase's (ft-icl on a CR run).")
 @click.option("--batches", default=4, show_default=True, type=int,
-              help="Held-out batches per checkpoint (1 to 10000).")
-def eval_cmd(run: str, selection: str, batches: int) -> None:
-    """Evaluate checkpoints of RUN on held-out data; prints a table and writes
-    RUN/analyses/eval.json (only when every selected checkpoint was evaluated)."""
+              help="Held-out batches (of train.eval_batch_size prompts) per number "
+                   "(1 to 10000).")
+def eval_cmd(run: str, selection: str | None, batches: int) -> None:
+    """Evaluate checkpoints of RUN with the task's own held-out metrics, one block per phase
+    (CR: held-out ICL exact / type / restricted accuracy for every number of demos K, and
+    PT recall; IR: step-1 and step-2 accuracy; other tasks: held-out loss and accuracy).
+    Writes RUN/analyses/eval.json (only when every selected checkpoint was evaluated)."""
     from mechinterp_icr.pipeline import evaluate_run
 
-    rows, path = evaluate_run(Path(run), selection, batches)
-    keys = sorted({k for r in rows for k in r if k not in ("checkpoint",)})
-    click.echo("checkpoint".ljust(26) + "  ".join(k[:18].ljust(18) for k in keys))
-    for r in rows:
-        click.echo(r["checkpoint"].ljust(26) + "  ".join(
-            (f"{r[k]:.4f}" if isinstance(r.get(k), float) else str(r.get(k, ""))).ljust(18)
-            for k in keys))
+    rows, path = evaluate_run(Path(run), selection, batches, progress=True)
+    for line in format_eval(rows):
+        click.echo(line)
     click.echo(f"wrote {path}")
+
+
+def format_eval(rows: list[dict]) -> list[str]:
+    """Lines of ``icr eval``: per phase, its checkpoints; metrics ending in ``_K<k>`` as a
+    table over K, the others as ``name value`` pairs."""
+    import re
+
+    lines: list[str] = []
+    for r in rows:
+        lines.append(f"{r['phase']}  {r['checkpoint']} (step {r['step']})")
+        by_k: dict[str, dict[int, float]] = {}
+        flat = []
+        for k, v in r.items():
+            if k in ("checkpoint", "phase", "step"):
+                continue
+            m = re.fullmatch(r"(.+)_K(\d+)", k)
+            if m:
+                by_k.setdefault(m.group(1), {})[int(m.group(2))] = v
+            else:
+                flat.append((k, v))
+        if flat:
+            lines.append("  " + "   ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in flat))
+        if by_k:
+            ks = sorted({k for d in by_k.values() for k in d})
+            width = max(len(n) for n in by_k) + 2
+            lines.append("  " + "".ljust(width) + "".join(f"K={k}".rjust(8) for k in ks))
+            for name, d in by_k.items():
+                lines.append("  " + name.ljust(width) + "".join(
+                    (f"{d[k]:.3f}" if k in d else "").rjust(8) for k in ks))
+    return lines
 
 
 @main.command()
@@ -338,6 +425,31 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
     from mechinterp_icr.viz.views import view_run
 
     path = view_run(Path(run), checkpoint, prompt=prompt, example=example, out=out)
+    click.echo(str(path))
+
+
+@main.command()
+@click.argument("run", type=click.Path())
+@click.option("--checkpoints", "selection", default="all", show_default=True,
+              help="Checkpoints on the slider: all, last, first, phase:NAME[:first|:last], "
+                   "steps:A-B, a name, or several joined by commas (at most 400).")
+@click.option("--prompt-seed", default=0, show_default=True, type=int,
+              help="Seed of the held-out prompt shown (CR: an ICL prompt on held-out "
+                   "subjects) and of the role-table batch.")
+@click.option("--prompt", default=None,
+              help='Space-separated tokens instead of a drawn prompt, e.g. "[BOS] S1 A0_3 '
+                   '[SEP] S2".')
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False),
+              help="HTML file to write (default RUN/analyses/explore.html).")
+def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
+            out: str | None) -> None:
+    """Write one offline HTML page with a slider over checkpoints of RUN: the attention of
+    every head on one prompt (circuitsvis), the prediction beside the correct answer, the
+    head-role table and the training curves (CR-7 probes, IR-4 attention row, or the run's
+    own metrics) with the current checkpoint marked. Prints the page's path."""
+    from mechinterp_icr.viz.explore import explore_run
+
+    path = explore_run(Path(run), selection, out=out, prompt_seed=prompt_seed, prompt=prompt)
     click.echo(str(path))
 
 

@@ -45,7 +45,8 @@ from mechinterp_icr.training.loop import (
 )
 
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
-           "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES"]
+           "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
+           "main_phase", "resolve_selection", "parse_init", "task_metrics"]
 
 MAX_EVAL_BATCHES = 10_000
 
@@ -158,7 +159,62 @@ def _undo_start(out: Path, before: set[Path], existed: bool) -> None:
             pass
 
 
-def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train") -> PhaseResult:
+def _extension(out: Path, cfg: RunConfig) -> RunConfig | None:
+    """The stored config of ``out`` when ``cfg`` differs from it only by a larger
+    ``train.steps`` (the run is extended); None when the configs agree or there is none.
+    A smaller ``train.steps`` is refused (a run is not shortened)."""
+    run = RunDir(out)
+    if not (out / "config.json").exists():
+        return None
+    old = run.read_config()
+    if old.train.steps == cfg.train.steps:
+        return None
+    same = replace(cfg, name=old.name, resources=old.resources,
+                   train=replace(cfg.train, steps=old.train.steps))
+    if same != old:
+        return None  # another difference: check_config names it
+    if cfg.train.steps < old.train.steps:
+        raise ConfigError(
+            f"train.steps = {cfg.train.steps} is not allowed for {out}: the run was made with "
+            f"train.steps = {old.train.steps} and is not shortened; analyse its first steps "
+            f"with --checkpoints steps:0-{cfg.train.steps}, or train into another --out")
+    return old
+
+
+def parse_init(spec: str) -> tuple[Path, str]:
+    """``RUN[:CHECKPOINT]`` (``--init``) -> (run directory, selection naming one checkpoint;
+    ``last`` when omitted). The run part is the longest prefix before a ``:`` that is a
+    directory, so selections such as ``phase:pretrain:last`` pass through."""
+    spec = str(spec)
+    cands = [i for i, ch in enumerate(spec) if ch == ":"]
+    for i in sorted(cands, reverse=True):
+        if Path(spec[:i]).is_dir():
+            return Path(spec[:i]), spec[i + 1:] or "last"
+    if Path(spec).is_dir():
+        return Path(spec), "last"
+    raise ConfigError(f"--init = {spec!r} is not allowed; expected RUN or RUN:CHECKPOINT with "
+                      "RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
+
+
+def _init_state(spec: str, model) -> tuple[dict, str]:
+    """Weights of the checkpoint ``spec`` (``RUN:CHECKPOINT``) checked against ``model``."""
+    from mechinterp_icr.store.checkpoint import load_checkpoint
+
+    path, sel = parse_init(spec)
+    run = RunDir(path)
+    cks = run.select(resolve_selection(run, sel))
+    if len(cks) != 1:
+        raise RunError(f"--init {spec!r} selects {len(cks)} checkpoints; expected exactly one "
+                       "(e.g. RUN:last, RUN:phase:NAME:last or RUN:<checkpoint name>)")
+    tmp = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    load_checkpoint(cks[0].stem, model)  # checks names and shapes before loading
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(tmp)
+    return state, f"{run.path}:{cks[0].name}"
+
+
+def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
+                       init: str | None = None, on_log=None) -> PhaseResult:
     """Train (or resume) one phase of ``cfg`` into the run directory ``out``.
 
     Refused before anything is written: a bad phase name, a config over its resource ceilings
@@ -166,27 +222,50 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train") -> Phase
     directory holding another run or being trained by another process. A start that fails
     before the first checkpoint leaves the directory as it was. A new phase of an existing
     run gets the next phase order, so ``last`` follows the order the phases ran in.
+
+    Extending: when the directory holds this run with a smaller ``train.steps`` (and nothing
+    else differs), the phase resumes from its last checkpoint and trains up to the new
+    ``train.steps``; ``config.json`` records the new value. With a constant learning rate
+    (``train.decay = constant``, the default) the result equals a run trained that long from
+    the start.
+
+    ``init`` (``RUN:CHECKPOINT``): a phase that has no checkpoint in ``out`` yet starts from
+    that checkpoint of another run (same model shapes) instead of a fresh initialisation;
+    its sidecars record it as ``init_from``. A phase that has checkpoints resumes from them.
+    ``on_log``: called with every metrics record (``training.loop.train_phase``).
     """
     out = Path(out)
     check_phase_name(phase)
     cfg, task = _complete(cfg)
     model = model_for_task(cfg)
     resolve_trainable(model, cfg.train.trainable)  # ConfigError when it matches nothing
+    init_from = None
+    if init is not None:
+        state, init_from = _init_state(init, model)
+        model.load_state_dict(state)
     existed = out.exists()
-    if existed:
+    extended = _extension(out, cfg) if existed else None
+    if existed and extended is None:
         RunDir(out).check_config(cfg)  # another run's directory: refused before any write
     before = _existing(out)
     run = RunDir(out, create=True)
     try:
         with run.writer_lock():
             try:
+                if extended is not None:
+                    run.write_config(replace(cfg, name=extended.name,
+                                             resources=extended.resources))
                 run = RunDir.open_for(out, cfg)
                 return train_phase(model, lambda rng, bs: task.sample(rng, bs, "train"),
                                    cfg.train, run, phase, cfg.seed, run_config=cfg,
                                    phase_order=run.phase_order(phase),
                                    eval_fn=_heldout_eval(task, 2, cfg.train.eval_batch_size,
-                                                         cfg.seed))
+                                                         cfg.seed),
+                                   extra_meta={"init_from": init_from} if init_from else None,
+                                   on_log=on_log)
             except BaseException:
+                if extended is not None:
+                    run.write_config(extended)  # the run keeps the config it had
                 _undo_start(out, before, existed)
                 raise
     except (RunError, OSError):  # the lock was refused or could not be taken
@@ -217,19 +296,113 @@ def load_run_model(run: RunDir):
     return cfg, task, lambda: model_for_task(cfg)
 
 
+def main_phase(run: RunDir) -> str:
+    """The phase that ``last`` / ``first`` mean for a person reading a run: ``ft-icl`` when
+    the run has it (a CR reproduction run, whose last phase is an all-weights comparison arm),
+    else the last phase trained that is not an all-weights arm (``*-allw``)."""
+    phases = run.phases()
+    if not phases:
+        raise RunError(f"run directory {run.path} has no checkpoints")
+    if "ft-icl" in phases:
+        return "ft-icl"
+    usable = [p for p in phases if not p.endswith("-allw")]
+    return (usable or phases)[-1]
+
+
+def resolve_selection(run: RunDir, selection: str) -> str:
+    """``selection`` with each bare ``last`` / ``first`` read as the main phase's
+    (:func:`main_phase`): ``phase:ft-icl:last`` on a CR run, never the all-weights arm."""
+    parts = [p.strip() for p in str(selection).split(",")]
+    if not any(p in ("last", "first") for p in parts):
+        return selection
+    main = main_phase(run)
+    return ",".join(f"phase:{main}:{p}" if p in ("last", "first") else p for p in parts)
+
+
+def _default_selection(run: RunDir) -> str:
+    """The last checkpoint of every phase but the all-weights arms (of every phase when all
+    are arms)."""
+    phases = run.phases()
+    if not phases:
+        raise RunError(f"run directory {run.path} has no checkpoints")
+    keep = [p for p in phases if not p.endswith("-allw")] or phases
+    return ",".join(f"phase:{p}:last" for p in keep)
+
+
+def task_metrics(task, cfg: RunConfig, n_batches: int):
+    """``fn(model) -> metrics``: the task's own held-out metrics.
+
+    CR: held-out-subject ICL accuracy (``exact``, ``type``, ``restricted``) for every number of
+    demonstrations K = 1 .. max_demos (keys ``heldout_icl_<metric>_K<K>``) and PT recall
+    (``pt_typed``, ``pt_exact``); IR: step-1 (relation) and step-2 (answer) accuracy;
+    other tasks: held-out loss and accuracy at the positions that carry a loss.
+    ``n_batches`` x ``train.eval_batch_size`` prompts per number."""
+    n = n_batches * cfg.train.eval_batch_size
+    kind = getattr(type(cfg.task), "kind", None)
+    if kind == "cr":
+        from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
+
+        def cr_fn(model) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for K in range(1, task.cfg.max_demos + 1):
+                if task.format_len(K, False) > model.cfg.n_ctx:
+                    break
+                r = evaluate_icl(model, task, [cfg.seed, 0xE7A1, K], task.heldout_subjects, K, n)
+                out.update({f"heldout_icl_{k}_K{K}": r[k] for k in ("exact", "type",
+                                                                    "restricted")})
+            r = evaluate_pt(model, task, [cfg.seed, 0xE7A2], None, n)
+            out.update({"pt_typed": r["typed"], "pt_exact": r["exact"]})
+            return out
+
+        return cr_fn
+    generic = _heldout_eval(task, n_batches, cfg.train.eval_batch_size, cfg.seed)
+    if kind != "ir":
+        return generic
+
+    def ir_fn(model) -> dict[str, Any]:
+        out = generic(model)
+        dev = next(model.parameters()).device
+        K = task.cfg.n_pairs
+        hits = {"step1_acc": [], "step2_acc": []}
+        for i in range(n_batches):
+            b = task.sample(batch_rng(cfg.seed, "heldout-eval", i),
+                            cfg.train.eval_batch_size, split="eval").to(dev)
+            pred = model(b.tokens).argmax(-1)
+            for key, pos in (("step1_acc", 2 * K), ("step2_acc", 2 * K + 1)):
+                hits[key].append(float((pred[:, pos] == b.targets[:, pos]).float().mean()))
+        out.update({k: sum(v) / len(v) for k, v in hits.items()})
+        return out
+
+    return ir_fn
+
+
 @torch.no_grad()
-def evaluate_run(path: Path, selection: str, n_batches: int = 4):
-    """Evaluate the selected checkpoints of a run on ``n_batches`` held-out batches; writes
+def evaluate_run(path: Path, selection: str | None = None, n_batches: int = 4,
+                 progress: bool = False):
+    """Evaluate the selected checkpoints of a run with the task's own metrics
+    (:func:`task_metrics`); one row per checkpoint with its phase and step. Without a
+    selection: the last checkpoint of every phase except the all-weights arms; a bare
+    ``last`` / ``first`` is the main phase's (:func:`resolve_selection`). Writes
     ``analyses/eval.json`` only when every selected checkpoint was evaluated (a refused or
     failed evaluation leaves the previous result in place)."""
     check_range("--batches", n_batches, 1, MAX_EVAL_BATCHES, integer=True)
     run = RunDir(path)
     cfg, task, build = load_run_model(run)
-    run.select(selection)  # refuse an empty, misspelt or unmatched selection first
-    fn = _heldout_eval(task, n_batches, cfg.train.eval_batch_size, cfg.seed)
+    selection = _default_selection(run) if selection is None else resolve_selection(run,
+                                                                                   selection)
+    cks = run.select(selection)  # refuse an empty, misspelt or unmatched selection first
+    fn = task_metrics(task, cfg, n_batches)
+    items = run.iter_models(selection, build)
+    if progress:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        items = tqdm(items, total=len(cks), desc="eval", file=sys.stderr, leave=False,
+                     disable=None)
     rows = []
-    for ck, model in run.iter_models(selection, build):
-        rows.append({"checkpoint": ck.name, **fn(model)})
+    for ck, model in items:
+        rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step, **fn(model)})
     if not rows:  # select() never returns nothing; kept so no result is replaced by []
         raise ConfigError(f"--checkpoints {selection!r} selects nothing")
     out = run.analyses_dir / "eval.json"

@@ -21,11 +21,14 @@ warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path, help="CR run directory whose task/seed to reuse")
     ap.add_argument("--lams", default=None, help="comma-separated lam values")
     ap.add_argument("--profile", default="quick", choices=["quick", "paper"])
     ap.add_argument("--out", type=Path, default=Path("out"), help="output root")
+    ap.add_argument("--csv", default=None, metavar="PATH",
+                    help="also write the table (one row per lam) as CSV to PATH")
     a = ap.parse_args(argv)
 
     import torch
@@ -61,7 +64,23 @@ def main(argv=None) -> int:
               f"{r['ft_acc_pc']:8.3f} {r['ft_icl_exact']:7.3f}")
     rho = spearman([r["lam"] for r in rows], [r["ft_type_variance_fraction"] for r in rows])
     print(f"Spearman rho(lam, separation after finetuning) = {rho:.2f}")
+    if a.csv:
+        write_csv(a.csv, rows)
     return 0
+
+
+def write_csv(path, rows) -> None:
+    """The rows' scalar columns (numbers, strings, booleans) as CSV."""
+    import csv
+
+    cols = [k for k in rows[0] if isinstance(rows[0][k], (int, float, str, bool))]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([r.get(c) for c in cols])
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

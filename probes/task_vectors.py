@@ -22,7 +22,8 @@ warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path, help="CR run directory (config.json + checkpoints/)")
     ap.add_argument("--checkpoints", default="phase:pretrain:last,phase:ft-icl:last",
                     help="all | last | phase:NAME | phase:NAME:last | steps:A-B | names, "
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
     ap.add_argument("--k-sweep", action="store_true", help="also separation vs K")
     ap.add_argument("--umap", action="store_true", help="UMAP view instead of PCA (slow)")
     ap.add_argument("--out", type=Path, default=None, help="figure folder (RUN/analyses)")
+    ap.add_argument("--csv", default=None, metavar="PATH",
+                    help="also write the table (one row per checkpoint) as CSV to PATH")
     a = ap.parse_args(argv)
 
     import torch
@@ -55,7 +58,12 @@ def main(argv=None) -> int:
             P = replace(P, n_heldout=a.n)
         if a.n_pc is not None:
             P = replace(P, n_pc=a.n_pc)
-        res = probe_run(a.run, a.checkpoints, P, a.seed, full=not a.quick, umap=a.umap,
+        from mechinterp_icr.pipeline import resolve_selection
+        from mechinterp_icr.store.rundir import RunDir
+
+        # a bare last / first is the main phase's (ft-icl), never the all-weights arm
+        selection = resolve_selection(RunDir(a.run), a.checkpoints)
+        res = probe_run(a.run, selection, P, a.seed, full=not a.quick, umap=a.umap,
                            out_dir=a.out, with_k=a.k_sweep)
     except (ConfigError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -64,9 +72,25 @@ def main(argv=None) -> int:
         for r in res["rows"]:
             print(r["checkpoint"], " ".join(f"K={k['K']}:{k['type_variance_fraction']:.3f}"
                                             for k in r["k_sweep"]))
+    if a.csv:
+        write_csv(a.csv, res["rows"])
     print(f"wrote {Path(res['figures']['html']).parent / 'task_vectors.json'} and "
           f"{res['figures']['html']}")
     return 0
+
+
+def write_csv(path, rows) -> None:
+    """The rows' scalar columns (numbers, strings, booleans) as CSV."""
+    import csv
+
+    cols = [k for k in rows[0] if isinstance(rows[0][k], (int, float, str, bool))]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([r.get(c) for c in cols])
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

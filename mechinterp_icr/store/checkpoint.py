@@ -3,7 +3,18 @@
 ``<stem>.safetensors`` holds the model weights under ``model.<name>`` and, when saved, the
 optimizer state under ``optim.<param index>.<key>``. ``<stem>.json`` holds the step, phase,
 metrics, the resolved run config, package versions, git revision, the optimizer's
-hyper-parameters, the shapes of every tensor and the SHA-256 of the weights file.
+hyper-parameters, the shapes of every tensor, the SHA-256 of the weights file and, for a
+TransformerLens model, its ``HookedTransformerConfig`` as a dict
+(``hooked_transformer_config``: ``dtype`` as a name such as ``"float32"``, ``device`` null),
+so a checkpoint loads with TransformerLens and safetensors alone::
+
+    cfg = json.load(open(stem + ".json"))["hooked_transformer_config"]
+    cfg["dtype"] = getattr(torch, cfg["dtype"])
+    model = HookedTransformer(HookedTransformerConfig.from_dict(cfg))
+    weights = safetensors.torch.load_file(stem + ".safetensors")
+    model.load_state_dict({k[6:]: v for k, v in weights.items() if k.startswith("model.")})
+
+Checkpoints written before this field existed load as before (nothing reads it here).
 
 Writes are atomic: each file goes to a temporary name first and is renamed into place, weights
 before sidecar, so a checkpoint whose sidecar exists is complete. Loading checks the sidecar
@@ -33,7 +44,7 @@ from safetensors.torch import save as st_save
 from mechinterp_icr.store.io import UnsafeFileError, atomic_write_bytes, read_regular_file
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_sidecar",
-           "verify_checkpoint", "CheckpointData", "MAX_SIDECAR_BYTES"]
+           "verify_checkpoint", "CheckpointData", "MAX_SIDECAR_BYTES", "hooked_config_dict"]
 
 FORMAT_VERSION = 1
 
@@ -59,6 +70,23 @@ def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tens
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
+def hooked_config_dict(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The model's ``HookedTransformerConfig`` as JSON values (None for another model):
+    ``dtype`` by name, ``device`` null (the loading machine chooses)."""
+    cfg = getattr(model, "cfg", None)
+    to_dict = getattr(cfg, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    out = {}
+    for k, v in to_dict().items():
+        if isinstance(v, torch.dtype):
+            v = str(v).removeprefix("torch.")
+        elif k == "device":
+            v = None
+        out[k] = v
+    return json.loads(json.dumps(out, default=str))
+
+
 def save_checkpoint(stem: str | Path, model: torch.nn.Module, meta: dict[str, Any],
                     optimizer: torch.optim.Optimizer | None = None) -> Path:
     """Write ``stem.safetensors`` and ``stem.json`` atomically; return the sidecar path."""
@@ -72,6 +100,9 @@ def save_checkpoint(stem: str | Path, model: torch.nn.Module, meta: dict[str, An
         tensors.update(otens)
     blob = st_save(tensors)
     side = dict(meta)
+    tl_cfg = hooked_config_dict(model)
+    if tl_cfg is not None:
+        side.setdefault("hooked_transformer_config", tl_cfg)
     side.update({
         "format_version": FORMAT_VERSION,
         "weights_file": stem.name + ".safetensors",

@@ -164,12 +164,15 @@ def train_phase(
     resume: bool = True,
     stop_after: int | None = None,
     extra_meta: dict[str, Any] | None = None,
+    on_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> PhaseResult:
     """Train ``model`` for ``cfg.steps`` updates of ``phase``; checkpoint into ``run``.
 
     ``sample(rng, batch_size)`` returns a Batch. With ``resume`` and an existing checkpoint of
     this phase in ``run``, training continues from the latest one. ``stop_after`` stops after
-    that many total updates (to simulate an interruption in tests).
+    that many total updates (to simulate an interruption in tests). ``on_log(record)`` is
+    called with every record written to ``metrics.jsonl`` (``{"phase", "step", **metrics}``),
+    e.g. to forward it to an experiment tracker.
     """
     t_start = time.perf_counter()
     check_phase_name(phase)
@@ -244,10 +247,15 @@ def train_phase(
         save_checkpoint(stem, model, meta, opt)
         saved.append(stem.name)
 
+    def log(record: dict[str, Any]) -> None:
+        if run is not None:
+            run.log_metrics(record)
+        if on_log is not None:
+            on_log(record)
+
     if resumed_from is None and 0 in ck_steps:  # (resumed from step 0: logged and saved)
         m0 = evaluate()
-        if run is not None:
-            run.log_metrics({"phase": phase, "step": 0, **m0})
+        log({"phase": phase, "step": 0, **m0})
         save(0, m0)
 
     bar = None
@@ -288,8 +296,7 @@ def train_phase(
             metrics = {"train_loss": loss_v, "train_acc": acc_v, "lr": lr_at(cfg, step)}
             if is_eval or done == cfg.steps or (is_ck and eval_fn is not None):
                 metrics.update(evaluate())
-            if run is not None:
-                run.log_metrics({"phase": phase, "step": done, **metrics})
+            log({"phase": phase, "step": done, **metrics})
             if is_ck:
                 save(done, metrics)
         if bar is not None:

@@ -1,6 +1,6 @@
 """Headless Chromium: screenshot or DOM dump of a local HTML file, to check what we produce.
 
-Uses Debian's ``chromium`` with the flags DESIGN.md found to work as root on this machine, a
+Uses Debian's ``chromium`` with flags that work as root (no sandbox, no GPU), a
 fresh ``--user-data-dir`` each time, and ``--virtual-time-budget`` so that scripts (plotly,
 circuitsvis/React) run before the capture. A plain screenshot can fire before circuitsvis has
 drawn, so callers that need drawn content retry (:func:`screenshot_until`).
@@ -33,21 +33,30 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
                               capture_output=True, text=True, timeout=timeout)
 
 
+def _url(html_file: str | Path, fragment: str = "") -> str:
+    """The file's URL, with ``#fragment`` when given (e.g. ``ck=3`` for the explorer)."""
+    uri = Path(html_file).resolve().as_uri()
+    return f"{uri}#{fragment.lstrip('#')}" if fragment else uri
+
+
 def screenshot(html_file: str | Path, png: str | Path, width: int = 1200, height: int = 1600,
-               budget_ms: int = 10000, timeout: float = 90) -> Path:
+               budget_ms: int = 10000, timeout: float = 90, fragment: str = "") -> Path:
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
+    if png.exists():
+        png.unlink()  # a stale file must not pass for this capture
     _run([f"--screenshot={png}", f"--window-size={width},{height}",
-          f"--virtual-time-budget={budget_ms}", Path(html_file).resolve().as_uri()], timeout)
+          f"--virtual-time-budget={budget_ms}", _url(html_file, fragment)], timeout)
     if not png.exists():
         raise RuntimeError(f"chromium wrote no screenshot for {html_file}")
     return png
 
 
-def dump_dom(html_file: str | Path, budget_ms: int = 10000, timeout: float = 90) -> str:
-    """The DOM after scripts ran (``--dump-dom``)."""
+def dump_dom(html_file: str | Path, budget_ms: int = 10000, timeout: float = 90,
+             fragment: str = "") -> str:
+    """The DOM after scripts ran (``--dump-dom``); ``fragment`` is appended as ``#...``."""
     res = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom",
-                Path(html_file).resolve().as_uri()], timeout)
+                _url(html_file, fragment)], timeout)
     return res.stdout
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mechinterp_icr.store.io import atomic_write_text
 
-__all__ = ["save_figure", "png_available", "PLOTLY_JS"]
+__all__ = ["save_figure", "png_available", "PLOTLY_JS", "checkpoint_figure"]
 
 PLOTLY_JS = "plotly.min.js"
 _CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -69,3 +69,36 @@ def save_figure(fig, stem: str | Path, png: bool = True, width: int = 900,
         except Exception as e:  # kaleido/chromium failures must not kill a reproduction
             out["png_error"] = f"{type(e).__name__}: {e}"
     return out
+
+
+def checkpoint_figure(rows, series: dict[str, str], title: str, y_title: str,
+                      group: str | None = None, y_range=None):
+    """Lines of ``rows`` (one per checkpoint, with ``phase`` and ``step``) against the training
+    step: one line per series (label -> row key) and phase, and per value of ``group`` (a row
+    key such as ``head``) when given. Checkpoints are placed at their steps, on a log axis
+    (``step + 1``) when the steps span more than a decade, so log-spaced checkpoints are not
+    drawn as evenly spaced categories."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    steps = [int(r["step"]) for r in rows if isinstance(r.get("step"), int)]
+    log = bool(steps) and max(steps) + 1 > 10 * (min(steps) + 1)
+    keys = []
+    for r in rows:
+        k = (r.get("phase", ""), r.get(group) if group else None)
+        if k not in keys:
+            keys.append(k)
+    for phase, g in keys:
+        sel = sorted((r for r in rows if r.get("phase", "") == phase
+                      and (group is None or r.get(group) == g)), key=lambda r: r["step"])
+        for label, key in series.items():
+            name = " ".join(str(x) for x in (phase, g, label) if x not in (None, ""))
+            fig.add_scatter(x=[r["step"] + 1 if log else r["step"] for r in sel],
+                            y=[r.get(key) for r in sel], mode="lines+markers", name=name)
+    fig.update_layout(title=title, yaxis_title=y_title,
+                      xaxis_title="training step + 1 (log scale)" if log else "training step")
+    if log:
+        fig.update_xaxes(type="log")
+    if y_range is not None:
+        fig.update_yaxes(range=list(y_range))
+    return fig

@@ -3,7 +3,10 @@
     python -m mechinterp_icr.viz.publish out figures     (what `make figures` runs)
 
 The repository's ``figures/`` holds these outputs so the README can show them inline; the
-interactive HTML figures (4.8 MB of plotly.js per folder) stay in the output directory.
+interactive HTML figures (4.8 MB of plotly.js per folder) stay in the output directory. The
+report is rendered anew for ``figures/`` (not copied): its PNGs are embedded, it links only
+to files inside ``figures/``, and it records the git revision it was written at (marked
+dirty when the checkout had uncommitted changes).
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ def publish(out_dir: Path, dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     for old in dest.glob("*.png"):
         old.unlink()
-    copied = []
-    for name in ("summary.json", "report.html"):
-        if (out_dir / name).exists():
-            shutil.copy2(out_dir / name, dest / name)
-            copied.append(dest / name)
+    from mechinterp_icr.viz.report import write_report
+
+    shutil.copy2(out_dir / "summary.json", dest / "summary.json")
+    copied = [dest / "summary.json"]
     for png in sorted((out_dir / "figures").glob("*.png")):
         shutil.copy2(png, dest / png.name)
         copied.append(dest / png.name)
+    copied.append(write_report(out_dir, report_dir=dest))
     return copied
 
 

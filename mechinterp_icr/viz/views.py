@@ -24,6 +24,7 @@ __all__ = [
     "BUNDLE_NAME",
     "attention_view_html",
     "bundle_source",
+    "example_prompt",
     "view_run",
     "write_attention_view",
     "write_bundle",
@@ -85,17 +86,25 @@ def write_attention_view(path: str | Path, tokens: Sequence[str], patterns,
                                                        notes=notes))
 
 
-def _example_tokens(task, seed: int, n: int):
-    """Tokens (T,) of example ``n`` of the task's fixed view set (CR: held-out ICL prompts)."""
+def example_prompt(task, seed: int, n: int, stream: str = "view"):
+    """``(tokens (T,), answer id or None)``: example ``n`` of the task's fixed example set
+    ``stream``, cut at its prediction position (the last token is where the answer is
+    predicted). CR: held-out ICL prompts up to the query; other tasks: held-out examples up
+    to their last position with a target, whose target is the answer."""
+    from mechinterp_icr.tasks.base import IGNORE
     from mechinterp_icr.training.loop import batch_rng
 
-    rng = batch_rng(seed, "view", 0)
+    rng = batch_rng(seed, stream, 0)
     if hasattr(task, "sample_icl"):
         b = task.sample_icl(rng, n + 1, subjects=getattr(task, "heldout_subjects", None))
         qp = int(b.meta["query_pos"][n])
-        return b.tokens[n, :qp + 1]
+        return b.tokens[n, :qp + 1], int(b.meta["answer"][n])
     b = task.sample(rng, n + 1, "eval")
-    return b.tokens[n]
+    pos = (b.targets[n] != IGNORE).nonzero().flatten()
+    if not len(pos):
+        return b.tokens[n], None
+    qp = int(pos[-1])
+    return b.tokens[n, :qp + 1], int(b.targets[n, qp])
 
 
 @torch.no_grad()
@@ -131,12 +140,12 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
         except ValueError as e:
             raise ConfigError(f"--prompt = {prompt!r} is not allowed: {e}") from None
         toks = torch.tensor(ids, dtype=torch.long)
-        label = "prompt"
+        label, answer = "prompt", None
     else:
         n = 0 if example is None else int(example)
         if n < 0:
             raise ConfigError(f"--example = {n} is not allowed; expected an integer >= 0")
-        toks = _example_tokens(task, cfg.seed, n)
+        toks, answer = example_prompt(task, cfg.seed, n)
         label = f"example{n}"
     if toks.numel() > cfg.model.n_ctx:
         raise ConfigError(f"--prompt has {toks.numel()} tokens; expected at most "
@@ -150,9 +159,16 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
     pats = torch.cat([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(L)], 0)
     names = [f"L{l}H{h}" for l in range(L) for h in range(H)]
     tok_str = task.vocab.tokens(toks.tolist())
-    pred = task.vocab.tokens([int(logits[0, -1].argmax())])[0]
+    probs = torch.softmax(logits[0, -1].float(), -1)
+    top = int(probs.argmax())
+    pred = task.vocab.tokens([top])[0]
     out = Path(out) if out is not None else rd.analyses_dir / "views" / f"{ck.name}-{label}.html"
-    notes = f"run {rd.path}, checkpoint {ck.name}; prediction at the last position: {pred}"
+    notes = (f"run {rd.path}, checkpoint {ck.name}; prediction at the last position: {pred} "
+             f"(p = {float(probs[top]):.3f})")
+    if answer is not None:
+        right = "right" if top == answer else "wrong"
+        notes += (f"; correct answer: {task.vocab.tokens([answer])[0]} "
+                  f"(p = {float(probs[answer]):.3f}, {right})")
     return write_attention_view(out, tok_str, pats, names, title=f"{ck.name}: {label}",
                                 notes=notes)
 

@@ -31,6 +31,9 @@ def test_view_is_offline_and_readable(run_dir):
     assert '"[BOS]"' in text and '"T' in text  # readable token strings
     # the head names reach the prop circuitsvis' AttentionHeads reads (not "Head 0, Head 1")
     assert '"attentionHeadNames": ["L0H0", "L0H1", "L1H0", "L1H1"]' in text
+    # the correct answer is shown beside the prediction, with both probabilities
+    assert re.search(r"prediction at the last position: T\d+ \(p = [0-9.]+\); correct answer: "
+                     r"T\d+ \(p = [0-9.]+, (right|wrong)\)", text)
 
 
 def test_view_prompt_and_errors(run_dir, tmp_path):

@@ -138,9 +138,11 @@ def test_finished_and_renamed_runs(run, tmp_path):
     run.rename(moved)
     code, out, _ = icr("train", "--out", moved, *TINY, "--set", "train.steps=6")
     assert code == 0 and "already finished" in out
-    # a longer schedule is another config: refused, and named
-    code, out, bug = icr("train", "--out", moved, *TINY, "--set", "train.steps=8")
+    # a shorter schedule is refused, and named; a longer one extends the finished run
+    code, out, bug = icr("train", "--out", moved, *TINY, "--set", "train.steps=4")
     assert one_error_line(code, out, bug) and "train.steps" in out
+    code, out, _ = icr("train", "--out", moved, *TINY, "--set", "train.steps=8")
+    assert code == 0 and "resumed from step 6" in out
 
 
 def test_new_phase_gets_the_next_order_and_becomes_last(run):

@@ -25,6 +25,7 @@ LAYERS = [
     "experiments",
     "runner",
     "cli",
+    "api",  # mechinterp_icr.load: a run's checkpoint as a HookedTransformer and its task
     "__init__",  # the public entry points (mechinterp_icr.load) may use every layer
 ]
 RANK = {name: i for i, name in enumerate(LAYERS)}

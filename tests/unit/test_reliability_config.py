@@ -223,6 +223,7 @@ def test_cli_train_refuses_another_runs_directory_without_touching_it(tmp_path):
     run = tmp_path / "run"
     RunDir.open_for(run, _resolve(["train.steps=5"]))
     before = sorted(p.name for p in run.iterdir())
-    res = CliRunner().invoke(main, ["train", "--out", str(run), "--set", "train.steps=7"])
-    assert res.exit_code == 2 and "differs in train.steps" in res.output
+    res = CliRunner().invoke(main, ["train", "--out", str(run), "--set", "train.steps=5",
+                                    "--set", "train.lr=0.5"])  # (a larger train.steps alone
+    assert res.exit_code == 2 and "differs in train.lr" in res.output  # extends the run)
     assert sorted(p.name for p in run.iterdir()) == before == ["config.json"]

@@ -1,0 +1,37 @@
+"""notebooks/quickstart.ipynb runs top to bottom (nbclient, a fresh kernel) and is committed
+without outputs."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
+
+
+def test_the_committed_notebook_has_no_outputs():
+    nb = json.loads(NOTEBOOK.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code)
+
+
+def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    monkeypatch.setenv("QUICKSTART_OUT", str(tmp_path))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                     for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert "held-out ICL exact by K" in text
+    assert "prediction at the query" in text and "recovery" in text
+    assert "probe accuracy" in text
+    assert (tmp_path / "runs" / "cr" / "seed0" / "checkpoints").is_dir()
+    assert os.environ["QUICKSTART_OUT"] == str(tmp_path)

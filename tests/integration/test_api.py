@@ -1,0 +1,131 @@
+"""mechinterp_icr.load: a checkpoint as a HookedTransformer with the task's tokenizer; the
+sidecar's HookedTransformerConfig loads the weights with plain TransformerLens."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import mechinterp_icr as mi
+from mechinterp_icr.config import ConfigError
+from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+from mechinterp_icr.store.rundir import RunDir, RunError
+
+TINY = ["train.steps=6", "train.batch_size=8", "train.progress=false",
+        "train.checkpoint_schedule=linear", "train.checkpoint_every=3", "model.n_layers=1",
+        "model.d_model=16", "model.d_head=8", "model.n_heads=2", "model.d_mlp=32"]
+
+
+@pytest.fixture(scope="module")
+def cr_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("api") / "run"
+    cfg = resolve_run_config("cr", 0, TINY + ["task.n_subjects=8", "task.n_types=2",
+                                              "task.n_values=4", "task.n_grammar=4",
+                                              "task.n_tuples=2", "task.n_demos=2",
+                                              "task.max_demos=3"])
+    train_single_phase(cfg, out, phase="pretrain")
+    train_single_phase(cfg, out, phase="ft-icl-allw")
+    return out
+
+
+def test_load_returns_a_hooked_transformer_with_the_task_tokenizer(cr_run):
+    from transformer_lens import HookedTransformer
+
+    model, task = mi.load(cr_run)
+    assert isinstance(model, HookedTransformer)
+    assert model.cfg.model_name == "pretrain-0000006"  # the all-weights arm is never default
+    assert not model.training
+    b = task.sample_icl(np.random.default_rng(0), 2)
+    toks = b.tokens[0]
+    assert model.to_str_tokens(toks) == task.vocab.tokens(toks.tolist())
+    text = task.vocab.decode(toks.tolist())
+    assert torch.equal(model.to_tokens(text)[0].cpu(), toks)
+    assert model.to_string(toks) == text
+    logits, cache = model.run_with_cache(text)
+    assert logits.shape == (1, toks.numel(), model.cfg.d_vocab)
+    assert "blocks.0.attn.hook_pattern" in cache
+    padded = model.to_tokens([text, " ".join(text.split()[:3])])
+    assert padded.shape == (2, toks.numel())
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        model.to_tokens("[BOS] NOT_A_TOKEN")
+
+
+def test_load_selects_checkpoints(cr_run):
+    assert mi.load(cr_run, phase="ft-icl-allw")[0].cfg.model_name == "ft-icl-allw-0000006"
+    assert mi.load(cr_run, 3, phase="pretrain")[0].cfg.model_name == "pretrain-0000003"
+    assert mi.load(cr_run, "first")[0].cfg.model_name == "pretrain-0000000"
+    assert mi.load(cr_run, "ft-icl-allw-0000003")[0].cfg.model_name == "ft-icl-allw-0000003"
+    with pytest.raises(RunError, match="exactly one"):
+        mi.load(cr_run, "all")
+    with pytest.raises(RunError, match="phases here"):
+        mi.load(cr_run, phase="nope")
+    with pytest.raises(ConfigError, match="needs a phase"):
+        mi.load(cr_run, 3)
+    with pytest.raises(RunError, match="no checkpoint at that step"):
+        mi.load(cr_run, 5, phase="pretrain")
+
+
+PLAIN_TL = textwrap.dedent('''
+    import json, sys
+    import torch
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    stem, tokens_file, out = sys.argv[1:4]
+    cfg = json.load(open(stem + ".json"))["hooked_transformer_config"]
+    cfg["dtype"] = getattr(torch, cfg["dtype"])
+    model = HookedTransformer(HookedTransformerConfig.from_dict(cfg))
+    weights = load_file(stem + ".safetensors")
+    model.load_state_dict({k[len("model."):]: v for k, v in weights.items()
+                           if k.startswith("model.")})
+    model.eval()
+    tokens = torch.tensor(json.load(open(tokens_file)))
+    with torch.no_grad():
+        torch.save(model(tokens), out)
+    print("package imported:", any(m.startswith("mechinterp_icr") for m in sys.modules))
+''')
+
+
+def test_plain_transformer_lens_loads_a_checkpoint(cr_run, tmp_path):
+    ck = RunDir(cr_run).select("phase:pretrain:last")[0]
+    model, task = mi.load(cr_run, phase="pretrain")
+    tokens = task.sample(np.random.default_rng(1), 3).tokens
+    (tmp_path / "tokens.json").write_text(json.dumps(tokens.tolist()))
+    (tmp_path / "load.py").write_text(PLAIN_TL)
+    res = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(ck.stem),
+                          str(tmp_path / "tokens.json"), str(tmp_path / "logits.pt")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                              "HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "package imported: False" in res.stdout
+    plain = torch.load(tmp_path / "logits.pt", weights_only=True)
+    with torch.no_grad():
+        ours = model(tokens.to(next(model.parameters()).device)).cpu()
+    assert torch.allclose(plain, ours, atol=1e-5)
+
+
+def test_old_checkpoint_without_the_config_still_loads(cr_run, tmp_path):
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(cr_run, copy)
+    for side in (copy / "checkpoints").glob("*.json"):
+        meta = json.loads(side.read_text())
+        meta.pop("hooked_transformer_config")
+        side.write_text(json.dumps(meta))
+    model, _ = mi.load(copy, phase="pretrain")
+    assert model.cfg.model_name == "pretrain-0000006"
+
+
+def test_the_package_root_stays_light():
+    code = ("import sys, mechinterp_icr; "
+            "print('transformer_lens' in sys.modules, 'torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parent, timeout=120)
+    assert res.stdout.split() == ["False", "False"]
