@@ -43,11 +43,12 @@ CR_TINY = [
 
 
 # A tiny IR configuration (every stage, seconds on one core).
-IR_TINY = ["n=16", "N=32", "steps=20", "gd_sym_steps=20", "eval_size=200", "gap_n=[16]",
-        "sweep_n=[8,16]", "sweep_steps=20", "sweep_Nmax=8", "sweep_eval=100",
-        "k3_n=16", "pre_n=8", "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3",
-        "ht_dense=2", "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_half=4",
-        "sweep_random_seeds=1", "sweep_random_n=[8,16]", "sweep_random_d=8", "ow_n=16"]
+IR_TINY = ["n=16", "N=32", "steps=20", "stop_every=10", "stop_max=40", "gd_sym_steps=20",
+           "eval_size=200", "escape_eval=50", "gap_n=[16]", "sweep_n=[8,16]", "sweep_Ns=[1,2]",
+           "sweep_runs=1", "sweep_steps=5", "sweep_eval=50", "k3_n=16", "k3_N=32", "pre_n=8",
+           "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3", "ht_dense=2",
+           "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_len=12",
+           "ind_probes=8", "ow_n=16"]
 
 
 def build_induction_patching_case(steps: int = 150):

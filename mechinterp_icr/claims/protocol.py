@@ -12,7 +12,9 @@ the experiment code only supplies numbers.
   ``every_seed`` on *any* seed, under ``mean`` by the mean. A **positive** control (the effect
   known to be present) misbehaves when its condition is not met (every seed / mean). A
   control that could not be measured misbehaves too: no number, no evidence.
-- Verdict: the rule (all conditions) not met -> ``does not hold``; met with a misbehaving
+- Verdict: ``not_measurable`` set (the claim's quantity cannot be measured in this setting,
+  e.g. IR-5 when N does not grow) -> ``inconclusive`` with the reason; else the rule (all
+  conditions) not met -> ``does not hold``; met with a misbehaving
   control -> ``inconclusive`` (the report names the control); met with every control as
   expected -> ``holds``.
 
@@ -209,12 +211,12 @@ def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
     """(verdict, reason) from evaluated conditions, extra checks and controls."""
     failed = [c["condition"] for c in conditions if not c["met"]]
     failed += [name for name, ok in extra_checks.items() if not ok]
+    if not_measurable:  # SPEC: the quantity cannot be measured here, whatever the rule says
+        return INCONCLUSIVE, f"not measurable: {not_measurable}"
     if not conditions:
         return NOT_HOLD, "no condition evaluated"
     if failed:
         return NOT_HOLD, "not met: " + "; ".join(failed)
-    if not_measurable:
-        return INCONCLUSIVE, f"not measurable: {not_measurable}"
     if not controls:
         return INCONCLUSIVE, "no control measured in this run"
     bad = [c for c in controls if not c.ok]

@@ -113,8 +113,9 @@ def ir_accuracy(logits2: torch.Tensor, batch, chained_logits2: torch.Tensor | No
     # probability of the right relation under the model's softmax (decoding temperature T):
     # 1/2 on swap-confusing sequences at the saddle even when a tiny asymmetry breaks the tie
     p1 = torch.softmax(logits2[:, 0].double(), -1).gather(-1, t1[:, None]).squeeze(-1)
+    p2 = torch.softmax(logits2[:, 1].double(), -1).gather(-1, t2[:, None]).squeeze(-1)
     out = {"step1_acc": float(c1.mean()), "step2_acc": float(c2.mean()),
-           "step1_prob": float(p1.mean())}
+           "step1_prob": float(p1.mean()), "step2_prob": float(p2.mean())}
     for name in ("single", "swap", "confusing"):
         m = batch.meta.get(name)
         if m is not None and bool(m.any()):

@@ -553,18 +553,27 @@ def pretrain_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor, seed: int 
 
 @torch.no_grad()
 def memory_retrieval(task: IRTask, spec: IRModelSpec, memory: Memory | None,
-                     E: torch.Tensor) -> dict[str, Any]:
-    """IR-1 check of a memory on clean two-element queries over *every* triple.
-
-    relation: copy = (E_s + E_a)/4 (mass 1/4 on each, the symmetric point of the step-1 row)
-    at a subject position -> r (correct when r is among the maxima and every maximum is a
-    relation consistent with (s, a), i.e. up to ties with f(s, r') = a); answer: copy = E_s at
-    a relation position with tok = E_r -> a.
-    """
+                     E: torch.Tensor, max_triples: int = 0,
+                     shuffle_seed: int | None = None) -> dict[str, Any]:
+    """IR-1 check of a memory on clean two-element queries over every triple (a seeded sample
+    of ``max_triples`` when > 0). relation: copy = (E_s + E_a)/4 at a subject position -> r
+    (correct when r is among the maxima and every maximum is consistent with (s, a), i.e. up
+    to ties with f(s, r') = a); answer: copy = E_s at a relation position, tok = E_r -> a.
+    ``shuffle_seed``: IR-1's negative control, the constructed memory storing the triples with
+    their answers permuted, scored against the true knowledge base."""
     fast = FastIR(task, spec, memory=memory, E=E)
     n, R = task.cfg.n_subjects, task.cfg.n_relations
     s_tok, r_tok, a_tok = _triple_tokens(task)
-    nt = len(s_tok)
+    if shuffle_seed is not None:
+        gen = torch.Generator().manual_seed(int(shuffle_seed) + zlib.crc32(b"ir-shuffle"))
+        fast.a_tok = a_tok[torch.randperm(len(a_tok), generator=gen)].clone()
+        if not fast.onehot:
+            fast.K_rel = (E[s_tok] + E[fast.a_tok]).T.contiguous()
+    idx = torch.arange(len(s_tok))
+    if 0 < max_triples < len(idx):
+        gen = torch.Generator().manual_seed(zlib.crc32(b"ir-retrieval-sample"))
+        idx = torch.randperm(len(idx), generator=gen)[:max_triples].sort().values
+    s_tok, r_tok, a_tok, nt = s_tok[idx], r_tok[idx], a_tok[idx], len(idx)
     f = torch.from_numpy(task.kb.f)
     res = {}
     for which in ("relation", "answer"):
@@ -575,10 +584,6 @@ def memory_retrieval(task: IRTask, spec: IRModelSpec, memory: Memory | None,
             if which == "relation":
                 copy = (E[s_tok[sl]] + E[a_tok[sl]]) / 4
                 out = fast.memory_out(copy, s_tok[sl], torch.full((k,), task.step1_pos))
-            else:
-                copy = E[s_tok[sl]].clone()
-                out = fast.memory_out(copy, r_tok[sl], torch.full((k,), task.step2_pos))
-            if which == "relation":
                 mx = out.max(-1, keepdim=True).values
                 top = out >= mx - 1e-9 * mx.abs().clamp(min=1)
                 rel_top = top[:, n: n + R]
@@ -586,6 +591,8 @@ def memory_retrieval(task: IRTask, spec: IRModelSpec, memory: Memory | None,
                 ok = (top.sum(-1) == rel_top.sum(-1)) & ~(rel_top & ~consistent).any(-1) & \
                     rel_top[torch.arange(k), r_tok[sl] - n]
             else:
+                copy = E[s_tok[sl]].clone()
+                out = fast.memory_out(copy, r_tok[sl], torch.full((k,), task.step2_pos))
                 ok = out.argmax(-1) == a_tok[sl]
             correct += int(ok.sum())
         res[f"{which}_acc"] = correct / nt

@@ -3,7 +3,9 @@
 - :func:`attention_rows_figure` (IR-4): the step-1 attention row over steps for the four
   fast runs (pair-symmetric / raw data, PGD / GD) of one seed;
 - :func:`gap_vs_n_figure` (IR-3): the converged within-pair gap against n per seed;
-- :func:`sample_complexity_figure` (IR-5): the smallest N against n per seed and embedding;
+- :func:`gap_decay_figure` (IR-3): the within-pair gap over steps until the stopping rule;
+- :func:`sample_complexity_figure` (IR-5): the fitted N against n per seed (random
+  embeddings);
 - :func:`row_overwrite_figure` (IR-3 / IR-4 causal): P(r*) and step-1 accuracy with the
   step-1 row overwritten, across the checkpoints of the HookedTransformer runs;
 - :func:`write_ir_figures`: all of them, returning the paths written by figure name.
@@ -20,6 +22,7 @@ from mechinterp_icr.viz.figures import save_figure
 
 __all__ = [
     "attention_rows_figure",
+    "gap_decay_figure",
     "gap_vs_n_figure",
     "row_overwrite_figure",
     "sample_complexity_figure",
@@ -70,26 +73,37 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
     return fig
 
 
-def sample_complexity_figure(rows: list[dict[str, Any]], random_rows: list[dict[str, Any]]):
-    """IR-5: sweep rows with ``seed``, ``n`` and ``N`` (None: not reached); the random-
-    embedding rows also carry ``d_embed``."""
+def sample_complexity_figure(rows: list[dict[str, Any]]):
+    """IR-5: sweep rows with ``seed``, ``n``, ``d_embed`` and the fitted ``N`` (None: not
+    reached), random embeddings."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    series = [("one-hot", rows)]
-    if random_rows:
-        series.append((f"random d={random_rows[0]['d_embed']}", random_rows))
-    for label, rr_all in series:
-        if not rr_all:
-            continue
-        for s in sorted({r["seed"] for r in rr_all}):
-            rr = [r for r in rr_all if r["seed"] == s]
-            fig.add_trace(go.Scatter(x=[r["n"] for r in rr],
-                                     y=[r["N"] if r["N"] is not None else None for r in rr],
-                                     mode="lines+markers", name=f"{label}, seed {s}"))
+    for s in sorted({r["seed"] for r in rows}):
+        rr = sorted((r for r in rows if r["seed"] == s), key=lambda r: r["n"])
+        fig.add_trace(go.Scatter(x=[r["n"] for r in rr], y=[r["N"] for r in rr],
+                                 mode="lines+markers", name=f"seed {s}"))
+    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows if r["seed"] == rows[0]["seed"])
     fig.update_xaxes(type="log", title_text="n (subjects)")
-    fig.update_yaxes(type="log", title_text="smallest N with step-1 acc >= 0.99")
-    fig.update_layout(title="IR-5: sample complexity")
+    fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (logistic crossing)")
+    fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})")
+    return fig
+
+
+def gap_decay_figure(traces: dict[str, list[list[float]]], n: int):
+    """IR-3: the within-pair gap of the step-1 row over steps until the stopping rule, per
+    seed (``traces[seed]`` = [[step, gap], ...])."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for s, tr in traces.items():
+        fig.add_trace(go.Scatter(x=[max(t[0], 0.5) for t in tr], y=[t[1] for t in tr],
+                                 mode="lines+markers", name=f"seed {s}"))
+    fig.add_hline(y=0.02, line_dash="dash", annotation_text="0.02")
+    fig.update_xaxes(type="log", title_text="step (1 = after the large step + perturbation)")
+    fig.update_yaxes(type="log", title_text="within-pair gap")
+    fig.update_layout(title=f"IR-3: decay of the within-pair gap until the stopping rule "
+                            f"(n={n})")
     return fig
 
 
@@ -131,7 +145,7 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
 def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      traj: dict[int, dict[str, list[dict[str, Any]]]],
                      gap_rows: list[dict[str, Any]], sweep_rows: list[dict[str, Any]],
-                     sweep_random_rows: list[dict[str, Any]],
+                     gap_traces: dict[str, list[list[float]]] | None = None,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
                      n: int, ht_n: int) -> dict[str, dict[str, str]]:
     """Write every IR figure there are rows for into ``fig_dir``; ``n`` and ``ht_n`` (the
@@ -151,10 +165,12 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
     if gap_rows:
         figs["ir_3_gap_vs_n"] = save_figure(gap_vs_n_figure(gap_rows, seeds),
                                             fig_dir / "ir_3_gap_vs_n")
+    if gap_traces:
+        figs["ir_3_gap_decay"] = save_figure(gap_decay_figure(gap_traces, n),
+                                             fig_dir / "ir_3_gap_decay")
     if sweep_rows:
-        figs["ir_5_sample_complexity"] = save_figure(
-            sample_complexity_figure(sweep_rows, sweep_random_rows),
-            fig_dir / "ir_5_sample_complexity")
+        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(sweep_rows),
+                                                     fig_dir / "ir_5_sample_complexity")
     if ow_runs:
         figs["ir_causal_row_overwrite"] = save_figure(
             row_overwrite_figure(ow_runs, ht_n, seed), fig_dir / "ir_causal_row_overwrite",

@@ -10,38 +10,25 @@ from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, from_dict, to_dict
 from mechinterp_icr.experiments import ir
 
-# the profiles as they were before the config became a dataclass (a 45-key dict)
-QUICK_BEFORE = {
-    "n": 512, "R": 6, "N": 256, "steps": 200, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
-    "p_single": 0.25, "p_swap": 0.25, "temperature": 0.05, "lam2": 10.0,
-    "eval_size": 1000, "escape_spread": 0.05, "gd_sym_steps": 400,
-    "gap_n": [64, 128, 256, 512],
-    "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_steps": 100, "sweep_Nmax": 256,
-    "sweep_eval": 1000, "sweep_target": 0.99,
-    "sweep_random_n": [32, 64, 128, 256], "sweep_random_d": 128, "sweep_random_seeds": 0,
-    "k3_n": 512, "pre_n": 32, "pre_steps": 600, "pre_N": 256, "pre_ft_steps": 1000,
-    "pre_ft_lr": 0.25,
+# the profiles as registered (issue 15): every value a verdict depends on is the same in both
+QUICK_NOW = {
+    "n": 512, "R": 6, "N": 256, "steps": 200, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
+    "p_single": 0.25, "p_swap": 0.25, "temperature": 0.02, "lam2": 10.0,
+    "eval_size": 1000, "stop_every": 100, "stop_tol": 0.0005, "stop_max": 1000,
+    "escape_spread": 0.05, "escape_eval": 300, "gd_sym_steps": 400, "eps_asym": 0.02,
+    "gap_n": [64, 128, 256, 512, 1024],
+    "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_d_div": 2,
+    "sweep_Ns": [1, 2, 4, 8, 16, 32], "sweep_runs": 2, "sweep_steps": 50, "sweep_eval": 300,
+    "k3_n": 512, "k3_N": 1024, "pre_n": 32, "pre_steps": 600, "pre_N": 256,
+    "pre_ft_steps": 1000, "pre_ft_lr": 0.25,
     "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
     "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
-    "ind_steps": 300, "ind_tokens": 32, "ind_half": 10,
+    "ind_steps": 600, "ind_tokens": 32, "ind_len": 16, "ind_probes": 256,
     "ow_n": 64,
 }
-PAPER_BEFORE = {
-    "n": 2048, "R": 6, "N": 512, "steps": 2000, "big_lr": 5.0, "sigma": 0.01, "lr": 0.05,
-    "p_single": 0.25, "p_swap": 0.25, "temperature": 0.05, "lam2": 10.0,
-    "eval_size": 5000, "escape_spread": 0.05, "gd_sym_steps": 3000,
-    "gap_n": [64, 128, 256, 512, 1024, 2048],
-    "sweep_n": [64, 128, 256, 512, 1024, 2048], "sweep_steps": 400, "sweep_Nmax": 512,
-    "sweep_eval": 2000, "sweep_target": 0.99,
-    "sweep_random_n": [64, 128, 256, 512, 1024, 2048],
-    "sweep_random_d": 128, "sweep_random_seeds": 3,
-    "k3_n": 2048, "pre_n": 64, "pre_steps": 3000, "pre_N": 512, "pre_ft_steps": 3000,
-    "pre_ft_lr": 0.25,
-    "ht_n": 32, "ht_steps": 600, "ht_dense": 100, "ht_attn_big_lr": 1.0,
-    "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 256, "ht_eval": 512,
-    "ind_steps": 1000, "ind_tokens": 64, "ind_half": 12,
-    "ow_n": 512,
-}
+PAPER_NOW = {**QUICK_NOW, "eval_size": 5000, "sweep_eval": 1000, "escape_eval": 1000,
+             "ht_steps": 600, "ht_dense": 100, "ht_N": 256, "ht_eval": 512,
+             "ind_probes": 1024, "ow_n": 512}
 
 
 def _cfg(overrides=(), name="quick"):
@@ -50,7 +37,7 @@ def _cfg(overrides=(), name="quick"):
 
 def test_profiles_keep_their_values_and_round_trip():
     assert ir.PROFILES == ("quick", "paper")
-    for name, before in (("quick", QUICK_BEFORE), ("paper", PAPER_BEFORE)):
+    for name, before in (("quick", QUICK_NOW), ("paper", PAPER_NOW)):
         cfg = ir.profile(name)
         assert to_dict(cfg) == before
         assert all(type(v) is type(before[k]) for k, v in to_dict(cfg).items())
@@ -61,7 +48,7 @@ def test_profiles_keep_their_values_and_round_trip():
 
 
 def test_overrides_coerce_and_validate():
-    cfg = _cfg(["big_lr=2", "sweep_random_seeds=0"])
+    cfg = _cfg(["big_lr=2", "sweep_runs=1"])
     assert cfg.big_lr == 2.0 and isinstance(cfg.big_lr, float)
     with pytest.raises(ConfigError, match="n_subjectz"):
         _cfg(["n_subjectz=5"])
@@ -75,10 +62,12 @@ def test_overrides_coerce_and_validate():
         _cfg(["sigma=0"])
     with pytest.raises(ConfigError, match="steps"):
         _cfg(["steps=1.5"])
-    with pytest.raises(ConfigError, match="sweep_target"):
-        _cfg(["sweep_target=1.5"])
-    with pytest.raises(ConfigError, match="sweep_Nmax"):
-        _cfg(["sweep_Nmax=1"])
+    with pytest.raises(ConfigError, match="sweep_d_div"):
+        _cfg(["sweep_d_div=1"])
+    with pytest.raises(ConfigError, match="stop_max"):
+        _cfg(["stop_max=10"])
+    with pytest.raises(ConfigError, match="eps_asym"):
+        _cfg(["eps_asym=1.5"])
     with pytest.raises(ConfigError, match=r"profile = 'huge'.*quick"):
         ir.profile("huge")
 
@@ -100,8 +89,11 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     for i in range(1, 9):
         c = data["claims"][f"IR-{i}"]
         assert c["n_seeds"] == 1 and isinstance(c["holds"], bool)
+        assert c["verdict"] in ("holds", "does not hold", "inconclusive") and c["registered"]
+        assert c["controls"] and all("meets_rule" in k for k in c["controls"])
         assert {"statement", "per_seed", "mean", "ci95", "threshold"} <= set(c)
-    assert data["claims"]["IR-1"]["holds"]  # the constructed memory is exact at any n
+    assert data["claims"]["IR-1"]["conditions"][0]["met"]  # the constructed memory is exact
+    assert data["claims"]["IR-1"]["controls"][0]["as_expected"]  # shuffled memory fails
     assert "IR-5 sample complexity" in data["tables"]
     assert (tmp_path / "figures" / "ir_4_attention_rows.html").exists()
     causal = data["tables"]["IR-3/IR-4 causal: attention-row overwrite"]
@@ -109,13 +101,11 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     assert causal["checkpoints"]["ht_sym_gd"][0]["label"] == "init"
     assert 0 <= causal["per_seed_fixed_rows"]["0"]["acc"]["pairwise"]["clean"] <= 1
     assert "causal_row_overwrite" in data["claims"]["IR-4"]["details"]
-    # IR-4's raw-data part checks the saddle and PGD's escape; the GD/PGD ratio is reported
-    checks = data["claims"]["IR-4"]["extra_checks"]
-    assert any(k.startswith("raw data: PGD escapes") for k in checks)
-    assert not any("GD escapes no earlier" in k for k in checks)
+    role = data["claims"]["IR-4"]["details"]["perturbation_role"]
+    assert role["status"] in ("shown", "not tested")
     assert (tmp_path / "figures" / "ir_causal_row_overwrite.html").exists()
     assert set(data["tables"]["IR figures"]) == {"ir_4_attention_rows", "ir_3_gap_vs_n",
-                                                 "ir_5_sample_complexity",
+                                                 "ir_3_gap_decay", "ir_5_sample_complexity",
                                                  "ir_causal_row_overwrite"}
     assert "attention views" in data["timings_s"]
     run = tmp_path / "runs" / "ir" / "seed0" / "ht_sym_pgd"

@@ -83,3 +83,10 @@ def test_registry_has_every_claim_with_a_control():
 def test_bad_condition_is_refused():
     with pytest.raises(ValueError, match="op"):
         Condition("a", "=>", 1.0)
+
+
+def test_not_measurable_is_inconclusive_even_when_the_rule_fails():
+    bad = {"0": {"acc": 0.1, "gap": 0.5}}
+    c = Claim.from_spec(SPEC, bad, not_measurable="N does not grow")
+    d = c.to_dict()
+    assert d["verdict"] == INCONCLUSIVE and "not measurable" in d["verdict_reason"]

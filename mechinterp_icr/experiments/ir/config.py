@@ -28,30 +28,37 @@ class IRConfig:
     n: int = 512  # subjects
     R: int = 6  # relations
     N: int = 256  # finetuning sequences
-    steps: int = 200  # small PGD steps
-    big_lr: float = 5.0  # the large first step
+    steps: int = 200  # small PGD steps before the IR-3 stopping rule is first checked
+    big_lr: float = 1.0  # the large first step
     sigma: float = 0.01  # perturbation scale
     lr: float = 0.05  # small-step learning rate
     p_single: float = 0.25
     p_swap: float = 0.25
-    temperature: float = 0.05
+    temperature: float = 0.02
     lam2: float = 10.0
     eval_size: int = 1000
-    escape_spread: float = 0.05  # IR-4: pair-mass spread that counts as escape from the saddle
-    gd_sym_steps: int = 400  # IR-4: plain GD on pair-symmetric data runs longer
+    # IR-3 stopping rule: after `steps` small steps, every `stop_every` steps, stop once the
+    # within-pair gap fell by less than `stop_tol` over the last `stop_every` steps (or at
+    # `stop_max` small steps)
+    stop_every: int = 100
+    stop_tol: float = 0.0005
+    stop_max: int = 1000
+    escape_spread: float = 0.05  # pair-mass spread drawn in the IR-4 figure (reported only)
+    escape_eval: int = 300  # IR-4: swap-confusing sequences that decide escape (P(r*) >= 0.9)
+    gd_sym_steps: int = 400  # IR-4: plain GD budget (symmetric and eps-asymmetric data)
+    eps_asym: float = 0.02  # IR-4: fraction of the pair-reversed copies replaced by fresh draws
     # -- IR-3 gap against n
-    gap_n: tuple[int, ...] = (64, 128, 256, 512)
-    # -- IR-5 sample complexity
+    gap_n: tuple[int, ...] = (64, 128, 256, 512, 1024)
+    # -- IR-5 sample complexity (random embeddings of width n // sweep_d_div)
     sweep_n: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
-    sweep_steps: int = 100
-    sweep_Nmax: int = 256
-    sweep_eval: int = 1000
-    sweep_target: float = 0.99
-    sweep_random_n: tuple[int, ...] = (32, 64, 128, 256)
-    sweep_random_d: int = 128
-    sweep_random_seeds: int = 0  # how many seeds also run the random-embedding sweep
+    sweep_d_div: int = 2
+    sweep_Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    sweep_runs: int = 2  # PGD runs per (n, N, seed), each on its own training draw
+    sweep_steps: int = 50
+    sweep_eval: int = 300
     # -- IR-7 (K = 3) and IR-6 (pretrained memory)
     k3_n: int = 512
+    k3_N: int = 1024
     pre_n: int = 32
     pre_steps: int = 600
     pre_N: int = 256
@@ -66,10 +73,11 @@ class IRConfig:
     ht_attn_clip: float = 1.0
     ht_N: int = 128
     ht_eval: int = 256
-    # -- IR-8 induction control
-    ind_steps: int = 300
+    # -- IR-8 induction-head control (repeats of varying period and offset)
+    ind_steps: int = 600
     ind_tokens: int = 32
-    ind_half: int = 10
+    ind_len: int = 16
+    ind_probes: int = 256
     # -- IR-3 / IR-4 causal row overwrite: sequences of each kind
     ow_n: int = 64
 
@@ -80,28 +88,37 @@ class IRConfig:
                 check_range(f.name, value, 0, None, lo_open=True)
                 object.__setattr__(self, f.name, float(value))
             elif f.type == "int":
-                check_range(f.name, value, 0 if f.name == "sweep_random_seeds" else 1, None,
-                            integer=True)
+                check_range(f.name, value, 1, None, integer=True)
             else:  # tuple[int, ...]
-                ok = (isinstance(value, (list, tuple)) and len(value) > 0 and
-                      all(isinstance(v, int) and not isinstance(v, bool) and v >= 4
+                lo = 1 if f.name == "sweep_Ns" else 4
+                least = 2 if f.name in ("sweep_n", "sweep_Ns") else 1
+                ok = (isinstance(value, (list, tuple)) and len(value) >= least and
+                      all(isinstance(v, int) and not isinstance(v, bool) and v >= lo
                           for v in value))
-                check(ok, f.name, value, "a non-empty list of integers >= 4, e.g. [64,128,256]")
+                check(ok, f.name, value, f"a list of at least {least} integer(s) >= {lo}, "
+                      "e.g. [64,128,256]")
                 object.__setattr__(self, f.name, tuple(value))
-        check_range("sweep_target", self.sweep_target, 0, 1, lo_open=True)
-        check_range("sweep_Nmax", self.sweep_Nmax, 2, None, integer=True)
+        check_range("eps_asym", self.eps_asym, 0, 1, lo_open=True)
+        check(self.stop_max >= self.steps, "stop_max", self.stop_max,
+              f"an integer >= steps ({self.steps})")
+        check(all(n // self.sweep_d_div >= 2 for n in self.sweep_n), "sweep_d_div",
+              self.sweep_d_div, "a divisor leaving d = n // sweep_d_div >= 2 at every sweep_n")
+        check(self.sweep_d_div >= 2, "sweep_d_div", self.sweep_d_div,
+              "an integer >= 2 (IR-5 needs d(n) < n)")
+        check(self.ind_len >= 12, "ind_len", self.ind_len, "an integer >= 12 (two repeats "
+              "of the longest period, 6)")
+        check(self.ind_tokens >= 6, "ind_tokens", self.ind_tokens, "an integer >= 6")
         # the task, PGD and model configs these values produce (their errors name the field)
         sizes = {"n": [self.n], "k3_n": [self.k3_n], "pre_n": [self.pre_n],
-                 "ht_n": [self.ht_n], "sweep_n": self.sweep_n, "gap_n": self.gap_n,
-                 "sweep_random_n": self.sweep_random_n}
+                 "ht_n": [self.ht_n], "sweep_n": self.sweep_n, "gap_n": self.gap_n}
         for name, ns in sizes.items():
             for n in ns:
                 _checked(name, n, lambda n=n: task_config(self, n))
         _checked("k3_n", self.k3_n, lambda: task_config(self, self.k3_n, K=3))
         _checked("steps", self.steps, lambda: main_pgd(self))
-        _checked("sweep_random_d", self.sweep_random_d,
+        _checked("sweep_d_div", self.sweep_d_div,
                  lambda: IRModelSpec(lam2=self.lam2, embedding="random",
-                                     d_embed=self.sweep_random_d))
+                                     d_embed=min(self.sweep_n) // self.sweep_d_div))
 
 
 def _checked(name: str, value, build) -> None:
@@ -125,14 +142,12 @@ def main_pgd(cfg: IRConfig) -> PGDConfig:
 
 
 QUICK = IRConfig()
+# The paper profile differs only in what no verdict depends on (evaluation sizes, the
+# HookedTransformer runs' length and checkpoints, the overwrite batches); every value the IR
+# verdicts depend on is registered in mechinterp_icr/claims/ir_registry.py and identical here.
 PAPER = IRConfig(
-    n=2048, N=512, steps=2000, eval_size=5000, gd_sym_steps=3000,
-    gap_n=(64, 128, 256, 512, 1024, 2048),
-    sweep_n=(64, 128, 256, 512, 1024, 2048), sweep_steps=400, sweep_Nmax=512, sweep_eval=2000,
-    sweep_random_n=(64, 128, 256, 512, 1024, 2048), sweep_random_seeds=3,
-    k3_n=2048, pre_n=64, pre_steps=3000, pre_N=512, pre_ft_steps=3000,
-    ht_steps=600, ht_dense=100, ht_N=256, ht_eval=512,
-    ind_steps=1000, ind_tokens=64, ind_half=12,
+    eval_size=5000, sweep_eval=1000, escape_eval=1000,
+    ht_steps=600, ht_dense=100, ht_N=256, ht_eval=512, ind_probes=1024,
     ow_n=512,
 )
 PROFILES = ("quick", "paper")

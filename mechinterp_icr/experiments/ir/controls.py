@@ -1,7 +1,9 @@
 """Controls of the IR reproduction.
 
-- IR-8: an induction-head control (a 2-layer attention-only model trained on repeated random
-  tokens) and the induction / prefix-matching score of the learned IR head.
+- IR-8: the learned step-1 row replaced by induction-style rows (causal), and the
+  baseline-subtracted prefix-matching score of the learned IR head and of an induction-head
+  control (a 2-layer attention-only model trained on repeats of varying period and offset),
+  by the project's code and by TransformerLens's ``head_detector``.
 - IR-3 / IR-4 causal test: the step-1 attention row overwritten with fixed rows (per seed)
   and across the checkpoints of the first seed's HookedTransformer runs, and the summary
   table of both.
@@ -21,6 +23,7 @@ from mechinterp_icr.experiments.ir.config import IRConfig, task_config
 from mechinterp_icr.experiments.ir.train import tagged_rng
 from mechinterp_icr.interp.ir_attention import (
     confusion_batches,
+    ir_accuracy,
     overwrite_row_table,
     overwrite_rows_across_checkpoints,
 )
@@ -34,9 +37,15 @@ __all__ = [
     "OW_DELTAS",
     "OW_RUNS",
     "OW_STEPS",
+    "PROBE_SHAPES",
     "causal_table",
     "induction_control",
+    "induction_probes",
+    "induction_row_test",
+    "induction_targets",
     "ir_head_scores",
+    "prefix_matching_score",
+    "tl_induction_score",
     "overwrite_fixed_rows",
     "overwrite_label",
     "overwrite_run_rows",
@@ -50,13 +59,100 @@ OW_RUNS = ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd", "ht_raw_qk_pgd"
 
 
 # --------------------------------------------------------------------------------------------
-# IR-8 induction control
+# IR-8: induction-style row replacement, prefix-matching scores, the induction-head control
 # --------------------------------------------------------------------------------------------
+PROBE_SHAPES = ((0, 3), (0, 4), (1, 3))  # (offset, period) of the probes after the first token
+
+
+def induction_probes(L: int, n_tokens: int, count: int, seed: int) -> torch.Tensor:
+    """(count, L) probes of the same length for every scored head: token 0 first (the BOS of
+    the induction model), then ``o`` random tokens and a block of ``p`` distinct random
+    tokens repeated (``(o, p)`` cycling through :data:`PROBE_SHAPES`; period >= 3, so a
+    previous-token head does not count as an induction head), ids in ``1..n_tokens``."""
+    rng = tagged_rng(seed, "ir8-probes", L)
+    out = np.zeros((count, L), np.int64)
+    for i in range(count):
+        o, p = PROBE_SHAPES[i % len(PROBE_SHAPES)]
+        ids = rng.permutation(n_tokens)[: o + p] + 1
+        out[i, 1:] = np.concatenate([ids[p:], np.resize(ids[:p], L - 1 - o)])
+    return torch.from_numpy(out)
+
+
+def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
+    """(P, L, L) 0/1: source j of destination t is an induction target when the token before
+    j equals the token at t (an earlier occurrence, j - 1 < t)."""
+    P, L = tokens.shape
+    prev = torch.zeros_like(tokens) - 1
+    prev[:, 1:] = tokens[:, :-1]
+    m = (prev[:, None, :] == tokens[:, :, None]).double()  # [p, t, j]
+    return m * torch.tril(torch.ones(L, L, dtype=torch.float64), -1)
+
+
+def prefix_matching_score(pattern: torch.Tensor, tokens: torch.Tensor) -> dict[str, float]:
+    """The project's baseline-subtracted prefix-matching score of one head's attention
+    ``pattern`` (P, L, L) on ``tokens``: over destinations with an induction target, the mass
+    on the targets minus what uniform causal attention puts there."""
+    M = induction_targets(tokens)
+    L = tokens.shape[1]
+    rows = M.sum(-1) > 0
+    uni = torch.tril(torch.ones(L, L, dtype=torch.float64))
+    uni = uni / uni.sum(-1, keepdim=True)
+    head = (pattern.double() * M).sum(-1)[rows]
+    base = (uni[None] * M).sum(-1)[rows]
+    return {"score": float(head.mean()), "baseline": float(base.mean()),
+            "score_minus_baseline": float((head - base).mean())}
+
+
+def tl_induction_score(model, tokens: torch.Tensor, layer: int, head: int) -> dict[str, float]:
+    """TransformerLens's ``head_detector.detect_head(..., "induction_head")`` of head
+    ``(layer, head)`` on each probe, minus the same function's score of uniform causal
+    attention (the baseline). Its "mul" score divides by every row of the probe, including
+    rows with no possible target, so both are rescaled by L / (rows with a target): the mean
+    mass per scored destination, the project score's unit. Averaged over probes."""
+    from transformer_lens.head_detector import (
+        compute_head_attention_similarity_score,
+        detect_head,
+        get_induction_head_detection_pattern,
+    )
+
+    L = tokens.shape[1]
+    uni = torch.tril(torch.ones(L, L))
+    uni = uni / uni.sum(-1, keepdim=True)
+    had = "to_tokens" in model.__dict__
+    heads, bases = [], []
+    try:
+        for tok in tokens:
+            model.to_tokens = lambda *a, _t=tok, **k: _t[None]
+            det = get_induction_head_detection_pattern(tok[None])
+            scale = L / max(1.0, float((det.sum(-1) > 0).sum()))
+            h = float(detect_head(model, "probe", "induction_head",
+                                  heads=[(layer, head)])[layer, head])
+            b = compute_head_attention_similarity_score(
+                uni.clone(), det, exclude_bos=False, exclude_current_token=False,
+                error_measure="mul")
+            heads.append(h * scale)
+            bases.append(b * scale)
+    finally:
+        if not had:
+            del model.to_tokens
+    return {"score": float(np.mean(heads)), "baseline": float(np.mean(bases)),
+            "score_minus_baseline": float(np.mean(heads) - np.mean(bases))}
+
+
+@torch.no_grad()
+def head_patterns(model, tokens: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Head 0's attention pattern (P, L, L) in every layer of ``model`` on ``tokens``."""
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+    return {layer: cache["pattern", layer][:, 0] for layer in range(model.cfg.n_layers)}
+
+
 def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
-    """Train the induction-head control and score both layers on [BOS] x x: induction
-    (attention from t to the token after the previous occurrence of the current token) and
-    previous-token scores; ``induction_score`` is the larger layer's."""
-    task = InductionTaskConfig(n_tokens=cfg.ind_tokens, half_len=cfg.ind_half).build(seed)
+    """IR-8's positive control: a 2-layer attention-only model trained on repeats of varying
+    period and offset (:class:`~mechinterp_icr.tasks.induction.InductionTaskConfig`), scored
+    on the probes of the IR head's length (the IR context minus one) by the project's code and
+    by TransformerLens's head detector; the better layer counts."""
+    task = InductionTaskConfig(n_tokens=cfg.ind_tokens, max_period=6, min_period=2,
+                               max_offset=cfg.ind_len - 12, seq_len=cfg.ind_len).build(seed)
     model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=64, d_head=32,
                                     attn_only=True, d_vocab=task.d_vocab, n_ctx=task.n_ctx),
                         seed=seed, device="cpu")
@@ -64,34 +160,51 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
                       TrainConfig(steps=cfg.ind_steps, batch_size=64, lr=3e-3, eval_every=0,
                                   checkpoint_schedule="none", progress=False),
                       None, "induction", seed)
-    # probe on [BOS] x x: shift positions by one so the BOS stays first
-    rng = tagged_rng(seed, "ind-probe")
-    h = cfg.ind_half
-    x = rng.integers(1, cfg.ind_tokens + 1, size=(256, h))
-    toks = torch.from_numpy(np.concatenate([np.zeros((256, 1), np.int64), x, x], 1))
-    with torch.no_grad():
-        _, cache = model.run_with_cache(toks, names_filter=lambda n: n.endswith("hook_pattern"))
-    t = torch.arange(h + 1, 2 * h + 1)
-    out = {"train_acc": res.final_metrics.get("train_acc")}
-    for layer in (0, 1):
-        pat = cache["pattern", layer][:, 0].double()
-        out[f"L{layer}_induction_score"] = float(pat[:, t, t - h + 1].mean())
-        out[f"L{layer}_prev_token_score"] = float(pat[:, torch.arange(1, 2 * h + 1),
-                                                      torch.arange(0, 2 * h)].mean())
-    out["induction_score"] = max(out["L0_induction_score"], out["L1_induction_score"])
+    model.eval()
+    L = 2 * 2 + 3 - 1  # the IR context (K = 2) minus one: TransformerLens needs L < n_ctx
+    toks = induction_probes(L, cfg.ind_tokens, cfg.ind_probes, seed)
+    pats = head_patterns(model, toks)
+    proj = {lay: prefix_matching_score(p, toks) for lay, p in pats.items()}
+    best = max(proj, key=lambda lay: proj[lay]["score_minus_baseline"])
+    tl = tl_induction_score(model, toks[:64], best, 0)
+    return {"train_acc": res.final_metrics.get("train_acc"), "layer": best,
+            "project": proj[best], "transformer_lens": tl,
+            "per_layer_project": {str(k): v["score_minus_baseline"] for k, v in proj.items()}}
+
+
+@torch.no_grad()
+def ir_head_scores(fast, cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-8 (b): the learned IR head (position-only: its step-1 and step-2 rows, uniform
+    elsewhere) written into the IR HookedTransformer at n = ``ht_n``, scored on the same
+    probes as the control by the project's code and by TransformerLens."""
+    task = task_config(cfg, cfg.ht_n).build(seed)
+    model = build_ir_hooked(task, IRModelSpec(lam2=cfg.lam2), seed=seed,
+                            B=fast.B.detach().clone())
+    L = task.n_ctx - 1
+    toks = induction_probes(L, min(cfg.ind_tokens, task.d_vocab - 1), cfg.ind_probes, seed)
+    proj = prefix_matching_score(head_patterns(model, toks)[0], toks)
+    tl = tl_induction_score(model, toks[:64], 0, 0)
+    return {"project": proj, "transformer_lens": tl}
+
+
+@torch.no_grad()
+def induction_row_test(fast, ev) -> dict[str, float]:
+    """IR-8 (a): step-1 accuracy (argmax) with the learned step-1 row, and with it replaced
+    by induction-style rows: all attention on a fixed earlier offset, the previous token
+    (t-1, a copying / previous-token head) or two back (t-2). (The query ``s3`` has no
+    earlier occurrence in an IR sequence, so an induction head has only the offset to use.)"""
+    q = fast.task.step1_pos
+    B0 = fast.B.detach().clone()
+    out = {"learned_row_step1_acc": ir_accuracy(fast.cot_logits(ev.tokens), ev)["step1_acc"]}
+    for off in (1, 2):
+        row = torch.full((fast.T,), -60.0, dtype=B0.dtype)
+        row[q - off] = 0.0
+        fast.B[q] = row
+        out[f"offset_{off}_step1_acc"] = ir_accuracy(fast.cot_logits(ev.tokens), ev)[
+            "step1_acc"]
+        fast.B.copy_(B0)
+    out["induction_row_step1_acc"] = max(out["offset_1_step1_acc"], out["offset_2_step1_acc"])
     return out
-
-
-def ir_head_scores(fast, task) -> dict[str, float]:
-    """Induction / prefix-matching score of the trained IR head on repeated IR tokens
-    [x1 x2 x3 x1 x2 x3] (positions 0..5; its attention is position-only)."""
-    T = task.n_ctx
-    h = (T - 1) // 2
-    with torch.no_grad():
-        A = fast.attention(torch.arange(T))
-    t = torch.arange(h, 2 * h)
-    return {"induction_score": float(A[t, t - h + 1].mean()),
-            "duplicate_score": float(A[t, t - h].mean())}
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,9 +13,8 @@ records.
 - ``seed<s>/ir6_memory``   IR-6: pretrain the memory, written to ``.../seed<s>/ir6_memory.pt``;
   ``seed<s>/ir6`` reads it and finetunes with PGD.
 - ``gap/n<n>/seed<s>``     IR-3 within-pair gap, one per n of ``gap_n``.
-- ``sample/onehot/n<n>/seed<s>``  IR-5 sample complexity, one per n of ``sweep_n``; and
-  ``sample/random/n<n>/seed<s>`` (random embeddings) for the first ``sweep_random_seeds``
-  seeds.
+- ``sample/n<n>/seed<s>``  IR-5 sample complexity (random embeddings), one per n of
+  ``sweep_n``.
 - First seed only: ``seed<s>/ht/<run>``, the HookedTransformer runs with checkpoints at every
   early step (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and
   ``ht_raw_qk_pgd``, all of W_Q, W_K with gradient clipping); ``seed<s>/ht_overwrite/<run>``
@@ -36,12 +35,9 @@ from mechinterp_icr.claims import Summary
 from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
-from mechinterp_icr.experiments.ir.stages import (
-    HOOKED_RUNS,
-    induction_metrics,
-    read_trajectories,
-)
+from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS, read_trajectories
 from mechinterp_icr.experiments.ir.sweeps import (
+    gap_fit,
     sample_complexity_per_seed,
     sample_complexity_table,
 )
@@ -55,7 +51,6 @@ from mechinterp_icr.experiments.ir.units import (
     memory_task,
     overwrite_task,
     pretrained_task,
-    random_sample_task,
     sample_task,
 )
 from mechinterp_icr.jobs import Task, run_tasks
@@ -94,7 +89,7 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     for name in HOOKED_RUNS:
         add(f"seed{first}/ht/{name}", hooked_task, cfg=cfg, seed=first,
             run_dir=seed_dir(out_dir, first), name=name)
-    for i, s in enumerate(seeds):
+    for s in seeds:
         add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
             memory_file=memory_file(out_dir, s))
         add(f"seed{s}/induction", induction_task, cfg=cfg, seed=s)
@@ -104,10 +99,7 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
         for n in dict.fromkeys(cfg.gap_n):
             add(f"gap/n{n}/seed{s}", gap_task, cfg=cfg, seed=s, n=n)
         for n in dict.fromkeys(cfg.sweep_n):
-            add(f"sample/onehot/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
-        if i < cfg.sweep_random_seeds:
-            for n in dict.fromkeys(cfg.sweep_random_n):
-                add(f"sample/random/n{n}/seed{s}", random_sample_task, cfg=cfg, seed=s, n=n)
+            add(f"sample/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
     for name in OW_RUNS:
         add(f"seed{first}/ht_overwrite/{name}", hooked_overwrite_task,
             (f"seed{first}/ht/{name}",), cfg=cfg, seed=first,
@@ -130,38 +122,50 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     per = empty_per_seed()
     gap_rows: list[dict] = []
     sweep_rows: list[dict] = []
-    sweep_rand_rows: list[dict] = []
     ow_seed: dict[str, dict] = {}
-    for i, s in enumerate(seeds):
+    ir8_detail: dict[str, dict] = {}
+    gap_traces: dict[str, list] = {}
+    for s in seeds:
         sk, main = str(s), records[f"seed{s}/main"]
         for cid in ("IR-1", "IR-2", "IR-3", "IR-4"):
-            per[cid][sk] = main[cid]
+            per[cid][sk] = dict(main[cid])
+        gap_traces[sk] = per["IR-3"][sk].pop("gap_trace")
         ow_seed[sk] = records[f"seed{s}/overwrite"]["fixed_rows"]
-        per["IR-8"][sk] = induction_metrics(main["ir_head"],
-                                            records[f"seed{s}/induction"]["control"])
+        ctrl = records[f"seed{s}/induction"]["control"]
+        h = main["IR-8"]
+        per["IR-8"][sk] = {
+            "induction_row_step1_acc": h["induction_row_step1_acc"],
+            "learned_row_step1_acc": h["learned_row_step1_acc"],
+            "offset_1_step1_acc": h["offset_1_step1_acc"],
+            "offset_2_step1_acc": h["offset_2_step1_acc"],
+            "ir_head_score_minus_baseline": h["head"]["project"]["score_minus_baseline"],
+            "ir_head_tl_score_minus_baseline":
+                h["head"]["transformer_lens"]["score_minus_baseline"],
+            "induction_model_score_minus_baseline": ctrl["project"]["score_minus_baseline"],
+            "induction_model_tl_score_minus_baseline":
+                ctrl["transformer_lens"]["score_minus_baseline"]}
+        ir8_detail[sk] = {"ir_head": h["head"], "control": ctrl}
         gap_rows += [records[f"gap/n{n}/seed{s}"]["row"] for n in cfg.gap_n]
         per["IR-7"][sk] = records[f"seed{s}/k3"]["IR-7"]
         per["IR-6"][sk] = records[f"seed{s}/ir6"]["IR-6"]
-        sweep_rows += [records[f"sample/onehot/n{n}/seed{s}"]["row"] for n in cfg.sweep_n]
-        if i < cfg.sweep_random_seeds:
-            sweep_rand_rows += [records[f"sample/random/n{n}/seed{s}"]["row"]
-                                for n in cfg.sweep_random_n]
+        sweep_rows += [records[f"sample/n{n}/seed{s}"]["row"] for n in cfg.sweep_n]
     summary.tables["IR HookedTransformer runs"] = {
         name: records[f"seed{first}/ht/{name}"]["row"] for name in HOOKED_RUNS}
     ow_runs = {name: rows for name in OW_RUNS
                if (rows := records[f"seed{first}/ht_overwrite/{name}"]["rows"]) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
-    summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, sweep_rows,
-                                                                       sweep_rand_rows)
-    summary.tables["IR-3 gap vs n"] = gap_rows
+    summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, sweep_rows)
+    summary.tables["IR-3 gap vs n"] = {"rows": gap_rows, "fit": gap_fit(gap_rows)}
+    summary.tables["IR-3 gap decay"] = gap_traces
+    summary.tables["IR-8 prefix-matching scores"] = ir8_detail
     causal = causal_table(ow_seed, ow_runs, cfg)
     summary.tables["IR-3/IR-4 causal: attention-row overwrite"] = causal
-    for claim in ir_claims(per, cfg, causal):
+    for claim in ir_claims(per, cfg, causal, gap_rows):
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
-        gap_rows=gap_rows, sweep_rows=sweep_rows, sweep_random_rows=sweep_rand_rows,
+        gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=sweep_rows,
         ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 

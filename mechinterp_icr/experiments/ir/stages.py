@@ -12,17 +12,23 @@ from typing import Any
 
 import torch
 
+from mechinterp_icr.claims.protocol import compare
+from mechinterp_icr.claims.registry import spec
 from mechinterp_icr.experiments.ir.config import IRConfig, main_pgd, task_config
 from mechinterp_icr.experiments.ir.train import (
     ceiling,
     escape_step,
+    eval_steps,
     final_record,
+    gap_stop_rule,
     hooked_run,
     run_fast,
+    spread_escape_step,
     tagged_rng,
 )
-from mechinterp_icr.interp.ir_attention import row_stats
+from mechinterp_icr.interp.ir_attention import ir_accuracy, row_stats
 from mechinterp_icr.models.ir import (
+    FastIR,
     IRModelSpec,
     Memory,
     memory_retrieval,
@@ -30,14 +36,17 @@ from mechinterp_icr.models.ir import (
     token_embeddings,
 )
 from mechinterp_icr.store.io import atomic_write_text
-from mechinterp_icr.training.pgd import PGDConfig
+from mechinterp_icr.tasks.base import Batch
+from mechinterp_icr.training.pgd import PGDConfig, perturbation
 
 __all__ = [
     "HOOKED_RUNS",
     "MainSetting",
     "PretrainedSetting",
+    "RUN_KINDS",
+    "eps_batch",
     "hooked_run_named",
-    "induction_metrics",
+    "ir2_metrics",
     "k3_metrics",
     "k3_records",
     "main_setting",
@@ -49,6 +58,10 @@ __all__ = [
     "pretrained_records",
     "pretrained_setting",
     "read_trajectories",
+    "row_metrics",
+    "rows_met",
+    "stopped_run",
+    "swap_batch",
 ]
 
 Runs = dict[tuple[str, str], tuple[Any, list[dict]]]  # (data, alg) -> (FastIR, records)
@@ -72,93 +85,189 @@ def main_setting(cfg: IRConfig, seed: int) -> MainSetting:
 
 
 # --------------------------------------------------------------------------------------------
+# helpers shared by the stages: batches, the IR-2 accuracies and the IR-3 row conditions
+# --------------------------------------------------------------------------------------------
+def kind_batch(task, seed: int, tag: str, size: int, p_single: float, p_swap: float):
+    """Fresh sequences of ``task``'s knowledge base drawn with other confusion rates (the
+    knowledge base does not depend on them): p_swap = 1 gives swap-confusing sequences only,
+    p_swap = 0 none."""
+    tk = type(task)(replace(task.cfg, p_single=p_single, p_swap=p_swap,
+                            pair_symmetric=False), task.seed)
+    return tk.sample(tagged_rng(seed, tag, task.cfg.n_subjects), size)
+
+
+def swap_batch(cfg: IRConfig, task, seed: int):
+    """The swap-confusing evaluation batch (``escape_eval`` sequences) of IR-2 / IR-4."""
+    return kind_batch(task, seed, "eval-swap", cfg.escape_eval, 0.0, 1.0)
+
+
+def ir2_metrics(rec: dict, swap_p: float | None) -> dict[str, Any]:
+    """IR-2's accuracies from a run record: argmax and expected step 1, expected step 1 on
+    swap-confusing sequences (``swap_p``, else the evaluation mix's swap subset) and expected
+    step 2; ``ir2_met`` = every IR-2 condition of the registry met by this record."""
+    m = {"step1_argmax_acc": rec.get("step1_acc"), "step1_expected_acc": rec.get("step1_prob"),
+         "swap_expected_acc": swap_p if swap_p is not None else rec.get("step1_prob_swap"),
+         "step2_expected_acc": rec.get("step2_prob"), "step2_argmax_acc": rec.get("step2_acc")}
+    m["ir2_met"] = float(all(compare(m.get(c.metric), c.op, c.threshold)
+                             for c in spec("IR-2").conditions))
+    return m
+
+
+def rows_met(m: dict[str, Any], claim: str = "IR-3") -> float:
+    """1.0 when the metrics ``m`` meet every condition of ``claim``'s registered rule."""
+    return float(all(compare(m.get(c.metric), c.op, c.threshold) for c in spec(claim).conditions))
+
+
+def row_metrics(rec: dict) -> dict[str, Any]:
+    """IR-3's row statistics of a record's step-1 row."""
+    st = row_stats(rec["row1"], (len(rec["row1"]) - 1) // 2)
+    return {"within_pair_gap": st["within_pair_gap"], "pair_mass_diff": st["pair_mass_spread"],
+            "mass_s3": st["mass_sq"], "a": st["a"], "a_min": st["a_min"],
+            "pair_masses": st["pair_masses"], "row1": st["row"]}
+
+
+def gap_trace(recs: list[dict]) -> list[list[float]]:
+    """(step, within-pair gap) at log-spaced steps and at the end (IR-3's decay figure)."""
+    keep = eval_steps(recs[-1]["step"]) | {recs[-1]["step"]} | set(range(0, 10**6, 100))
+    return [[r["step"], row_stats(r["row1"], (len(r["row1"]) - 1) // 2)["within_pair_gap"]]
+            for r in recs if r["step"] in keep and r["step"] >= 1]
+
+
+def stopped_run(cfg: IRConfig, task, spec_: IRModelSpec, train, ev, seed: int, *,
+                swap=None, memory=None, E=None, pgd: PGDConfig | None = None,
+                at_big_step: dict | None = None):
+    """A PGD run under IR-3's stopping rule (:func:`..train.gap_stop_rule`)."""
+    checks, stop = gap_stop_rule(cfg)
+    pgd = replace(main_pgd(cfg), steps=cfg.stop_max) if pgd is None else pgd
+    return run_fast(task, spec_, train, ev, pgd, seed, memory=memory, E=E, swap=swap,
+                    extra_eval=checks, stop_fn=stop, at_big_step=at_big_step)
+
+
+# --------------------------------------------------------------------------------------------
 # IR-1 .. IR-4
 # --------------------------------------------------------------------------------------------
 def memory_and_ceiling(main: MainSetting, seed: int) -> tuple[dict[str, Any], dict]:
-    """IR-1: retrieval of the constructed memory over every triple, and the ideal-attention
-    ceiling. Returns (IR-1 per-seed metrics, the ceiling record)."""
+    """IR-1: retrieval of the constructed memory over every triple, of the shuffled-triple
+    memory (negative control), and the ideal-attention ceilings (argmax and expected).
+    Returns (IR-1 per-seed metrics, the ceiling record)."""
     task = main.task
     mem = memory_retrieval(task, main.spec, None, main.E)
+    shuf = memory_retrieval(task, main.spec, None, main.E, shuffle_seed=seed)
     ceil = ceiling(task, main.spec, main.ev, seed)
-    ir1 = {"memory_acc": min(mem.values()), **mem, "ceiling_step1": ceil["step1_acc"],
+    ceil_p = ceiling(task, main.spec, main.ev, seed, key="step1_prob", grid=9)
+    ir1 = {"memory_acc": min(mem.values()), **mem,
+           "shuffled_memory_acc": max(shuf.values()),
+           "shuffled_relation_acc": shuf["relation_acc"],
+           "shuffled_answer_acc": shuf["answer_acc"],
+           "ceiling_step1": ceil["step1_acc"], "ceiling_step1_expected": ceil_p["step1_prob"],
            "ceiling_step2": ceil["step2_acc"], "ceiling_a": ceil["a"],
            "n_swaps_kb": len(task.kb.swaps), "n_singles_kb": len(task.kb.singles)}
     return ir1, ceil
 
 
+RUN_KINDS = (("raw", "pgd"), ("raw", "gd"), ("sym", "pgd"), ("sym", "gd"), ("eps", "pgd"),
+             ("eps", "gd"))
+
+
+def eps_batch(cfg: IRConfig, seed: int, sym_train):
+    """IR-4's slightly asymmetric data: the pair-symmetric batch with the last
+    ``round(eps_asym * N / 2)`` pair-reversed copies replaced by fresh draws."""
+    N = len(sym_train)
+    k = max(1, int(round(cfg.eps_asym * N / 2)))
+    raw = task_config(cfg, cfg.n).build(seed).sample(tagged_rng(seed, "train", cfg.n, "eps"), k)
+    tok, tg = sym_train.tokens.clone(), sym_train.targets.clone()
+    tok[N - k:], tg[N - k:] = raw.tokens, raw.targets
+    return Batch(tok, tg, {}), k
+
+
 def pgd_vs_gd_runs(cfg: IRConfig, main: MainSetting, seed: int, seed_dir: Path) -> Runs:
-    """PGD and plain GD on raw and pair-symmetric finetuning data (fast path); each run's
-    records are written to ``seed_dir/fast_<data>_<alg>.json``."""
+    """PGD and plain GD on raw, pair-symmetric and eps-asymmetric finetuning data (fast
+    path), expected swap accuracy at every step. The raw-data PGD run is IR-2/IR-3's and runs
+    under the stopping rule; plain GD on symmetric / eps data runs ``gd_sym_steps``, the eps
+    runs end at escape. Records go to ``seed_dir/fast_<data>_<alg>.json``."""
     runs: Runs = {}
-    for data in ("raw", "sym"):
-        tk = task_config(cfg, cfg.n, sym=(data == "sym")).build(seed)
-        train = tk.sample(tagged_rng(seed, "train", cfg.n, data), cfg.N)
-        for alg in ("pgd", "gd"):
-            steps = cfg.gd_sym_steps if (data, alg) == ("sym", "gd") else cfg.steps
-            pgd = replace(main_pgd(cfg), perturb=(alg == "pgd"), steps=steps)
-            fast, recs = run_fast(main.task, main.spec, train, main.ev, pgd, seed)
-            runs[(data, alg)] = (fast, recs)
-            atomic_write_text(seed_dir / f"fast_{data}_{alg}.json",
-                              json.dumps({"pgd": pgd.__dict__, "n": cfg.n, "N": cfg.N,
-                                          "records": recs}))
+    sw = swap_batch(cfg, main.task, seed)
+    no_swap = kind_batch(main.task, seed, "eval-noswap", cfg.eval_size, cfg.p_single, 0.0)
+    data = {"raw": task_config(cfg, cfg.n).build(seed).sample(
+                tagged_rng(seed, "train", cfg.n, "raw"), cfg.N),
+            "sym": task_config(cfg, cfg.n, sym=True).build(seed).sample(
+                tagged_rng(seed, "train", cfg.n, "sym"), cfg.N)}
+    data["eps"], k_eps = eps_batch(cfg, seed, data["sym"])
+    for d, alg in RUN_KINDS:
+        base = replace(main_pgd(cfg), perturb=(alg == "pgd"))
+        if (d, alg) == ("raw", "pgd"):
+            fast, recs = stopped_run(cfg, main.task, main.spec, data[d], main.ev, seed,
+                                     swap=sw, at_big_step={"noswap": no_swap})
+        else:
+            steps = cfg.gd_sym_steps if alg == "gd" and d != "raw" else cfg.steps
+            esc = (lambda r: r.get("swap_p", 0) >= 0.9) if d == "eps" else None
+            fast, recs = run_fast(main.task, main.spec, data[d], main.ev,
+                                  replace(base, steps=steps), seed, swap=sw, stop_fn=esc,
+                                  at_big_step={"noswap": no_swap})
+        runs[(d, alg)] = (fast, recs)
+        atomic_write_text(seed_dir / f"fast_{d}_{alg}.json",
+                          json.dumps({"n": cfg.n, "N": cfg.N, "eps_replaced": k_eps,
+                                      "records": recs}))
     return runs
 
 
 def read_trajectories(seed_dir: Path) -> dict[str, list[dict]]:
-    """The records of each fast run written by :func:`pgd_vs_gd_runs`, keyed
+    """The records of the raw / sym fast runs written by :func:`pgd_vs_gd_runs`, keyed
     ``<data>_<alg>`` (for the IR-4 figure)."""
     return {f"{d}_{a}": json.loads((seed_dir / f"fast_{d}_{a}.json").read_text())["records"]
             for d in ("raw", "sym") for a in ("pgd", "gd")}
 
 
-def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, ceil: dict
+def zero_data_state(main: MainSetting, cfg: IRConfig, seed: int, sw) -> dict[str, Any]:
+    """IR-2's second negative control, a model trained on zero sequences: the large step has
+    no gradient, so PGD leaves it at the perturbation of the uniform start."""
+    fast = FastIR(main.task, main.spec, seed=seed)
+    with torch.no_grad():
+        fast.B.copy_(perturbation(fast.T, cfg.sigma, seed))
+        m = ir_accuracy(fast.cot_logits(main.ev.tokens), main.ev)
+        p = ir_accuracy(fast.cot_logits(sw.tokens), sw)["step1_prob"]
+    return {"zero_data_swap_expected_acc": p, "zero_data_step1_argmax_acc": m["step1_acc"],
+            "zero_data_step1_expected_acc": m["step1_prob"]}
+
+
+def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, main: MainSetting, seed: int
                       ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Per-seed metrics of IR-2 (accuracies), IR-3 (the converged step-1 row) and IR-4
-    (saddle and escape of PGD vs GD) from :func:`pgd_vs_gd_runs`."""
-    fin = final_record(runs[("raw", "pgd")][1])
-    ir2 = {"step1_acc": fin["step1_acc"], "step2_acc": fin["step2_acc"],
-           "step1_acc_swap": fin.get("step1_acc_swap"),
-           "step1_acc_single": fin.get("step1_acc_single"),
-           "ceiling_step1": ceil["step1_acc"],
-           "step1_margin": fin["step1_acc"] - min(0.999, ceil["step1_acc"] - 0.001)}
-    ir3 = {k: fin[k] for k in ("within_pair_gap", "mass_sq", "a", "a_min", "step2_mass_sq")}
-    ir3["row1"] = fin["row1"]
-    esc = {f"escape_{d}_{a}": escape_step(runs[(d, a)][1], cfg.escape_spread)
-           for d in ("raw", "sym") for a in ("pgd", "gd")}
-    cens = {k: (v if v is not None else (cfg.gd_sym_steps if "sym_gd" in k
-                                         else cfg.steps) + 2) for k, v in esc.items()}
-    after_big = {f"{d}_{a}": next(r for r in runs[(d, a)][1] if r["step"] == 1)
-                 for d in ("raw", "sym") for a in ("pgd", "gd")}
-    fin_gd_sym = final_record(runs[("sym", "gd")][1])
+    """Per-seed metrics of IR-2 (accuracies and both controls), IR-3 (the step-1 row at the
+    stopping rule, the large-step control) and IR-4 (tie, escape, GD/PGD) from
+    :func:`pgd_vs_gd_runs`."""
+    recs = runs[("raw", "pgd")][1]
+    fin, big = final_record(recs), recs[1]
+    ir2 = ir2_metrics(fin, fin.get("swap_p"))
+    ir2["saddle_swap_expected_acc"] = big["swap_p"]
+    ir2["saddle_step1_argmax_acc"] = big.get("step1_acc")
+    ir2.update(zero_data_state(main, cfg, seed, swap_batch(cfg, main.task, seed)))
+    ir3 = {**row_metrics(fin), "ir2_met": ir2["ir2_met"],
+           "small_steps": fin["step"] - 1, "gap_trace": gap_trace(recs),
+           "large_step_pair_mass_diff": row_metrics(big)["pair_mass_diff"],
+           "large_step_within_pair_gap": row_metrics(big)["within_pair_gap"],
+           "step2_mass_s3": fin["step2_mass_sq"]}
+    budget = {("raw", "pgd"): cfg.stop_max, ("raw", "gd"): cfg.steps,
+              ("sym", "pgd"): cfg.steps, ("sym", "gd"): cfg.gd_sym_steps,
+              ("eps", "pgd"): cfg.steps, ("eps", "gd"): cfg.gd_sym_steps}
+    esc = {f"escape_{d}_{a}": escape_step(runs[(d, a)][1]) for d, a in RUN_KINDS}
+    cens = {f"escape_{d}_{a}": (esc[f"escape_{d}_{a}"] if esc[f"escape_{d}_{a}"] is not None
+                                else budget[(d, a)] + 2) for d, a in RUN_KINDS}
+    b1 = {f"{d}_{a}": runs[(d, a)][1][1] for d, a in RUN_KINDS}
     ir4 = {
         **esc,
-        "escape_ratio_sym": cens["escape_sym_gd"] / cens["escape_sym_pgd"],
-        "escape_ratio_raw": cens["escape_raw_gd"] / cens["escape_raw_pgd"],
-        "saddle_swap_acc_sym_gd": after_big["sym_gd"].get("step1_acc_swap"),
-        "saddle_swap_prob_sym_pgd": after_big["sym_pgd"].get("step1_prob_swap"),
-        "saddle_swap_prob_raw_pgd": after_big["raw_pgd"].get("step1_prob_swap"),
-        "saddle_swap_prob_raw_gd": after_big["raw_gd"].get("step1_prob_swap"),
-        "saddle_swap_prob_sym_gd": after_big["sym_gd"].get("step1_prob_swap"),
-        "saddle_spread_sym_gd": after_big["sym_gd"]["pair_mass_spread"],
-        "final_swap_acc_sym_gd": fin_gd_sym.get("step1_acc_swap"),
-        "final_swap_prob_sym_gd": fin_gd_sym.get("step1_prob_swap"),
-        "final_swap_prob_sym_pgd": final_record(runs[("sym", "pgd")][1]).get(
-            "step1_prob_swap"),
-        "final_loss_sym_gd": runs[("sym", "gd")][1][-1]["loss"],
-        "final_loss_sym_pgd": runs[("sym", "pgd")][1][-1]["loss"],
+        "saddle_tie_dev_sym": abs(b1["sym_gd"]["swap_p"] - 0.5),
+        "saddle_tie_dev_raw": abs(b1["raw_gd"]["swap_p"] - 0.5),
+        "saddle_swap_p_sym": b1["sym_gd"]["swap_p"], "saddle_swap_p_raw": b1["raw_gd"]["swap_p"],
+        "pgd_escaped": float(esc["escape_raw_pgd"] is not None and
+                             esc["escape_sym_pgd"] is not None),
+        "gd_over_pgd_escape_eps": cens["escape_eps_gd"] / cens["escape_eps_pgd"],
+        "gd_over_pgd_escape_sym_structural": cens["escape_sym_gd"] / cens["escape_sym_pgd"],
+        "gd_over_pgd_escape_raw": cens["escape_raw_gd"] / cens["escape_raw_pgd"],
+        "no_swap_tie_dev": abs(b1["raw_gd"]["prob_noswap"] - 0.5),
+        "no_swap_p": b1["raw_gd"]["prob_noswap"],
+        "escape_spread_sym_gd": spread_escape_step(runs[("sym", "gd")][1], cfg.escape_spread),
     }
     return ir2, ir3, ir4
-
-
-def induction_metrics(head: dict[str, float], ctrl: dict[str, Any]) -> dict[str, Any]:
-    """IR-8 per-seed metrics: the prefix-matching scores of the raw-data PGD head
-    (:func:`..controls.ir_head_scores`) against the induction-head control
-    (:func:`..controls.induction_control`)."""
-    return {"ir_head_induction_score": head["induction_score"],
-            "ir_head_duplicate_score": head["duplicate_score"],
-            "control_induction_score": ctrl["induction_score"],
-            "control_L0_prev_token_score": ctrl["L0_prev_token_score"],
-            "control_train_acc": ctrl["train_acc"]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,23 +275,29 @@ def induction_metrics(head: dict[str, float], ctrl: dict[str, Any]) -> dict[str,
 # --------------------------------------------------------------------------------------------
 def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = None,
                pgd: PGDConfig | None = None) -> list[dict]:
-    """PGD records of the K = 3 setting (n = ``k3_n``, N = ``N``, the main PGD unless given)."""
+    """PGD records of the K = 3 setting (n = ``k3_n``, N = ``k3_N``) under IR-3's stopping
+    rule (or the given ``pgd``, without it)."""
     n = cfg.k3_n if n is None else n
     tk = task_config(cfg, n, K=3).build(seed)
-    ev3 = tk.sample(tagged_rng(seed, "eval3", n), cfg.sweep_eval)
-    train = tk.sample(tagged_rng(seed, "train3", n), cfg.N if N is None else N)
-    _, recs = run_fast(tk, IRModelSpec(lam2=cfg.lam2), train, ev3,
-                       main_pgd(cfg) if pgd is None else pgd, seed)
-    return recs
+    ev3 = tk.sample(tagged_rng(seed, "eval3", n), cfg.eval_size)
+    train = tk.sample(tagged_rng(seed, "train3", n), cfg.k3_N if N is None else N)
+    spec_ = IRModelSpec(lam2=cfg.lam2)
+    if pgd is not None:
+        return run_fast(tk, spec_, train, ev3, pgd, seed)[1]
+    return stopped_run(cfg, tk, spec_, train, ev3, seed)[1]
 
 
 def k3_metrics(recs: list[dict]) -> dict[str, Any]:
-    """IR-7 per-seed metrics from :func:`k3_records`."""
-    f = final_record(recs)
-    return {"within_pair_gap": f["within_pair_gap"],
-            "pair_masses": row_stats(f["row1"], 3)["pair_masses"],
-            "mass_sq": f["mass_sq"], "step1_acc": f["step1_acc"],
-            "step2_acc": f["step2_acc"], "row1": f["row1"]}
+    """IR-7 per-seed metrics from :func:`k3_records`: the final row and accuracies (``solved``
+    = IR-2's accuracies met), and the same right after the large step (negative control)."""
+    out = {}
+    for tag, r in (("", final_record(recs)), ("large_step_", recs[1])):
+        m = {**row_metrics(r), **ir2_metrics(r, None)}
+        m["solved"] = m.pop("ir2_met")
+        m["rows_met"] = rows_met(m, "IR-7")
+        out.update({f"{tag}{k}": v for k, v in m.items()})
+    out["small_steps"] = final_record(recs)["step"] - 1
+    return out
 
 
 @dataclass(frozen=True)
@@ -204,13 +319,13 @@ def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
     IR-6 memory task) is used instead of pretraining again."""
     n = cfg.pre_n if n is None else n
     tk = task_config(cfg, n).build(seed)
-    spec = IRModelSpec(memory="pretrained", lam2=cfg.lam2,
-                       pretrain_steps=cfg.pre_steps if pre_steps is None else pre_steps,
-                       pretrain_pair_jitter=jitter)
-    E = token_embeddings(tk, spec, seed)
+    spec_ = IRModelSpec(memory="pretrained", lam2=cfg.lam2,
+                        pretrain_steps=cfg.pre_steps if pre_steps is None else pre_steps,
+                        pretrain_pair_jitter=jitter)
+    E = token_embeddings(tk, spec_, seed)
     if memory is None:
-        memory = pretrain_memory(tk, spec, E, seed, log=log)
-    return PretrainedSetting(tk, spec, E, memory)
+        memory = pretrain_memory(tk, spec_, E, seed, log=log)
+    return PretrainedSetting(tk, spec_, E, memory)
 
 
 def pretrained_pgd(cfg: IRConfig) -> PGDConfig:
@@ -220,29 +335,40 @@ def pretrained_pgd(cfg: IRConfig) -> PGDConfig:
 
 
 def pretrained_records(cfg: IRConfig, seed: int, pre: PretrainedSetting,
-                       N: int | None = None, pgd: PGDConfig | None = None) -> list[dict]:
-    """PGD records on top of the frozen pretrained memory (N = ``pre_N`` unless given)."""
+                       N: int | None = None, pgd: PGDConfig | None = None,
+                       constructed: bool = False) -> list[dict]:
+    """PGD records on top of the frozen pretrained memory (N = ``pre_N`` unless given);
+    ``constructed``: the matched comparator, the constructed memory on the same n, data,
+    evaluation and steps."""
     tk = pre.task
     n = tk.cfg.n_subjects
-    ev6 = tk.sample(tagged_rng(seed, "eval6", n), cfg.sweep_eval)
+    ev6 = tk.sample(tagged_rng(seed, "eval6", n), cfg.eval_size)
     train = tk.sample(tagged_rng(seed, "train6", n), cfg.pre_N if N is None else N)
-    _, recs = run_fast(tk, pre.spec, train, ev6, pretrained_pgd(cfg) if pgd is None else pgd,
-                       seed, memory=pre.memory, E=pre.E)
-    return recs
+    pgd = pretrained_pgd(cfg) if pgd is None else pgd
+    if constructed:
+        return run_fast(tk, IRModelSpec(lam2=cfg.lam2), train, ev6, pgd, seed)[1]
+    return run_fast(tk, pre.spec, train, ev6, pgd, seed, memory=pre.memory, E=pre.E)[1]
 
 
 def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,
                        log: list[dict]) -> dict[str, Any]:
     """IR-6 per-seed metrics of the pretrained memory ``pre`` (``log``: its pretraining
-    progress): check its retrieval, finetune with PGD."""
+    progress): its retrieval, the PGD run's final row and accuracies, the row right after the
+    large step (negative control) and the matched constructed comparator (positive)."""
     mem6 = memory_retrieval(pre.task, pre.spec, pre.memory, pre.E)
-    f = final_record(pretrained_records(cfg, seed, pre))
-    return {"within_pair_gap": f["within_pair_gap"],
-            "mass_sq": f["mass_sq"], "a": f["a"], "a_min": f["a_min"],
-            "step1_acc": f["step1_acc"], "step2_acc": f["step2_acc"],
+    recs = pretrained_records(cfg, seed, pre)
+    f = final_record(recs)
+    m = {**row_metrics(f), **ir2_metrics(f, None)}
+    c = final_record(pretrained_records(cfg, seed, pre, constructed=True))
+    cm = {**row_metrics(c), **ir2_metrics(c, None)}
+    return {**m, "large_step_pair_mass_diff": row_metrics(recs[1])["pair_mass_diff"],
+            "constructed_rows_met": rows_met(cm, "IR-3"),
+            "constructed": {k: cm[k] for k in ("within_pair_gap", "pair_mass_diff", "mass_s3",
+                                               "ir2_met", "step1_argmax_acc",
+                                               "swap_expected_acc")},
             "memory_relation_acc": mem6["relation_acc"],
             "memory_answer_acc": mem6["answer_acc"],
-            "pretrain_final": log[-1] if log else None, "row1": f["row1"]}
+            "pretrain_final": log[-1] if log else None}
 
 
 # --------------------------------------------------------------------------------------------

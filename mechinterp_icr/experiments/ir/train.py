@@ -18,14 +18,14 @@ from __future__ import annotations
 import shutil
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from mechinterp_icr.config import RunConfig, TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, task_config
-from mechinterp_icr.interp.ir_attention import ir_accuracy, ir_metric_record
+from mechinterp_icr.interp.ir_attention import ir_accuracy, ir_metric_record, row_stats
 from mechinterp_icr.models.ir import (
     FastIR,
     IRModelSpec,
@@ -40,6 +40,8 @@ __all__ = [
     "ceiling",
     "escape_step",
     "eval_steps",
+    "gap_stop_rule",
+    "spread_escape_step",
     "fast_metrics",
     "final_record",
     "hooked_metrics_fn",
@@ -86,24 +88,70 @@ def eval_steps(total: int) -> set[int]:
     return {x for x in s if x <= total + 1}
 
 
-def escape_step(recs: list[dict], spread: float) -> int | None:
-    """First step >= 1 whose step-1 pair-mass spread reaches ``spread`` (None: never)."""
+def escape_step(recs: list[dict], threshold: float = 0.9, key: str = "swap_p") -> int | None:
+    """IR-4: the first step >= 1 whose expected step-1 accuracy on swap-confusing sequences
+    (``key``, evaluated at every step) reaches ``threshold`` (None: never in the run)."""
     for r in recs:
-        if r["step"] >= 1:
-            pm = np.asarray(r["row1"])
-            K = (len(pm) - 1) // 2
-            m = pm[0: 2 * K: 2] + pm[1: 2 * K: 2]
-            if m.max() - m.min() >= spread:
-                return int(r["step"])
+        if r["step"] >= 1 and r.get(key) is not None and r[key] >= threshold:
+            return int(r["step"])
     return None
 
 
+def spread_escape_step(recs: list[dict], spread: float) -> int | None:
+    """First step >= 1 whose step-1 pair-mass spread reaches ``spread`` (None: never)."""
+    for r in recs:
+        if r["step"] >= 1 and row_stats(r["row1"], (len(r["row1"]) - 1) // 2)[
+                "pair_mass_spread"] >= spread:
+            return int(r["step"])
+    return None
+
+
+def gap_stop_rule(cfg: IRConfig) -> tuple[set[int], Callable[[dict], bool]]:
+    """IR-3's registered stopping rule: after ``steps`` small steps, every ``stop_every``
+    steps, stop once the within-pair gap of the step-1 row fell by less than ``stop_tol``
+    since the last check (the run's length, ``stop_max`` small steps, bounds it). Returns the
+    record steps at which the rule is checked (record step = small steps + 1) and the
+    ``stop_fn`` for :func:`pgd_fast`."""
+    checks = set(range(cfg.steps + 1, cfg.stop_max + 2, cfg.stop_every))
+    seen: dict[int, float] = {}
+
+    def stop(rec: dict) -> bool:
+        t = rec["step"]
+        if t not in checks:
+            return False
+        K = (len(rec["row1"]) - 1) // 2
+        seen[t] = row_stats(rec["row1"], K)["within_pair_gap"]
+        prev = seen.get(t - cfg.stop_every)
+        return prev is not None and prev - seen[t] < cfg.stop_tol
+
+    return checks, stop
+
+
 def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memory=None,
-             E=None) -> tuple[FastIR, list[dict]]:
-    """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps."""
+             E=None, *, swap=None, extra_eval: set[int] | None = None,
+             stop_fn: Callable[[dict], bool] | None = None,
+             at_big_step: dict | None = None) -> tuple[FastIR, list[dict]]:
+    """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps
+    (and ``extra_eval``); with a swap-confusing batch ``swap``, ``swap_p`` (expected step-1
+    accuracy on it) at every step until it first reaches 0.9 (escape) and at the eval steps
+    after; right after the large step (record 1) the expected step-1 accuracy on each batch
+    of ``at_big_step`` (name -> batch) as ``prob_<name>``. ``stop_fn(record)`` may end the
+    run early."""
     fast = FastIR(task, spec, seed=seed, memory=memory, E=E)
-    recs = pgd_fast(fast, train, pgd, seed, eval_fn=lambda f, t: fast_metrics(f, ev),
-                    eval_steps=eval_steps(pgd.steps))
+    steps = eval_steps(pgd.steps) | (extra_eval or set())
+    escaped = [False]
+
+    def ev_fn(f, t):
+        out = fast_metrics(f, ev) if t in steps else {}
+        if swap is not None and (not escaped[0] or t in steps):  # every step until escape
+            out["swap_p"] = ir_accuracy(f.cot_logits(swap.tokens), swap)["step1_prob"]
+            escaped[0] = escaped[0] or (t >= 1 and out["swap_p"] >= 0.9)
+        if t == 1:
+            for name, b in (at_big_step or {}).items():
+                out[f"prob_{name}"] = ir_accuracy(f.cot_logits(b.tokens), b)["step1_prob"]
+        return out
+
+    recs = pgd_fast(fast, train, pgd, seed, eval_fn=ev_fn, stop_fn=stop_fn)
     return fast, recs
 
 
@@ -112,15 +160,17 @@ def final_record(recs: list[dict]) -> dict:
     return [r for r in recs if "step1_acc" in r][-1]
 
 
-def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2) -> dict[str, float]:
-    """Best step-1 accuracy over ideal rows (a, a, 1/2-a, 1/2-a, 0), step-2 on s_q."""
-    fast = FastIR(task, spec, seed=seed)
-    best = {"step1_acc": -1.0}
-    for a in np.linspace(0.17, 0.33, 17):
+def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2, E=None,
+            key: str = "step1_acc", grid: int = 17) -> dict[str, float]:
+    """Best step-1 ``key`` (argmax accuracy, or ``step1_prob``: expected accuracy at the
+    decoding temperature) over ideal rows (a, a, 1/2-a, 1/2-a, 0), step-2 row on s_q."""
+    fast = FastIR(task, spec, seed=seed, E=E)
+    best = {key: -1.0}
+    for a in np.linspace(0.17, 0.33, grid):
         with torch.no_grad():
             fast.B.copy_(ideal_pos_block(task.n_ctx, K, float(a)))
             m = ir_accuracy(fast.cot_logits(ev.tokens), ev)
-        if m["step1_acc"] > best["step1_acc"]:
+        if m[key] > best[key]:
             best = {**m, "a": float(a)}
     return best
 

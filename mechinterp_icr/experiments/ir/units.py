@@ -26,6 +26,7 @@ import torch
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import (
     induction_control,
+    induction_row_test,
     ir_head_scores,
     overwrite_fixed_rows,
     overwrite_run_rows,
@@ -41,11 +42,7 @@ from mechinterp_icr.experiments.ir.stages import (
     pretrained_metrics,
     pretrained_setting,
 )
-from mechinterp_icr.experiments.ir.sweeps import (
-    gap_row,
-    random_embedding_row,
-    sample_complexity_row,
-)
+from mechinterp_icr.experiments.ir.sweeps import gap_row, sample_complexity_row
 from mechinterp_icr.experiments.ir.train import final_record
 from mechinterp_icr.models.ir import Memory
 from mechinterp_icr.store.io import atomic_write_bytes, json_default
@@ -64,7 +61,6 @@ __all__ = [
     "overwrite_task",
     "plain",
     "pretrained_task",
-    "random_sample_task",
     "sample_task",
     "save_memory",
 ]
@@ -102,9 +98,10 @@ def plain(record: dict[str, Any]) -> dict[str, Any]:
 # per seed
 # --------------------------------------------------------------------------------------------
 def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
-    """IR-1 (memory retrieval, ideal-attention ceiling), IR-2/3/4 (PGD vs GD on raw and
-    pair-symmetric data; records written to ``run_dir/fast_<data>_<alg>.json``) and the IR-8
-    prefix-matching score of the raw-data PGD head."""
+    """IR-1 (memory retrieval, shuffled-triple control, ideal-attention ceilings), IR-2/3/4
+    (PGD vs GD on raw, pair-symmetric and eps-asymmetric data; records written to
+    ``run_dir/fast_<data>_<alg>.json``) and IR-8 on the raw-data PGD head (induction-style
+    row replacement, prefix-matching scores)."""
     t = StageTimer()
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,10 +110,11 @@ def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
         ir1, ceil = memory_and_ceiling(main, seed)
     with t("IR-2/3/4 PGD vs GD (fast)"):
         runs = pgd_vs_gd_runs(cfg, main, seed, run_dir)
-        ir2, ir3, ir4 = pgd_vs_gd_metrics(cfg, runs, ceil)
+        ir2, ir3, ir4 = pgd_vs_gd_metrics(cfg, runs, main, seed)
     with t("IR-8 induction control"):
-        head = ir_head_scores(runs[("raw", "pgd")][0], main.task)
-    return plain({"IR-1": ir1, "IR-2": ir2, "IR-3": ir3, "IR-4": ir4, "ir_head": head,
+        fast = runs[("raw", "pgd")][0]
+        ir8 = {**induction_row_test(fast, main.ev), "head": ir_head_scores(fast, cfg, seed)}
+    return plain({"IR-1": ir1, "IR-2": ir2, "IR-3": ir3, "IR-4": ir4, "IR-8": ir8,
                   "timings": t.timings})
 
 
@@ -196,18 +194,10 @@ def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
 
 
 def sample_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
-    """IR-5: the smallest N at ``n`` subjects, one-hot embeddings."""
+    """IR-5: the sample-complexity row at ``n`` subjects (random embeddings)."""
     t = StageTimer()
     with t("IR-5 sample complexity"):
         row = sample_complexity_row(cfg, seed, n)
-    return plain({"row": row, "timings": t.timings})
-
-
-def random_sample_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
-    """IR-5: the smallest N at ``n`` subjects, random embeddings (relative criterion)."""
-    t = StageTimer()
-    with t("IR-5 sample complexity"):
-        row = random_embedding_row(cfg, seed, n)
     return plain({"row": row, "timings": t.timings})
 
 

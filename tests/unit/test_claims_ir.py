@@ -1,0 +1,138 @@
+"""IR-1..IR-8 verdicts from numbers (no training): for every claim, good numbers hold, a
+negative control that shows the effect (or a positive control that misses it) keeps the claim
+from holding, and an unmet rule does not hold."""
+
+import copy
+
+import pytest
+
+from mechinterp_icr.claims import spec
+from mechinterp_icr.experiments.ir.claims import ir_claims, perturbation_role
+from mechinterp_icr.experiments.ir.config import QUICK
+
+SEEDS = ["0", "1", "2", "3", "4"]
+
+GOOD = {
+    "IR-1": {"memory_acc": 1.0, "shuffled_memory_acc": 0.01, "ceiling_step1": 0.999},
+    "IR-2": {"step1_argmax_acc": 1.0, "step1_expected_acc": 0.99, "swap_expected_acc": 0.95,
+             "step2_expected_acc": 0.999, "saddle_swap_expected_acc": 0.5,
+             "zero_data_swap_expected_acc": 0.5},
+    "IR-3": {"within_pair_gap": 0.005, "pair_mass_diff": 0.17, "mass_s3": 0.0, "ir2_met": 1.0,
+             "large_step_pair_mass_diff": 0.01, "a": 0.2},
+    "IR-4": {"saddle_tie_dev_sym": 0.001, "saddle_tie_dev_raw": 0.01, "pgd_escaped": 1.0,
+             "no_swap_tie_dev": 0.45, "gd_over_pgd_escape_eps": 3.0,
+             "gd_over_pgd_escape_sym_structural": 6.0},
+    "IR-5": {"N_grows": 1.0, "polylog_beats_linear": 1.0, "growth_over_bound": 0.5,
+             "retrieval_min": 1.0, "zero_data_reaches": 0.0, "N_smallest_n": 2,
+             "N_largest_n": 4},
+    "IR-6": {"within_pair_gap": 0.01, "pair_mass_diff": 0.1, "mass_s3": 0.03, "ir2_met": 1.0,
+             "constructed_rows_met": 1.0, "large_step_pair_mass_diff": 0.01},
+    "IR-7": {"within_pair_gap": 0.01, "mass_s3": 0.0, "solved": 1.0,
+             "large_step_rows_met": 0.0},
+    "IR-8": {"induction_row_step1_acc": 0.2, "learned_row_step1_acc": 1.0,
+             "ir_head_score_minus_baseline": -0.05,
+             "induction_model_score_minus_baseline": 0.7,
+             "induction_model_tl_score_minus_baseline": 0.7},
+}
+
+# per claim: a control showing the effect (negative) / missing it (positive) on one seed,
+# and a rule that is not met
+BAD_CONTROL = {
+    "IR-1": ("shuffled_memory_acc", 0.5),
+    "IR-2": ("saddle_swap_expected_acc", 0.93),
+    "IR-3": ("large_step_pair_mass_diff", 0.08),
+    "IR-4": ("no_swap_tie_dev", 0.01),
+    "IR-5": ("zero_data_reaches", 1.0),
+    "IR-6": ("constructed_rows_met", 0.0),
+    "IR-7": ("large_step_rows_met", 1.0),
+    "IR-8": ("induction_model_tl_score_minus_baseline", 0.3),
+}
+UNMET = {
+    "IR-1": ("memory_acc", 0.98),
+    "IR-2": ("swap_expected_acc", 0.85),
+    "IR-3": ("within_pair_gap", 0.026),
+    "IR-4": ("saddle_tie_dev_raw", 0.05),
+    "IR-5": ("growth_over_bound", 1.5),
+    "IR-6": ("mass_s3", 0.07),
+    "IR-7": ("within_pair_gap", 0.031),
+    "IR-8": ("induction_row_step1_acc", 0.7),
+}
+
+
+def _per(changes=None, seed="2"):
+    per = {cid: {s: copy.deepcopy(m) for s in SEEDS} for cid, m in GOOD.items()}
+    for cid, (key, value) in (changes or {}).items():
+        per[cid][seed][key] = value
+    return per
+
+
+def _verdicts(per):
+    return {c.id: c.to_dict() for c in ir_claims(per, QUICK, None, [])}
+
+
+def test_good_numbers_hold_for_every_claim():
+    out = _verdicts(_per())
+    for cid, c in out.items():
+        assert c["verdict"] == "holds", (cid, c["verdict_reason"])
+        assert c["n_seeds"] == 5 and c["registered"]
+
+
+@pytest.mark.parametrize("cid", sorted(BAD_CONTROL))
+def test_a_misbehaving_control_keeps_the_claim_from_holding(cid):
+    c = _verdicts(_per({cid: BAD_CONTROL[cid]}))[cid]
+    assert c["verdict"] == "inconclusive", c["verdict_reason"]
+    assert not c["holds"]
+    assert any(not k["as_expected"] for k in c["controls"])
+
+
+@pytest.mark.parametrize("cid", sorted(UNMET))
+def test_an_unmet_rule_does_not_hold(cid):
+    c = _verdicts(_per({cid: UNMET[cid]}))[cid]
+    assert c["verdict"] == "does not hold", c["verdict_reason"]
+
+
+def test_every_claim_is_built_from_its_registered_conditions_and_controls():
+    out = _verdicts(_per())
+    for cid, c in out.items():
+        s = spec(cid)
+        assert [k["name"] for k in c["controls"]] == [k.name for k in s.controls]
+        assert len(c["conditions"]) == len(s.conditions)
+        for cond in s.conditions:  # every condition's metric is in the per-seed numbers
+            assert cond.metric in GOOD[cid]
+
+
+def test_ir5_is_not_measurable_when_N_does_not_grow():
+    per = _per()
+    for s in SEEDS:
+        per["IR-5"][s]["N_grows"] = 0.0
+        per["IR-5"][s]["N_largest_n"] = 2
+    c = _verdicts(per)["IR-5"]
+    assert c["verdict"] == "inconclusive" and "not measurable" in c["verdict_reason"]
+
+
+def test_ir5_is_not_measurable_when_the_memory_does_not_retrieve():
+    c = _verdicts(_per({"IR-5": ("retrieval_min", 0.83)}))["IR-5"]
+    assert c["verdict"] == "inconclusive" and "retrieval" in c["verdict_reason"]
+
+
+def test_ir4_perturbation_role_shown_or_not_tested():
+    per = _per()["IR-4"]
+    assert perturbation_role(per)["status"] == "shown"
+    per["1"]["gd_over_pgd_escape_eps"] = 1.2
+    assert perturbation_role(per)["status"] == "shown"  # 4 of 5 seeds
+    per["3"]["gd_over_pgd_escape_eps"] = 1.9
+    assert perturbation_role(per)["status"] == "not tested"
+    c = _verdicts(_per({"IR-4": ("gd_over_pgd_escape_eps", 1.0)}))["IR-4"]
+    assert c["details"]["perturbation_role"]["status"] == "shown"
+
+
+def test_registered_hyperparameters_are_the_profiles_values():
+    from mechinterp_icr.experiments.ir.config import PAPER
+
+    for cid in GOOD:
+        s = spec(cid)
+        assert s.hyperparameters, cid
+        for key, value in s.hyperparameters.items():
+            assert getattr(QUICK, key) == value, (cid, key)
+            if key not in s.profile_specific:
+                assert getattr(PAPER, key) == value, (cid, key)
