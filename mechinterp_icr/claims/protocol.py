@@ -33,6 +33,7 @@ __all__ = [
     "HOLDS",
     "INCONCLUSIVE",
     "NOT_HOLD",
+    "MIN_SEEDS",
     "VERDICTS",
     "ClaimSpec",
     "Condition",
@@ -48,6 +49,7 @@ HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 VERDICTS = (HOLDS, NOT_HOLD, INCONCLUSIVE)
 _OPS = (">=", "<=", ">", "<")
 _RULES = ("every_seed", "mean", "fraction")
+MIN_SEEDS = 5  # SPEC 0: at least 5 seeds per claim; fewer can never give ``holds``
 
 
 def compare(value: Any, op: str, threshold: float) -> bool:
@@ -137,13 +139,24 @@ def _mean(vals) -> float:
     return sum(v) / len(v) if v else float("nan")
 
 
+def _missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return True
+
+
 def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"condition", "value", "met", "per_seed"}`` for per-seed metric dicts (or values)."""
+    """``{"condition", "value", "met", "per_seed", "missing"}`` for per-seed metric dicts (or
+    values). A seed whose value is missing or NaN makes the condition unmet under every rule
+    (no number, no evidence)."""
     vals = _values(per_seed, cond.metric)
+    missing = sorted(s for s, v in vals.items() if _missing(v))
     ok = {s: compare(v, cond.op, cond.threshold) for s, v in vals.items()}
-    numeric = [v for v in vals.values() if isinstance(v, (int, float)) and v is not None]
-    mean = _mean(numeric)
-    if not vals:
+    mean = _mean([float(v) for s, v in vals.items() if s not in missing])
+    if not vals or missing:
         met = False
     elif cond.rule == "mean":
         met = compare(mean, cond.op, cond.threshold)
@@ -152,8 +165,8 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str
     else:
         met = all(ok.values())
     return {"condition": cond.describe(), "value": mean, "met": bool(met),
-            "per_seed": {s: (float(v) if isinstance(v, (int, float)) else v)
-                         for s, v in vals.items()}}
+            "per_seed": {s: (None if s in missing else float(v)) for s, v in vals.items()},
+            "missing": missing}
 
 
 @dataclass
@@ -184,14 +197,18 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
                      note: str = "") -> ControlResult:
     """Measure a control from per-seed values (or per-seed metric dicts holding its metric).
     A negative control under ``every_seed`` meets its condition if *any* seed does; a
-    positive one only if every seed does. No values at all -> ``meets_rule`` None."""
+    positive one only if every seed does. A missing or NaN value on any seed -> ``meets_rule``
+    None (not measured: the control cannot vouch for the claim)."""
     cond = spec.condition
-    vals = {s: (m.get(cond.metric) if isinstance(m, Mapping) else m)
+    vals = {str(s): (m.get(cond.metric) if isinstance(m, Mapping) else m)
             for s, m in per_seed.items()}
-    vals = {s: v for s, v in vals.items() if v is not None}
-    if not vals:
-        return ControlResult(spec.name, spec.kind, cond.describe(), None, {}, None,
-                             note or "not measured in this run")
+    missing = sorted(s for s, v in vals.items() if _missing(v))
+    shown = {s: (None if s in missing else float(v)) for s, v in vals.items()}
+    if not vals or missing:
+        why = "not measured in this run" if not vals else f"no value on seeds {missing}"
+        mean = _mean([v for v in shown.values() if v is not None]) if vals else None
+        return ControlResult(spec.name, spec.kind, cond.describe(), mean, shown, None,
+                             "; ".join(x for x in (note, why) if x))
     ok = [compare(v, cond.op, cond.threshold) for v in vals.values()]
     mean = _mean([float(v) for v in vals.values()])
     if cond.rule == "mean":
@@ -202,28 +219,38 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
         meets = any(ok)
     else:
         meets = all(ok)
-    return ControlResult(spec.name, spec.kind, cond.describe(), mean,
-                         {str(s): float(v) for s, v in vals.items()}, bool(meets), note)
+    return ControlResult(spec.name, spec.kind, cond.describe(), mean, shown, bool(meets), note)
 
 
 def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
-           controls: list[ControlResult], not_measurable: str = "") -> tuple[str, str]:
-    """(verdict, reason) from evaluated conditions, extra checks and controls."""
-    failed = [c["condition"] for c in conditions if not c["met"]]
-    failed += [name for name, ok in extra_checks.items() if not ok]
+           controls: list[ControlResult], not_measurable: str = "",
+           seeds: list[str] | None = None, min_seeds: int = MIN_SEEDS) -> tuple[str, str]:
+    """(verdict, reason) from evaluated conditions, extra checks and controls.
+
+    ``seeds`` are the claim's seeds: with fewer than ``min_seeds`` the claim cannot hold
+    (SPEC 0: at least 5 seeds), and a control must have a value on every one of them."""
     if not_measurable:  # SPEC: the quantity cannot be measured here, whatever the rule says
         return INCONCLUSIVE, f"not measurable: {not_measurable}"
     if not conditions:
         return NOT_HOLD, "no condition evaluated"
+    failed = [c["condition"] + (f" (no value on seeds {c['missing']})" if c.get("missing")
+                                else "") for c in conditions if not c["met"]]
+    failed += [name for name, ok in extra_checks.items() if not ok]
     if failed:
         return NOT_HOLD, "not met: " + "; ".join(failed)
+    seeds = sorted({str(s) for s in (seeds or [])})
+    if len(seeds) < min_seeds:
+        return INCONCLUSIVE, f"rule met on {len(seeds)} seeds; at least {min_seeds} needed"
     if not controls:
         return INCONCLUSIVE, "no control measured in this run"
     bad = [c for c in controls if not c.ok]
-    if bad:
+    uncovered = [c for c in controls if c.ok and not set(seeds) <= set(c.per_seed)]
+    if bad or uncovered:
         return INCONCLUSIVE, "control misbehaved: " + "; ".join(
-            f"{c.kind} control {c.name!r} ({c.condition}) "
-            + ("not measured" if c.meets_rule is None else
-               f"{'met' if c.meets_rule else 'missed'} its condition (value {c.value:.4g})")
-            for c in bad)
+            [f"{c.kind} control {c.name!r} ({c.condition}) "
+             + ("not measured" + (f" ({c.note})" if c.note else "") if c.meets_rule is None
+                else f"{'met' if c.meets_rule else 'missed'} its condition "
+                     f"(value {c.value:.4g})") for c in bad]
+            + [f"{c.kind} control {c.name!r} measured on seeds {sorted(c.per_seed)} only, "
+               f"claim seeds {seeds}" for c in uncovered])
     return HOLDS, "rule met and every control as expected"

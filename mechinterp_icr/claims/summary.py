@@ -19,6 +19,7 @@ from typing import Any
 
 from mechinterp_icr.claims.protocol import (
     HOLDS,
+    MIN_SEEDS,
     ClaimSpec,
     Condition,
     ControlResult,
@@ -78,6 +79,7 @@ class Claim:
     conditions: tuple[Condition, ...] = ()
     not_measurable: str = ""
     registered: bool = False
+    min_seeds: int = MIN_SEEDS
 
     @classmethod
     def from_spec(cls, spec: ClaimSpec, per_seed: dict[str, dict[str, Any]], *,
@@ -100,7 +102,8 @@ class Claim:
 
     def evaluate(self) -> tuple[str, str, list[dict[str, Any]]]:
         conds = [evaluate_condition(c, self.per_seed) for c in self._conditions()]
-        verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable)
+        verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable,
+                                 seeds=list(self.per_seed), min_seeds=self.min_seeds)
         return verdict, reason, conds
 
     def to_dict(self) -> dict[str, Any]:

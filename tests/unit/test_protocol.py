@@ -20,7 +20,14 @@ SPEC = ClaimSpec(
     conditions=(Condition("acc", ">=", 0.9), Condition("gap", "<=", 0.02, rule="mean")),
     controls=(ControlSpec("untrained", "negative", Condition("ctrl_acc", ">=", 0.9)),
               ControlSpec("construction", "positive", Condition("pos_acc", ">=", 0.99))))
-GOOD = {"0": {"acc": 0.95, "gap": 0.01}, "1": {"acc": 0.97, "gap": 0.03}}
+SEEDS = [str(i) for i in range(5)]
+GOOD = {s: {"acc": 0.95, "gap": 0.01} for s in SEEDS}
+
+
+def _five(*vals):
+    """Per-seed control values: the given ones first, the rest equal to the last."""
+    vals = list(vals) + [vals[-1]] * (len(SEEDS) - len(vals))
+    return dict(zip(SEEDS, vals))
 
 
 def _claim(neg, pos, per_seed=GOOD):
@@ -29,24 +36,24 @@ def _claim(neg, pos, per_seed=GOOD):
 
 
 def test_holds_only_with_rule_met_and_controls_as_expected():
-    d = _claim({"0": 0.3, "1": 0.4}, {"0": 1.0, "1": 0.995}).to_dict()
+    d = _claim(_five(0.3, 0.4), _five(1.0, 0.995)).to_dict()
     assert d["verdict"] == HOLDS and d["holds"] is True
     assert [k["meets_rule"] for k in d["controls"]] == [False, True]
 
 
 def test_negative_control_showing_the_effect_on_one_seed_is_inconclusive():
-    d = _claim({"0": 0.3, "1": 0.95}, {"0": 1.0, "1": 1.0}).to_dict()
+    d = _claim(_five(0.95, 0.3), _five(1.0)).to_dict()
     assert d["verdict"] == INCONCLUSIVE and d["holds"] is False
     assert "untrained" in d["verdict_reason"]
 
 
 def test_positive_control_missing_on_one_seed_is_inconclusive():
-    d = _claim({"0": 0.3, "1": 0.3}, {"0": 1.0, "1": 0.9}).to_dict()
+    d = _claim(_five(0.3), _five(0.9, 1.0)).to_dict()
     assert d["verdict"] == INCONCLUSIVE
 
 
 def test_unmeasured_control_is_not_evidence():
-    d = _claim({}, {"0": 1.0}).to_dict()
+    d = _claim({}, _five(1.0)).to_dict()
     assert d["verdict"] == INCONCLUSIVE and d["controls"][0]["meets_rule"] is None
 
 
@@ -90,3 +97,36 @@ def test_not_measurable_is_inconclusive_even_when_the_rule_fails():
     c = Claim.from_spec(SPEC, bad, not_measurable="N does not grow")
     d = c.to_dict()
     assert d["verdict"] == INCONCLUSIVE and "not measurable" in d["verdict_reason"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None])
+def test_a_nan_or_missing_control_value_on_one_seed_is_not_evidence(bad):
+    neg = _five(0.3)
+    neg["2"] = bad
+    d = _claim(neg, _five(1.0)).to_dict()
+    assert d["verdict"] == INCONCLUSIVE and d["controls"][0]["meets_rule"] is None
+    pos = _five(1.0)
+    pos["4"] = bad
+    assert _claim(_five(0.3), pos).to_dict()["verdict"] == INCONCLUSIVE
+
+
+def test_a_control_measured_on_fewer_seeds_than_the_claim_is_not_evidence():
+    d = _claim({"0": 0.3}, _five(1.0)).to_dict()
+    assert d["verdict"] == INCONCLUSIVE and "seeds" in d["verdict_reason"]
+
+
+def test_fewer_than_five_seeds_never_hold():
+    two = {s: GOOD[s] for s in SEEDS[:2]}
+    d = _claim({"0": 0.3, "1": 0.3}, {"0": 1.0, "1": 1.0}, two).to_dict()
+    assert d["verdict"] == INCONCLUSIVE and "5 needed" in d["verdict_reason"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None])
+def test_a_nan_or_missing_metric_on_one_seed_fails_the_rule(bad):
+    per = {s: dict(m) for s, m in GOOD.items()}
+    per["3"]["acc"] = bad
+    d = _claim(_five(0.3), _five(1.0), per).to_dict()
+    assert d["verdict"] == NOT_HOLD and "3" in d["verdict_reason"]
+    per = {s: dict(m) for s, m in GOOD.items()}
+    per["1"]["gap"] = bad  # the mean rule must not average the gap away
+    assert _claim(_five(0.3), _five(1.0), per).to_dict()["verdict"] == NOT_HOLD
