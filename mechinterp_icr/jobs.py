@@ -21,6 +21,7 @@ computed from them, are the same whatever the number of workers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
@@ -34,6 +35,9 @@ from typing import Any
 
 from mechinterp_icr.config import ConfigError, check, check_range
 from mechinterp_icr.store.io import atomic_write_json
+from mechinterp_icr.store.provenance import code_state
+
+_code_state = functools.lru_cache(maxsize=1)(code_state)
 
 __all__ = ["Task", "TaskFailed", "run_tasks", "record_path", "set_threads", "fingerprint",
            "ray_session"]
@@ -102,6 +106,22 @@ def _check_plan(tasks: list[Task]) -> None:
         check(not missing, f"task {t.name}.after", missing, "names of tasks in the plan")
 
 
+def code_states(records_dir: str | Path) -> dict[str, list[str]]:
+    """``{code state: [task names]}`` of the stored records under ``records_dir``: which
+    revision (``+dirty`` when uncommitted) computed each result. A resumed run keeps the
+    records of earlier code (the fingerprint covers inputs, not code, so that a paper run
+    survives a commit); the summary lists the states so a mix is visible."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(Path(records_dir).rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if isinstance(data, dict) and "record" in data:
+            out.setdefault(str(data.get("code")), []).append(str(data.get("name")))
+    return out
+
+
 def fingerprint(t: Task) -> str:
     """SHA-256 of the task's function and inputs (configs by value, paths as text): a stored
     record counts as done only for the same fingerprint, so changed settings rerun."""
@@ -164,7 +184,7 @@ def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, bar) -> N
     if err is None:
         atomic_write_json(record_path(records_dir, t.name),
                           {"name": t.name, "fingerprint": fingerprint(t), "seconds": secs,
-                           "record": rec})
+                           "code": _code_state(), "record": rec})
         done[t.name] = rec
         status = f"done in {secs:.1f}s"
     else:

@@ -26,6 +26,7 @@ from typing import Any
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
 from mechinterp_icr.experiments import cr, ir
+from mechinterp_icr.jobs import code_states
 
 __all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "config_keys",
            "default_workers"]
@@ -100,5 +101,8 @@ def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str,
     summary.config = to_dict(cfg)
     _module(target).reproduce(cfg, Path(out_dir), list(seeds), summary, workers=workers,
                               ray_address=ray_address, threads=threads)
+    states = code_states(Path(out_dir) / "tasks" / target)
+    summary.tables[f"{target}: code revision of each task result"] = [
+        {"code": k, "tasks": len(v)} for k, v in sorted(states.items())]
     summary.write(out_dir)
     return summary

@@ -27,7 +27,12 @@ from mechinterp_icr.claims.protocol import (
     evaluate_condition,
 )
 from mechinterp_icr.store.io import atomic_write_json
-from mechinterp_icr.store.provenance import git_revision, package_versions, peak_memory_mb
+from mechinterp_icr.store.provenance import (
+    code_state,
+    git_revision,
+    package_versions,
+    peak_memory_mb,
+)
 
 __all__ = ["Claim", "Summary", "ci95", "claim_key", "format_claim_table"]
 
@@ -176,6 +181,7 @@ class Summary:
             "peak_memory_mb": peak_memory_mb(),
             "versions": package_versions(),
             "git_revision": git_revision(),
+            "code_state": code_state(),
         }
 
     def write(self, out_dir: str | Path, merge: bool = True) -> Path:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["package_versions", "git_revision", "peak_memory_mb"]
+__all__ = ["package_versions", "git_revision", "code_state", "peak_memory_mb"]
 
 
 def package_versions() -> dict[str, str]:
@@ -30,6 +30,22 @@ def git_revision(cwd: str | Path | None = None) -> str | None:
         return r.stdout.strip() or None if r.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def code_state(cwd: str | Path | None = None) -> str | None:
+    """The git revision of the package's code, with ``+dirty`` when tracked files differ from
+    it (what a task record and a summary were computed with); None outside a git checkout."""
+    rev = git_revision(cwd)
+    if rev is None:
+        return None
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5,
+                           cwd=cwd or Path(__file__).resolve().parent)
+        dirty = r.returncode == 0 and bool(r.stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return rev
+    return rev + "+dirty" if dirty else rev
 
 
 def peak_memory_mb() -> float:
