@@ -12,6 +12,15 @@ N_TYPES = 4
 TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
 
 
+# The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile.
+MECH_MODEL = {"cascade.d_head": 32, "cascade.embedding": "orthonormal",
+              "cascade.out_scale": 8.0, "cascade.pt_steps": 1200, "cascade.pt_batch": 64,
+              "cascade.pt_lr": 6e-3, "cascade.ft_steps": 300, "cascade.ft_batch": 128,
+              "cascade.ft_lr": 3e-3, "cascade.ft_trainable": "all",
+              "cascade.dense_until": 40, "cascade.checkpoint_every": 10,
+              "cascade.probe_batch": 128}
+
+
 def _c(metric, op, threshold, rule="every_seed", text="", min_fraction=1.0):
     return Condition(metric, op, threshold, rule, min_fraction, text)
 
@@ -37,7 +46,7 @@ CR_SPECS = (
         ),
         controls=(_neg("ICL-finetuned model", "ft_heldout_icl_best_attr_type", "<=",
                        TYPE_BOUND),),
-        hyperparameters={"task.n_types": N_TYPES},
+        hyperparameters={"task.n_types": N_TYPES, "task.n_demos": 4},
     ),
     ClaimSpec(
         "CR-2",
@@ -49,14 +58,27 @@ CR_SPECS = (
         ),
         controls=(_neg("PT-only model", "pt_heldout_icl_exact", ">", 0.5),
                   _neg("finetuned on mixed-type demos", "mixed_heldout_icl_exact", ">", 0.5)),
+        # finetuning K ~ U[finetune_k_min, finetune_k_max or max_demos] per batch; held-out
+        # ICL evaluated at every K of eval_ks (the K condition uses K >= 2)
+        hyperparameters={"task.n_demos": 4, "task.max_demos": 8, "task.finetune_k_min": 1,
+                         "task.finetune_k_max": 0, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
+                         "finetune.trainable": "attention", "mixed_controls": True},
     ),
     ClaimSpec(
         "CR-3",
         "ICL+Grm finetuning (grammar between subject and attribute) on a subject subset, "
         "evaluated on plain ICL on held-out subjects: exact accuracy >= 0.80 (mean).",
         conditions=(_c("heldout_icl_exact", ">=", 0.80, rule="mean"),),
-        controls=(_neg("ICL+Grm finetuned on mixed-type demos", "mixed_heldout_icl_type", ">",
-                       TYPE_BOUND),),
+        # type of the best attribute guess (the stricter type accuracy: argmax-over-vocabulary
+        # type accuracy can only be lower)
+        controls=(_neg("ICL+Grm finetuned on mixed-type demos",
+                       "mixed_heldout_icl_best_attr_type", ">", TYPE_BOUND),),
+        hyperparameters={"task.iclgrm_order": "sga", "task.iclgrm_chain": "shared",
+                         "task.iclgrm_len_min": 1, "task.iclgrm_len_max": 2,
+                         "task.iclgrm_query_grammar": False, "task.n_demos": 4,
+                         "task.max_demos": 8, "task.finetune_k_min": 1,
+                         "task.finetune_k_max": 0, "finetune.trainable": "attention",
+                         "mixed_controls": True},
     ),
     ClaimSpec(
         "CR-4",
@@ -82,6 +104,13 @@ CR_SPECS = (
             _neg("3 random directions (top-PC probe minus random)", "ft_pc_minus_random",
                  "<", 0.2),
         ),
+        hyperparameters={"taskvec.n_pc": N_TYPES - 1, "taskvec.ks": (1, 2, 3, 4, 6, 8),
+                         "taskvec.lams": (0.0, 0.3, 0.6, 0.9), "taskvec.lam_seeds": 0,
+                         "taskvec.transplant_scale": 1.0, "taskvec.n_random_dirs": 8,
+                         "taskvec.n_shuffles": 64, "taskvec.lam_d_model": 32,
+                         "taskvec.lam_d_mlp": 128, "taskvec.lam_pt_steps": 400,
+                         "taskvec.lam_pt_lr": 3e-3, "taskvec.lam_ft_steps": 80,
+                         "taskvec.test_fraction": 0.25, "taskvec.dev_fraction": 0.25},
     ),
     ClaimSpec(
         "CR-5",
@@ -89,13 +118,14 @@ CR_SPECS = (
         "Relation head and the other a Subject head: recovery >= 0.5 for each role on every "
         "seed, each role's head at least twice the other head on that role.",
         conditions=(
-            _c("relation_recovery", ">=", 0.5, text="Relation role"),
-            _c("subject_recovery", ">=", 0.5, text="Subject role"),
+            _c("relation_role", ">=", 0.5, text="Relation role"),
+            _c("subject_role", ">=", 0.5, text="Subject role"),
             _c("relation_margin", ">=", 2.0, text="Relation head / other head"),
             _c("subject_margin", ">=", 2.0, text="Subject head / other head"),
+            _c("distinct_heads", ">=", 1.0, text="the two roles on different heads"),
         ),
         controls=(
-            _neg("Relation role in the PT-only model", "pt_relation_recovery", ">", 0.2),
+            _neg("Relation role in the PT-only model", "pt_relation_role", ">", 0.2),
             _neg("Subject head patched from other demo subjects, same query subject",
                  "subject_same_query_changed", ">", 0.05),
             _pos("role code on the ICL construction (Relation)", "construction_relation",
@@ -103,6 +133,10 @@ CR_SPECS = (
             _pos("role code on the ICL construction (Subject)", "construction_subject",
                  ">=", 0.9),
         ),
+        hyperparameters=dict(MECH_MODEL, **{"mechanism.n_pairs": 64,
+                                            "cascade.role_score": "moved_gain",
+                                            "cascade.margin_floor": 0.05}),
+        profile_specific=("mechanism.n_pairs",),  # prompt pairs: 64 quick, 256 paper
     ),
     ClaimSpec(
         "CR-6",
@@ -132,6 +166,9 @@ CR_SPECS = (
             _pos("placebo: KQ-first synthetic schedule read as KQ first", "placebo_kq_first",
                  ">=", 1.0),
         ),
-        hyperparameters={"cascade.ft_lrs": (3e-3, 6e-3)},
+        hyperparameters=dict(MECH_MODEL, **{"cascade.ft_lrs": (3e-3, 6e-3),
+                                            "cascade.onset_fraction": 0.1,
+                                            "cascade.plateau_tail": 0.1,
+                                            "cascade.placebo_points": 21}),
     ),
 )

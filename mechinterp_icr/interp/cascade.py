@@ -1,32 +1,55 @@
-"""CR-7 measurements: the OV and KQ probes of a 1-layer attention-only model across
-finetuning checkpoints, and when each of them rises.
+"""CR-7 measurements: continuous OV and KQ probes of a 1-layer attention-only model across
+finetuning checkpoints, when each of them rises, and the synthetic-schedule placebo.
 
-At every checkpoint :func:`checkpoint_probes` logs, for every head, the OV probe
-(``ov_precision``, ``ov_top1``) and the KQ probe (``kq_top_attr``, ``kq_mass_attr``) of
-``interp.circuits``, and the model's exact accuracy on a fixed batch. :func:`cascade_timing`
-reads those rows back: the Relation head is the head with the larger attention mass on the
-demo attributes at the end, and for each probe ``t_half`` is the first logged step at which
-``probe(t) - probe(0) >= 0.5 * (probe(T) - probe(0))`` (:func:`half_gain_step`). The cascade
-holds when the OV probe's ``t_half`` comes before the KQ probe's.
+Probes (both continuous: no metric that sits at exactly 0 until it jumps):
+
+- **OV probe** ``ov_contrast`` (:func:`ov_contrast`): in the head's full OV circuit
+  ``W_E W_V W_O W_U`` restricted to attribute tokens, the mean logit an attribute gives the
+  other attributes of its own type minus the mean it gives attributes of other types
+  (``ov_margin``, in logits), divided by the spread (standard deviation) of that block: 0 when
+  the OV ignores types, 2.31 for the ICL construction (L = 4). The raw ``ov_margin`` is
+  logged beside it; it keeps growing with the logit scale under cross-entropy and so has no
+  plateau to measure the total gain at.
+- **KQ probe** ``kq_mass`` (``interp.circuits.kq_probe``'s ``kq_mass_attr``): the mean
+  attention mass the query puts on the in-context attribute tokens of a fixed batch of
+  held-out ICL prompts.
+
+:func:`checkpoint_probes` logs both (and the rank-based ``ov_precision`` / ``kq_top_attr`` of
+``interp.circuits``, as diagnostics) for every head at every checkpoint. :func:`onset_step`:
+the total gain is measured at the plateau (mean of the last ``tail`` share of checkpoints,
+at least 3) and the onset is the first checkpoint whose gain over the start reaches 10% of
+it. :func:`cascade_timing` picks the Relation head (larger attention mass on the demo
+attributes at the end) and says whether its OV onset comes strictly before its KQ onset.
+
+Placebo (:func:`synthetic_schedule`, :func:`placebo_orders`): models interpolated between
+the PT and the ICL construction (``models.construction``), one schedule moving the Relation
+head's OV first and its KQ second, one the other way round; the same probe and onset code
+must read each order correctly.
 
 Nothing here trains: the mechanism model is trained by the CR experiment
-(``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its checkpoint
-evaluation.
+(``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its evaluation.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["cascade_timing", "checkpoint_probes", "half_gain_step"]
+__all__ = ["ONSET_FRACTION", "PLATEAU_TAIL", "cascade_timing", "checkpoint_probes",
+           "half_gain_step", "onset_step", "ov_contrast", "ov_margin", "placebo_orders",
+           "probe_rows", "synthetic_schedule"]
+
+ONSET_FRACTION = 0.1  # SPEC: onset = first checkpoint with 10% of the total gain
+PLATEAU_TAIL = 0.1  # the plateau = mean of the last 10% of checkpoints (at least 3)
 
 
 def half_gain_step(steps, values, frac: float = 0.5) -> float:
-    """First step whose gain over the start reaches ``frac`` (default half) of the final gain
-    (nan without gain)."""
+    """First step whose gain over the start reaches ``frac`` of the final gain (nan without
+    gain). Kept as a diagnostic; the claim uses :func:`onset_step`."""
     v = np.asarray(values, dtype=float)
     gain = v[-1] - v[0]
     if not np.isfinite(gain) or gain <= 1e-9:
@@ -35,63 +58,182 @@ def half_gain_step(steps, values, frac: float = 0.5) -> float:
     return float(np.asarray(steps)[idx[0]])
 
 
-def checkpoint_probes(task, batch):
-    """A checkpoint evaluation ``fn(model) -> metrics``: per head ``h{h}_ov``,
-    ``h{h}_ov_top1``, ``h{h}_kq``, ``h{h}_kq_mass`` (layer 0), and ``icl_heldout_exact``, the
-    exact accuracy at the query position of ``batch`` (an ICL batch with ``query_pos`` and
-    ``answer`` in its meta)."""
-    from mechinterp_icr.interp.circuits import kq_probe, ov_probe
+def onset_step(steps, values, frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL
+               ) -> float:
+    """First step whose gain over the start reaches ``frac`` of the total gain, the total
+    gain measured at the plateau (mean of the last ``tail`` share of values, at least 3).
+    nan when the probe does not rise."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float("nan")
+    k = min(len(v), max(3, int(math.ceil(tail * len(v)))))
+    gain = float(v[-k:].mean() - v[0])
+    if not np.isfinite(gain) or gain <= 1e-9:
+        return float("nan")
+    idx = np.nonzero(v - v[0] >= frac * gain)[0]
+    return float(np.asarray(steps)[idx[0]])
 
+
+@torch.no_grad()
+def ov_margin(model, task, head: int, layer: int = 0) -> float:
+    """The continuous OV probe (module doc): same-type minus other-type mean OV logit over
+    attribute tokens, the token itself excluded."""
+    from mechinterp_icr.interp.circuits import full_ov, restrict
+
+    V, L = task.cfg.n_values, task.cfg.n_types
+    n = L * V
+    M = restrict(full_ov(model, layer, head), task.attr_ids, task.attr_ids).double()
+    t = torch.arange(n) // V
+    same = (t[:, None] == t[None, :]) & ~torch.eye(n, dtype=torch.bool)
+    other = t[:, None] != t[None, :]
+    per = (M * same).sum(1) / same.sum(1) - (M * other).sum(1) / other.sum(1)
+    return float(per.mean())
+
+
+@torch.no_grad()
+def ov_contrast(model, task, head: int, layer: int = 0) -> float:
+    """The CR-7 OV probe: :func:`ov_margin` divided by the standard deviation of the
+    off-diagonal attribute-to-attribute OV logits (a d'-like contrast: bounded by the block's
+    own spread, so it plateaus once the type structure is formed even while cross-entropy keeps
+    growing the logit scale; 0 for an all-zero block)."""
+    from mechinterp_icr.interp.circuits import full_ov, restrict
+
+    n = task.cfg.n_types * task.cfg.n_values
+    M = restrict(full_ov(model, layer, head), task.attr_ids, task.attr_ids).double()
+    sd = float(M[~torch.eye(n, dtype=torch.bool)].std())
+    return ov_margin(model, task, head, layer) / sd if sd > 1e-9 else 0.0
+
+
+def checkpoint_probes(task, batch):
+    """A checkpoint evaluation ``fn(model) -> metrics``: per head ``h{h}_ov_contrast``,
+    ``h{h}_kq_mass`` (the two continuous probes), ``h{h}_ov_margin``, ``h{h}_ov``
+    (ov_precision) and ``h{h}_kq`` (kq_top_attr) as diagnostics, and ``icl_heldout_exact``
+    on ``batch`` (an ICL batch with ``query_pos``, ``roles`` and ``answer`` in its meta).
+    One forward pass per call (the KQ numbers of ``interp.circuits.kq_probe`` from its
+    cached attention pattern)."""
+    from mechinterp_icr.interp.circuits import ov_probe
+
+    is_attr = (batch.meta["roles"] == 5).float()  # (B, T) in-context attribute tokens
+    qp = torch.as_tensor(batch.meta["query_pos"]).long()
+    rows = torch.arange(len(qp))
+
+    @torch.no_grad()
     def fn(model):
+        dev = next(model.parameters()).device
+        logits, cache = model.run_with_cache(
+            batch.tokens.to(dev), names_filter=lambda n: n == "blocks.0.attn.hook_pattern")
+        pat = cache["blocks.0.attn.hook_pattern"].cpu()  # (B, H, T, T)
         out = {}
         for h in range(model.cfg.n_heads):
-            ov = ov_probe(model, task, 0, h)
-            kq = kq_probe(model, batch, 0, h)
-            out[f"h{h}_ov"] = ov["ov_precision"]
-            out[f"h{h}_ov_top1"] = ov["ov_top1"]
-            out[f"h{h}_kq"] = kq["kq_top_attr"]
-            out[f"h{h}_kq_mass"] = kq["kq_mass_attr"]
-        with torch.no_grad():
-            logits = model(batch.tokens.to(next(model.parameters()).device))
-            qp = batch.meta["query_pos"]
-            pred = logits[torch.arange(len(qp)), qp].argmax(-1).cpu()
+            row = pat[rows, h, qp]  # (B, T) the query's attention
+            out[f"h{h}_ov_contrast"] = ov_contrast(model, task, h)
+            out[f"h{h}_ov_margin"] = ov_margin(model, task, h)
+            out[f"h{h}_kq_mass"] = float((row * is_attr).sum(-1).mean())
+            out[f"h{h}_ov"] = ov_probe(model, task, 0, h)["ov_precision"]
+            out[f"h{h}_kq"] = float(is_attr[rows, row.argmax(-1)].mean())
+        pred = logits[rows.to(dev), qp.to(dev)].argmax(-1).cpu()
         out["icl_heldout_exact"] = float((pred == batch.meta["answer"]).float().mean())
         return out
 
     return fn
 
 
-def cascade_timing(model, task, rows: list[dict[str, Any]], batch) -> dict[str, Any]:
+def _timing(steps, rows: list[dict[str, Any]], rel: int, frac: float = ONSET_FRACTION,
+            tail: float = PLATEAU_TAIL) -> dict[str, Any]:
+    ov = [r[f"h{rel}_ov_contrast"] for r in rows]
+    kq = [r[f"h{rel}_kq_mass"] for r in rows]
+    t_ov, t_kq = onset_step(steps, ov, frac, tail), onset_step(steps, kq, frac, tail)
+    both = np.isfinite(t_ov) and np.isfinite(t_kq)
+    return {"steps": list(steps), "ov": ov, "kq": kq, "t_onset_ov": t_ov, "t_onset_kq": t_kq,
+            "ov_first": float(t_ov < t_kq) if both else 0.0,
+            "kq_first": float(t_kq < t_ov) if both else 0.0,
+            "lead_steps": (t_kq - t_ov) if both else float("nan"),
+            "t_half_ov": half_gain_step(steps, ov), "t_half_kq": half_gain_step(steps, kq),
+            "ov_start": ov[0], "ov_end": ov[-1], "kq_start": kq[0], "kq_end": kq[-1]}
+
+
+def probe_rows(models, task, batch) -> list[dict[str, Any]]:
+    """:func:`checkpoint_probes` of every model in ``models`` (one row each)."""
+    fn = checkpoint_probes(task, batch)
+    return [fn(m) for m in models]
+
+
+def cascade_timing(model, task, rows: list[dict[str, Any]], batch,
+                   frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> dict[str, Any]:
     """The cascade of a finetuned 2-head model from its per-checkpoint probe ``rows`` (those of
-    :func:`checkpoint_probes`, sorted by step): the Relation head (larger attention mass on the
-    demo attributes on ``batch``), its OV and KQ curves, their half-gain and onset (10%)
-    steps, ``ov_first`` (1.0 when the OV probe's half gain comes strictly first) and the
-    similarity of each head to the construction."""
+    :func:`checkpoint_probes` with a ``step``, sorted by step): the Relation head (larger
+    attention mass on the demo attributes of ``batch`` at the end), its OV and KQ curves, their
+    onsets (:func:`onset_step`), ``ov_first`` and the similarity of each head to the
+    construction."""
     from mechinterp_icr.interp.attention import head_role_table
     from mechinterp_icr.interp.circuits import construction_similarity
 
     steps = [r["step"] for r in rows]
     roles = head_role_table(model, batch)
     rel = int(np.argmax([r["demo_attribute"] for r in roles]))
-    sub = 1 - rel
-    ov = [r[f"h{rel}_ov"] for r in rows]
-    kq = [r[f"h{rel}_kq"] for r in rows]
-    t_ov, t_kq = half_gain_step(steps, ov), half_gain_step(steps, kq)
     sim = construction_similarity(model, task)
-    return {
-        "relation_head": rel, "subject_head": sub, "steps": steps, "ov": ov, "kq": kq,
-        "kq_mass": [r[f"h{rel}_kq_mass"] for r in rows],
-        "icl_curve": [r["icl_heldout_exact"] for r in rows],
-        "t_half_ov": t_ov, "t_half_kq": t_kq,
-        "t_half_kq_mass": half_gain_step(steps, [r[f"h{rel}_kq_mass"] for r in rows]),
-        "t_half_ov_top1": half_gain_step(steps, [r[f"h{rel}_ov_top1"] for r in rows]),
-        # onset (post-hoc diagnostic, not the claim's criterion): 10% of the final gain
-        "t_onset_ov": half_gain_step(steps, ov, 0.1),
-        "t_onset_kq": half_gain_step(steps, kq, 0.1),
-        "ov_first": float(t_ov < t_kq) if np.isfinite(t_ov) and np.isfinite(t_kq) else 0.0,
-        "lead_steps": (t_kq - t_ov) if np.isfinite(t_ov) and np.isfinite(t_kq) else float("nan"),
-        "ov_start": ov[0], "ov_end": ov[-1], "kq_start": kq[0], "kq_end": kq[-1],
-        "roles": roles, "similarity": sim,
-        "sim_relation_ov": sim[rel]["sim_relation_ov"],
-        "sim_subject_ov": sim[sub]["sim_subject_ov"],
-    }
+    return {"relation_head": rel, "subject_head": 1 - rel,
+            **_timing(steps, rows, rel, frac, tail),
+            "icl_curve": [r["icl_heldout_exact"] for r in rows],
+            "ov_margin": [r[f"h{rel}_ov_margin"] for r in rows],
+            "ov_precision": [r[f"h{rel}_ov"] for r in rows],
+            "kq_top_attr": [r[f"h{rel}_kq"] for r in rows],
+            "roles": roles, "similarity": sim,
+            "sim_relation_ov": sim[rel]["sim_relation_ov"],
+            "sim_subject_ov": sim[1 - rel]["sim_subject_ov"]}
+
+
+# ------------------------------------------------------------------------------------------
+# Placebo: synthetic schedules between the PT and the ICL construction
+# ------------------------------------------------------------------------------------------
+@torch.no_grad()
+def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float = 0.2) -> list:
+    """Models on a synthetic "training" path from the PT to the ICL construction (Relation
+    head only; the Subject head is the same in both). ``order='ov_first'``: the Relation
+    head's OV moves over the first 40% of the path, its KQ over the next 40%, then a plateau;
+    ``'kq_first'`` the other way round; a fixed random matrix (std ``noise_scale``) is added to
+    the Relation head's ``W_O`` at every point. Returns ``n_points`` models (checkpoints
+    0..n-1)."""
+    from mechinterp_icr.config import check, check_choice
+    from mechinterp_icr.models.construction import RELATION_HEAD, build_construction
+
+    check_choice("order", order, ["ov_first", "kq_first"])
+    check(n_points >= 5, "n_points", n_points, "at least 5 checkpoints")
+    pt, icl = build_construction(task, "pt"), build_construction(task, "icl")
+    a_pt, a_icl = pt.blocks[0].attn, icl.blocks[0].attn
+    h = RELATION_HEAD
+    # fixed noise on the Relation head's output map (the same at every point, about 2 logits
+    # against the construction's 10), so that the OV contrast rises gradually as a trained
+    # model's does rather than jumping at the first step
+    g = torch.Generator().manual_seed(0xC7)
+    noise = noise_scale * torch.randn(a_icl.W_O[h].shape, generator=g)
+    models = []
+    for t in np.linspace(0.0, 1.0, n_points):
+        first, second = float(np.clip(t / 0.4, 0, 1)), float(np.clip((t - 0.4) / 0.4, 0, 1))
+        a_ov, a_kq = (first, second) if order == "ov_first" else (second, first)
+        m = copy.deepcopy(icl)
+        at = m.blocks[0].attn
+        at.W_K[h].copy_((1 - a_kq) * a_pt.W_K[h] + a_kq * a_icl.W_K[h])
+        at.W_V[h].copy_(a_pt.W_V[h] + a_icl.W_V[h])  # copies either token set's identity
+        at.W_O[h].copy_((1 - a_ov) * a_pt.W_O[h] + a_ov * a_icl.W_O[h] + noise)
+        models.append(m)
+    return models
+
+
+def placebo_orders(task, batch, n_points: int = 21, frac: float = ONSET_FRACTION,
+                   tail: float = PLATEAU_TAIL) -> dict[str, Any]:
+    """Read both synthetic schedules with the claim's probe and onset code: ``ov_first`` is 1
+    when the OV-first schedule is read as OV first, ``kq_first`` 1 when the KQ-first schedule
+    is read as KQ first (the Relation head found as in :func:`cascade_timing`)."""
+    from mechinterp_icr.interp.attention import head_role_table
+
+    out: dict[str, Any] = {}
+    for order in ("ov_first", "kq_first"):
+        models = synthetic_schedule(task, order, n_points)
+        rows = probe_rows(models, task, batch)
+        rel = int(np.argmax([r["demo_attribute"] for r in head_role_table(models[-1], batch)]))
+        tm = _timing(list(range(n_points)), rows, rel, frac, tail)
+        out[order] = {"read_correctly": tm[order], "relation_head": rel,
+                      **{k: tm[k] for k in ("t_onset_ov", "t_onset_kq", "ov", "kq")}}
+    return {"placebo_ov_first": out["ov_first"]["read_correctly"],
+            "placebo_kq_first": out["kq_first"]["read_correctly"], "schedules": out}

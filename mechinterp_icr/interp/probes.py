@@ -40,6 +40,7 @@ __all__ = [
     "fit_probe",
     "probe_accuracy",
     "probe_layers",
+    "random_dir_accuracy",
     "random_orthonormal",
     "split_by_prompt",
     "split_by_subject",
@@ -290,9 +291,21 @@ def probe_accuracy(X, y, split: Split, kind: str = "pca", n_pc: int = 3, seed: i
     return float(np.mean(accs))
 
 
+def random_dir_accuracy(X, y, split: Split, n_pc: int = 3, seed: int = 0, on: str = "test",
+                        n_draws: int = 1) -> float:
+    """The random-direction control: the probe on ``n_pc`` random orthonormal directions,
+    averaged over ``n_draws`` independent draws (one draw is noisy)."""
+    check_range("n_draws", n_draws, 1, 10_000, integer=True)
+    return float(np.mean([probe_accuracy(X, y, split, "random", n_pc,
+                                         int(seed) * 1000 + j if j else seed, on=on)
+                          for j in range(n_draws)]))
+
+
 def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
-                    on: str = "test", n_shuffles: int = 16) -> dict[str, float]:
-    """Top-PC probe, full probe, and the two controls on one split."""
+                    on: str = "test", n_shuffles: int = 16, n_random: int = 1
+                    ) -> dict[str, float]:
+    """Top-PC probe, full probe, and the two controls on one split (``n_random`` draws of
+    random directions, averaged)."""
     y = np.asarray(y)
     rows = split.test if on == "test" else split.dev
     n_classes = len(np.unique(y))
@@ -305,7 +318,7 @@ def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
         # full-dimensional vectors are less clustered, so fewer permutations suffice there
         "acc_shuffle_full": probe_accuracy(X, y, split, "full", n_pc, seed, True, on,
                                            max(1, n_shuffles // 4)),
-        "acc_random_dir": probe_accuracy(X, y, split, "random", n_pc, seed, on=on),
+        "acc_random_dir": random_dir_accuracy(X, y, split, n_pc, seed, on, n_random),
         "chance": 1.0 / n_classes,
         "majority": majority,
         "n_train": len(split.train),

@@ -20,9 +20,14 @@ scalar "separation" used by the K and ``lam`` sweeps). UMAP is optional (``umap_
 never imported on the quick path.
 
 Causal check (``transplant_accuracy``): add the difference of mean task vectors (type ``l'``
-minus type ``l``; ``mode='add'``) or write the mean task vector of ``l'`` (``mode='replace'``)
-into a type-``l`` prompt at one layer boundary of the query position, and count how often
-the answer becomes the query subject's ``l'`` attribute.
+minus type ``l``; ``mode='add'``), a random vector of the same norm (``mode='random'``, the
+control) or write the mean task vector of ``l'`` (``mode='replace'``) into a type-``l`` prompt
+at one hook of the query position, and count how often the answer becomes the query
+subject's ``l'`` attribute.
+
+CR-4 reads the code at :func:`readout_hook` (``blocks.{n-1}.hook_resid_mid``: after the last
+attention layer, before the last MLP), never at the final residual stream, whose type is
+the model's own prediction (:func:`output_type_accuracy`).
 """
 
 from __future__ import annotations
@@ -48,8 +53,11 @@ __all__ = [
     "iter_checkpoint_task_vectors",
     "n_components_for",
     "participation_ratio",
+    "output_type_accuracy",
     "pca",
     "prompt_keys",
+    "readout_hook",
+    "readout_names",
     "silhouette",
     "transplant_accuracy",
     "type_variance_fraction",
@@ -69,6 +77,22 @@ def boundary_names(n_layers: int) -> list[str]:
 def boundary_labels(n_layers: int) -> list[str]:
     """Readable names of the boundaries: ``embed``, ``L0``, ``L1``, ... (after block l)."""
     return ["embed"] + [f"L{l}" for l in range(n_layers)]
+
+
+def readout_hook(n_layers: int) -> str:
+    """The CR-4 read-out hook ``blocks.{n_layers-1}.hook_resid_mid``: after the last attention
+    layer, before the last MLP (the last layer has not read the code out yet)."""
+    check_range("n_layers", n_layers, 1, 10_000, integer=True)
+    return f"blocks.{n_layers - 1}.hook_resid_mid"
+
+
+def readout_names(n_layers: int) -> tuple[list[str], list[str]]:
+    """(hook names, labels) of every boundary plus the read-out hook, in forward order:
+    ``embed, L0, .., L{n-2}, L{n-1}.mid, L{n-1}`` (the last one is the final residual
+    stream, the model's own prediction)."""
+    names, labels = boundary_names(n_layers), boundary_labels(n_layers)
+    return (names[:-1] + [readout_hook(n_layers), names[-1]],
+            labels[:-1] + [f"L{n_layers - 1}.mid", labels[-1]])
 
 
 def prompt_keys(tokens: np.ndarray) -> np.ndarray:
@@ -189,23 +213,26 @@ def _sample_icl(task, rng, n, K, subjects, types, grammar):
 
 def icl_task_vectors(model, task, n: int, K: int | None = None, subjects=None, seed: int = 0,
                      types=None, grammar: bool = False, batch_size: int = 512,
-                     checkpoint: str = "") -> TaskVectorSet:
+                     checkpoint: str = "", names: Sequence[str] | None = None
+                     ) -> TaskVectorSet:
     """Task vectors of ``n`` fresh ICL prompts of ``task`` (all types unless ``types``).
 
     ``subjects`` restricts demos and query (e.g. ``task.heldout_subjects``); the prompts are
-    a pure function of ``seed``, so two checkpoints see the same prompts.
+    a pure function of ``seed``, so two checkpoints see the same prompts. ``names``: the hooks
+    to read (default: every boundary, :func:`boundary_names`).
     """
     check_range("n", n, 1, 10_000_000, integer=True)
     rng = np.random.default_rng([int(seed), 0x7A5C])
     b = _sample_icl(task, rng, n, K, subjects, types, grammar)
     meta = b.meta
     qp = torch.as_tensor(meta["query_pos"]).long()
-    vecs, pred = extract_task_vectors(model, b.tokens, qp, batch_size=batch_size)
+    names = list(names or boundary_names(model.cfg.n_layers))
+    vecs, pred = extract_task_vectors(model, b.tokens, qp, names, batch_size=batch_size)
     demos = torch.as_tensor(meta["demo_subjects"]).long().numpy()
     if demos.ndim == 1:
         demos = demos[:, None]
     return TaskVectorSet(
-        vectors=vecs, layer_names=boundary_names(model.cfg.n_layers),
+        vectors=vecs, layer_names=names,
         types=torch.as_tensor(meta["type"]).long().numpy(),
         query_subject=torch.as_tensor(meta["query_subject"]).long().numpy(),
         demo_subjects=demos, answer=torch.as_tensor(meta["answer"]).long().numpy(),
@@ -231,6 +258,19 @@ def iter_checkpoint_task_vectors(run, selection: str, n: int, K: int | None = No
     for ck, model in run.iter_models(selection, build):
         yield ck, icl_task_vectors(model, task, n, K=K, subjects=subj, seed=seed,
                                    grammar=grammar, checkpoint=ck.name)
+
+
+def output_type_accuracy(task, pred, types) -> float:
+    """Share of prompts whose model answer (``pred``, token ids) is an attribute of the
+    prompt's type ``types`` (the type read from the model's own output, printed beside the
+    CR-4 probe: a probe that only matches this reads the prediction, not an earlier code)."""
+    pred, types = np.asarray(pred), np.asarray(types)
+    if not len(pred):
+        return float("nan")
+    V, L = task.cfg.n_values, task.cfg.n_types
+    rel = pred - task.attr_base
+    is_attr = (rel >= 0) & (rel < L * V)
+    return float((is_attr & (rel // V == types)).mean())
 
 
 def resolve_subjects(task, subjects):
@@ -385,18 +425,25 @@ def transplant_accuracy(model, tokens: torch.Tensor, query_pos: torch.Tensor,
                         source_types: np.ndarray, target_types: np.ndarray,
                         target_answers: np.ndarray, means: np.ndarray, hook_name: str,
                         mode: str = "add", scale: float = 1.0, original_answers=None,
-                        batch_size: int = 512) -> dict[str, float]:
+                        batch_size: int = 512, random_seed: int = 0) -> dict[str, float]:
     """Patch the query-position residual at ``hook_name`` towards type ``target_types``.
 
     ``means`` is (n_types, d_model), the mean task vector per type at ``hook_name``.
     ``mode='add'`` adds ``scale * (means[t'] - means[t])`` (t = the prompt's own type),
-    ``mode='replace'`` writes ``means[t']``. Returns the fraction of prompts whose answer
+    ``mode='replace'`` writes ``means[t']``, ``mode='random'`` (the control) adds a random
+    vector with the norm of ``means[t'] - means[t]`` (a pure function of ``random_seed``).
+    Returns the fraction of prompts whose answer
     becomes ``target_answers`` (the query subject's attribute of type t') and, when
     ``original_answers`` is given, the fraction that keep their original answer.
     """
-    check_choice("mode", mode, ["add", "replace"])
+    check_choice("mode", mode, ["add", "replace", "random"])
     dev = next(model.parameters()).device
     means_t = torch.as_tensor(np.asarray(means), dtype=torch.float32, device=dev)
+    if mode == "random":  # a random direction with the norm of the mean difference, per row
+        d = np.asarray(means[np.asarray(target_types)] - means[np.asarray(source_types)])
+        g = np.random.default_rng([int(random_seed), 0xAD0]).standard_normal(d.shape)
+        g *= np.linalg.norm(d, axis=1, keepdims=True) / np.linalg.norm(g, axis=1, keepdims=True)
+        rand_t = torch.as_tensor(g, dtype=torch.float32, device=dev)
     hits, keeps, n = 0, 0, 0
     for i in range(0, tokens.shape[0], batch_size):
         tok = tokens[i:i + batch_size].to(dev)
@@ -405,10 +452,12 @@ def transplant_accuracy(model, tokens: torch.Tensor, query_pos: torch.Tensor,
         tgt = torch.as_tensor(target_types[i:i + batch_size]).long().to(dev)
         rows = torch.arange(tok.shape[0], device=dev)
 
-        def hook(resid, hook, rows=rows, qp=qp, src=src, tgt=tgt):  # resid (b, T, d_model)
+        def hook(resid, hook, rows=rows, qp=qp, src=src, tgt=tgt, i=i):  # (b, T, d_model)
             resid = resid.clone()
             if mode == "add":
                 resid[rows, qp] += scale * (means_t[tgt] - means_t[src])
+            elif mode == "random":
+                resid[rows, qp] += scale * rand_t[i + rows]
             else:
                 resid[rows, qp] = means_t[tgt]
             return resid

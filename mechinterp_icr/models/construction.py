@@ -39,6 +39,7 @@ from mechinterp_icr.tasks.base import IGNORE, Batch
 
 __all__ = [
     "RELATION_HEAD",
+    "zero_head_ov",
     "SUBJECT_HEAD",
     "build_construction",
     "construction_model_config",
@@ -172,3 +173,16 @@ def evaluate_pt_relation(model, task, seed: int = 0, n: int = 512, subjects=None
     typed = (torch.gather(lg, -1, typed_ids).argmax(-1) + task.attr_base
              + b.meta["type"] * V == b.meta["answer"]).float().mean()
     return {"exact": float(exact), "typed": float(typed)}
+
+
+@torch.no_grad()
+def zero_head_ov(model, head: int, layer: int = 0):
+    """``model`` with ``head``'s OV circuit zeroed (``W_V``, ``b_V`` and ``W_O`` of that head;
+    in place, returned). The CR-6 control zeroes the Relation head of the ICL construction:
+    the Subject head alone leaves the four attributes of the query subject tied."""
+    attn = model.blocks[layer].attn
+    attn.W_V[head].zero_()
+    attn.W_O[head].zero_()
+    if getattr(attn, "b_V", None) is not None:
+        attn.b_V[head].zero_()
+    return model

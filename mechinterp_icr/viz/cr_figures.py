@@ -54,10 +54,15 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
             means.append(float(np.mean(vals)))
             los.append(means[-1] - lo)
             his.append(hi - means[-1])
-        fig.add_trace(go.Scatter(x=list(ks), y=means, name=phase, mode="lines+markers",
-                                 line={"dash": "solid"},
+        control = phase.endswith("-mixed")  # negative controls (mixed-type demos): dotted
+        fig.add_trace(go.Scatter(x=list(ks), y=means,
+                                 name=f"{phase} (control)" if control else phase,
+                                 mode="lines+markers",
+                                 line={"dash": "dot" if control else "solid"},
                                  error_y={"type": "data", "symmetric": False,
                                           "array": his, "arrayminus": los}))
+    fig.add_hline(y=0.9, line_dash="dot", annotation_text="CR-2 0.90")
+    fig.add_hline(y=0.5, line_dash="dot", annotation_text="CR-2 controls <= 0.5")
     fig.update_layout(title="CR: held-out plain-ICL exact accuracy by number of demos K "
                             f"(mean, 95% CI over {n_seeds} seeds)",
                       xaxis_title="K (demos)", yaxis_title="exact accuracy",
@@ -205,7 +210,7 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
 
     # probe accuracy per boundary (PT vs finetuned) and across finetuning
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
-        "per layer boundary (held-out test prompts)", "across ICL finetuning (chosen boundary)"])
+        "per layer boundary (held-out test prompts)", "across ICL finetuning (read-out hook)"])
     for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
         labels = [row["label"] for row in r0["phases"][p]["layers"]]
         for key, dash in (("acc_pc", "solid"), ("acc_full", "dot")):
@@ -245,8 +250,8 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     sub = [f"{titles[p]}: PCA at {r0['pca'][p]['boundary_label']} (top-PC probe "
            f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases]
     sub += [""] * (3 - len(phases))
-    sub += ["separation (type variance share) vs K", "separation vs pretraining lam",
-            "top-PC probe accuracy per boundary"]
+    sub += ["eta^2 (type variance share) at the read-out hook vs K",
+            "eta^2 vs pretraining lam (small runs)", "top-PC probe accuracy per boundary"]
     fig = make_subplots(rows=2, cols=3, subplot_titles=sub, vertical_spacing=0.14)
     n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
     tcols = _type_colors(n_types)
@@ -282,7 +287,8 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     fig.update_yaxes(title_text="type variance share", row=2, col=2)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=2, col=3)
     fig.update_layout(title=f"CR-4: task vectors at the query position of held-out-subject ICL "
-                            f"prompts (scatter: seed {r0['seed']}; lines: mean over seeds)")
+                            f"prompts, read at {r0['phases'][PHASE_FT].get('hook', '?')} "
+                            f"(scatter: seed {r0['seed']}; lines: mean over seeds)")
     return fig
 
 
@@ -320,55 +326,109 @@ def _save_quietly(fig, out_dir: Path, stem: str) -> str | None:
         return None
 
 
-def write_cr5_figure(cr5: dict, out_dir: Path) -> str | None:
-    """CR-5: normalised recovery per head on type and subject pairs (end of ft-icl)."""
+def write_cr5_figure(per_seed: dict, out_dir: Path) -> str | None:
+    """CR-5: per seed, the Relation and Subject role scores of the mechanism model's role
+    heads and of the other head, the PT-only Relation role and the 2-layer model beside."""
     import plotly.graph_objects as go
 
+    seeds = list(per_seed)
     fig = go.Figure()
-    for s, r in cr5.items():
-        v = r.get("ft-icl")
-        if v is None:
-            continue
-        heads = [h["head"] for h in v["heads"]]
-        fig.add_bar(name=f"seed {s}: type pairs", x=heads,
-                    y=[h["type_recovery"] for h in v["heads"]])
-        fig.add_bar(name=f"seed {s}: subject pairs", x=heads,
-                    y=[h["subject_recovery"] for h in v["heads"]])
-    fig.update_layout(barmode="group", title="CR-5: normalised recovery when patching one head "
-                      "(end of ft-icl)", yaxis_title="recovery (0 base, 1 source)")
+    for key, name in (("relation_role", "Relation role (role head)"),
+                      ("relation_other_head", "Relation role (other head)"),
+                      ("subject_role", "Subject role (role head)"),
+                      ("subject_other_head", "Subject role (other head)"),
+                      ("pt_relation_role", "Relation role, PT-only (control)"),
+                      ("two_layer_subject_moved", "2-layer model: Subject moved (beside)")):
+        fig.add_bar(name=name, x=[f"seed {s}" for s in seeds],
+                    y=[per_seed[s].get(key) for s in seeds])
+    fig.add_hline(y=0.5, line_dash="dash")
+    fig.add_hline(y=0.2, line_dash="dot")
+    fig.update_layout(barmode="group", title="CR-5: head roles, 1-layer 2-head attention-only "
+                      "model<br><sub>share of prompts moved to the target (chance-corrected); "
+                      "dashed 0.5, dotted 0.2</sub>", xaxis_title="seed",
+                      yaxis_title="role score", yaxis_range=[-0.1, 1.05])
     return _save_quietly(fig, out_dir, "cr5_head_roles")
 
 
 def write_cr6_figure(cr6: dict, out_dir: Path) -> str | None:
-    """CR-6: exact accuracy of the constructed models in each format."""
+    """CR-6: exact accuracy of the constructed models in each format, and the control."""
     import plotly.graph_objects as go
 
     keys = ["pt_construction_pt_exact", "pt_construction_icl_heldout_exact",
-            "icl_construction_icl_heldout_exact", "icl_construction_pt_exact"]
+            "icl_construction_icl_heldout_exact", "icl_construction_pt_exact",
+            "zeroed_relation_ov_icl_exact"]
     fig = go.Figure()
     for s, r in cr6.items():
         fig.add_bar(name=f"seed {s}", x=[k.replace("_", " ") for k in keys],
-                    y=[r[k] for k in keys])
+                    y=[r.get(k) for k in keys])
     fig.add_hline(y=0.99, line_dash="dash")
     fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy",
+                      xaxis_title="model and format", yaxis_title="exact accuracy",
                       yaxis_range=[0, 1.05])
     return _save_quietly(fig, out_dir, "cr6_construction")
 
 
-def write_cr7_figure(cr7: dict, out_dir: Path) -> str | None:
-    """CR-7: the Relation head's OV and KQ probes during ICL finetuning."""
-    import plotly.graph_objects as go
+def _progress(v) -> list[float]:
+    """A probe curve as the share of its total gain (plateau = mean of the last 10%)."""
+    v = np.asarray(v, dtype=float)
+    k = min(len(v), max(3, int(math.ceil(0.1 * len(v)))))
+    gain = v[-k:].mean() - v[0]
+    return ((v - v[0]) / gain).tolist() if gain > 1e-9 else [0.0] * len(v)
 
-    fig = go.Figure()
-    for s, r in cr7.items():
-        fig.add_scatter(x=r["steps"], y=r["ov"], mode="lines", name=f"seed {s} OV probe")
-        fig.add_scatter(x=r["steps"], y=r["kq"], mode="lines", line_dash="dot",
-                        name=f"seed {s} KQ probe")
-        for t, lab in ((r["t_half_ov"], "OV"), (r["t_half_kq"], "KQ")):
-            if t is not None and not math.isnan(t):
-                fig.add_vline(x=t, line_width=1, line_dash="dash" if lab == "OV" else "dot",
-                              opacity=0.4)
-    fig.update_layout(title="CR-7: Relation-head probes during ICL finetuning (lines: half "
-                      "gain)", xaxis_title="finetuning step", yaxis_title="probe",
-                      yaxis_range=[0, 1.02])
+
+def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> str | None:
+    """CR-7: per finetuning lr, the Relation head's OV and KQ probes as shares of their total
+    gain, with the onsets (10% of the gain) marked; a last panel the placebo schedules."""
+    import plotly.graph_objects as go  # noqa: F401
+    from plotly.subplots import make_subplots
+
+    lrs = sorted({lr for r in cr7.values() for lr in r["by_lr"]}, key=float)
+    panels = [f"finetuning lr {lr}" for lr in lrs] + (["placebo (synthetic schedules)"]
+                                                      if placebo else [])
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, shared_yaxes=True)
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
+    steps = next((v["steps"] for r in cr7.values() for v in r["by_lr"].values()), [])
+    gaps = np.diff(steps) if len(steps) > 2 else np.array([1])
+    log_x = bool(len(gaps) > 2 and gaps[-1] > 2 * gaps[0])  # log-spaced checkpoints
+    xoff = 1 if log_x else 0  # step + 1 on a log axis (step 0 is the PT state)
+    for j, lr in enumerate(lrs):
+        for i, (s, r) in enumerate(cr7.items()):
+            v = r["by_lr"].get(lr)
+            if v is None:
+                continue
+            c = colours[i % len(colours)]
+            for key, dash, lab, on in (("ov", "solid", "OV", "t_onset_ov"),
+                                       ("kq", "dot", "KQ", "t_onset_kq")):
+                fig.add_scatter(x=[x + xoff for x in v["steps"]], y=_progress(v[key]),
+                                mode="lines",
+                                line={"color": c, "dash": dash}, legendgroup=f"s{s}",
+                                name=f"seed {s} {lab}", showlegend=j == 0, row=1, col=j + 1)
+                t = v[on]
+                if t is not None and not math.isnan(t):
+                    fig.add_scatter(x=[t + xoff], y=[0.1], mode="markers", showlegend=False,
+                                    marker={"color": c, "symbol": "circle" if lab == "OV"
+                                            else "x", "size": 9},
+                                    name=f"seed {s} {lab} onset", row=1, col=j + 1)
+    if placebo:
+        s0 = next(iter(placebo))
+        for order, dash in (("ov_first", "solid"), ("kq_first", "dash")):
+            sch = placebo[s0]["schedules"][order]
+            x = list(range(len(sch["ov"])))
+            for key, col in (("ov", "#444"), ("kq", "#aaa")):
+                fig.add_scatter(x=x, y=_progress(sch[key]), mode="lines",
+                                line={"color": col, "dash": dash},
+                                name=f"placebo {order}: {key.upper()}", row=1,
+                                col=len(panels))
+    fig.add_hline(y=0.1, line_dash="dash", opacity=0.4)
+    for j in range(len(panels)):
+        if j < len(lrs):
+            fig.update_xaxes(title_text="finetuning step + 1 (log)" if log_x
+                             else "finetuning step", type="log" if log_x else "linear",
+                             row=1, col=j + 1)
+        else:
+            fig.update_xaxes(title_text="schedule point", row=1, col=j + 1)
+    fig.update_yaxes(title_text="share of total gain (plateau = 1)", row=1, col=1)
+    fig.update_layout(title="CR-7: Relation-head OV (solid) and KQ (dotted) probes during ICL "
+                      "finetuning<br><sub>markers: onsets at 10% of the total gain (o OV, x KQ)"
+                      "</sub>", yaxis_range=[-0.4, 1.3])
     return _save_quietly(fig, out_dir, "cr7_cascade")

@@ -59,11 +59,11 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
         assert after[f"seed{s}/train"] == ()
         assert after[f"seed{s}/cascade"] == ()  # needs the task only: starts at once
         for name in (f"seed{s}/cr4", f"seed{s}/mechanism", f"sweep/type-chain-grammar/seed{s}",
-                     f"sweep/len-0-2/seed{s}"):
+                     f"sweep/g-s-a-icl-grm/seed{s}"):
             assert after[name] == (f"seed{s}/train",), name
-        assert after[f"sweep/sga-order-type-chain/seed{s}"] == ()  # pretrains its own
-    assert [n for n in after if n.startswith("cr4-lam/")] == [
-        "cr4-lam/0/seed0", "cr4-lam/0.5/seed0", "cr4-lam/0.9/seed0"]
+        assert after[f"sweep/literal-sga-pt/seed{s}"] == ()  # pretrains its own
+    assert [n for n in after if n.startswith("cr4-lam/")] == [  # the lam sweep: every seed
+        f"cr4-lam/{lam:g}/seed{s}" for s in (0, 1, 2) for lam in cfg.taskvec.lams]
     assert after["views"] == ("seed0/train",)
     assert not any(n.startswith("sweep/default") for n in after)  # the main ft-iclgrm branch
     for t in tasks:  # Ray ships the function by reference and the inputs by pickle
@@ -71,8 +71,8 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
         assert pickle.loads(pickle.dumps(t.kwargs)) == t.kwargs
     # settings that share a pretraining run after the first of them, which pretrains it
     paper = {t.name: t.after for t in cr.plan(cr.profile("paper"), tmp_path / "p", [0])}
-    assert paper["sweep/sga-order-type-chain/seed0"] == ()
-    assert paper["sweep/sga-order-shared-chain/seed0"] == ("sweep/sga-order-type-chain/seed0",)
+    assert paper["sweep/literal-sga-pt/seed0"] == ()
+    assert paper["sweep/sga-order-type-chain/seed0"] == ("sweep/literal-sga-pt/seed0",)
     assert paper["sweep/lam-0-1/seed0"] == ()
 
 

@@ -57,13 +57,16 @@ def test_cascade_probes_and_timing_on_an_untrained_model():
     model = build_model(mechanism_model_config(task, CascadeConfig(d_model=16, d_head=8)))
     batch = task.sample_icl(np.random.default_rng(0), 16, subjects=task.heldout_subjects)
     row = checkpoint_probes(task, batch)(model)
-    assert {"h0_ov", "h1_kq", "h1_kq_mass", "h0_ov_top1", "icl_heldout_exact"} <= set(row)
-    # three fake checkpoints: the OV probe rises at step 2, the KQ probe at step 4
-    rows = [{**row, "step": s, "h0_ov": ov, "h1_ov": ov, "h0_kq": kq, "h1_kq": kq}
-            for s, ov, kq in ((0, 0.0, 0.0), (2, 1.0, 0.2), (4, 1.0, 1.0))]
+    assert {"h0_ov_contrast", "h0_ov_margin", "h1_kq_mass", "h0_ov", "h1_kq",
+            "icl_heldout_exact"} <= set(row)
+    # fake checkpoints: the OV probe rises at step 2, the KQ probe at step 4, then a plateau
+    rows = [{**row, "step": s, "h0_ov_contrast": ov, "h1_ov_contrast": ov, "h0_kq_mass": kq,
+             "h1_kq_mass": kq}
+            for s, ov, kq in ((0, 0.0, 0.1), (2, 1.0, 0.1), (4, 1.0, 0.9), (6, 1.0, 0.9),
+                              (8, 1.0, 0.9))]
     t = cascade_timing(model, task, rows, batch)
-    assert t["steps"] == [0, 2, 4] and t["relation_head"] in (0, 1)
-    assert (t["t_half_ov"], t["t_half_kq"], t["ov_first"], t["lead_steps"]) == (2, 4, 1.0, 2)
+    assert t["steps"] == [0, 2, 4, 6, 8] and t["relation_head"] in (0, 1)
+    assert (t["t_onset_ov"], t["t_onset_kq"], t["ov_first"], t["lead_steps"]) == (2, 4, 1.0, 2)
 
 
 @pytest.mark.slow
@@ -74,7 +77,8 @@ def test_cascade_runs_end_to_end(tmp_path):
 
     tc = CRTaskConfig(n_subjects=32, n_values=8)
     r = run_cascade(tc.build(0), 0, CascadeConfig(pt_steps=300, ft_steps=60, ft_lr=3e-3,
-                                                  ft_trainable="all", dense_until=0,
+                                                  ft_lrs=(3e-3,), dense_until=10,
                                                   checkpoint_every=5), tmp_path / "c", tc)
-    assert len(r["steps"]) == len(r["ov"]) == len(r["kq"]) >= 10
-    assert r["relation_head"] in (0, 1)
+    v = r["by_lr"]["0.003"]
+    assert len(v["steps"]) == len(v["ov"]) == len(v["kq"]) >= 10
+    assert v["relation_head"] in (0, 1) and set(r["models"]) == {"0.003"}

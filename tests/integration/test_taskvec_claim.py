@@ -14,9 +14,9 @@ from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.interp import probes as pr
 
 TINY = TaskvecConfig(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
-                        ks=(1, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
-                        lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30, lam_ft_steps=10,
-                        curve_max_checkpoints=1)
+                     n_random_dirs=2, ks=(1, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
+                     lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30, lam_ft_steps=10,
+                     curve_max_checkpoints=1)
 
 
 def _base(seed=0):
@@ -48,16 +48,23 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
     assert c["metric"] == "ft_acc_pc" and c["threshold"]["value"] == 0.95
     assert set(c["per_seed"]) == {"0", "1"}
     m = c["per_seed"]["0"]
-    for k in ("ft_acc_pc", "ft_transfer_acc_pc", "pt_acc_pc", "ft_shuffle_pc",
-              "ft_random_dir", "ft_rho_k", "ft_rho_lam", "ft_transplant_success"):
+    for cond in c["conditions"]:  # every registered condition has a number on seed 0
+        assert cond["per_seed"]["0"] is not None, cond["condition"]
+    for k in ("ft_output_type_acc", "pt_acc_pc", "ft_shuffle_gap", "ft_random_patch_success",
+              "ft_pc_minus_random", "pt_rise_k", "pt_patch_success", "ft_final_resid_acc_pc"):
         assert k in m, k
-    assert 0.0 <= m["ft_acc_pc"] <= 1.0
+    # read at the last layer's resid_mid: the 1-layer tiny model's blocks.0.hook_resid_mid
+    assert m["hook"] == "blocks.0.hook_resid_mid"
+    assert 0.0 <= m["ft_acc_pc"] <= 1.0 and 0.0 <= m["ft_output_type_acc"] <= 1.0
     ci = c["details"]["mean_and_ci95_over_seeds"]["ft_transfer_acc_pc"]
     assert ci["ci95"][0] <= ci["mean"] <= ci["ci95"][1]
-    assert "ft_rho_lam" not in c["per_seed"]["1"]  # lam sweep on the first seed only
-    assert any("transfer" in k for k in c["extra_checks"])
-    assert any("label-shuffle" in k for k in c["extra_checks"])
-    assert any("lam" in k for k in c["extra_checks"])
+    assert "ft_rho_lam" not in c["per_seed"]["1"]  # lam_seeds=1 caps the sweep here
+    assert c["verdict"] == "does not hold"  # 2 values of K and lam: SPEC wants 6 and 4
+    assert {x["name"] for x in c["controls"]} == {
+        "PT-only probe", "PT-only eta^2 rise over K", "PT-only patch",
+        "label shuffle (distance from chance)", "norm-matched random vector patch",
+        "3 random directions (top-PC probe minus random)"}
+    assert any("values of K" in k for k in c["extra_checks"])
     for stem in ("cr4_pca_scatter", "cr4_separation_vs_k", "cr4_separation_vs_lam",
                  "cr4_probe_layers", "cr4_overview"):
         assert (root / "figures" / f"{stem}.html").exists(), stem

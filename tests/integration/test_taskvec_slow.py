@@ -30,4 +30,5 @@ def test_type_subspace_appears_with_icl_finetuning(tmp_path):
     assert pt["acc_pc"] <= 0.5 and pt["transfer_acc_pc"] <= 0.5
     assert pt["acc_full"] >= 0.7  # the full probe already reads the type after PT
     assert abs(ft["acc_shuffle_pc"] - 0.25) <= 0.1
-    assert ft["transplant_success"] >= 0.5
+    assert ft["hook"] == "blocks.1.hook_resid_mid"  # before the last MLP reads it out
+    assert ft["patch_success"] >= 0.5 and ft["random_patch_success"] <= 0.1

@@ -1,45 +1,99 @@
-"""CR-7 training: the attention-only mechanism model whose probes time the two-step cascade.
+"""CR-5 / CR-7 training: the 1-layer, 2-head, attention-only mechanism model.
 
-A 1-layer, 2-head, attention-only model (:func:`mechanism_model_config`) is pretrained on PT,
-then finetuned on ICL (finetune subjects only) from its PT state with
-``training.loop.train_phase``. At every checkpoint the OV and KQ probes of both heads are
-logged (``interp.cascade.checkpoint_probes``, into ``metrics.jsonl`` and the checkpoint
-sidecars); :func:`run_cascade` reads them back and times the two rises
-(``interp.cascade.cascade_timing``). Sizes come from the ``cascade`` section of the CR config.
+The model (:func:`mechanism_model_config`) is pretrained on PT once per seed, then finetuned
+on ICL (finetune subjects only) from that PT state once per learning rate in
+``cfg.ft_lrs`` (CR-7 needs both 3e-3 and 6e-3) and at ``cfg.ft_lr`` (the model whose head
+roles CR-5 reads; shared when it is one of ``ft_lrs``). At every step up to
+``dense_until``, then log-spaced and every ``checkpoint_every`` steps, of each finetune the
+continuous OV and KQ probes of both heads are logged
+(``interp.cascade.checkpoint_probes``) into the run's ``metrics.jsonl`` (phase
+``ft-icl-lr<lr>``); :func:`run_cascade` times the two rises per learning rate
+(``interp.cascade.cascade_timing``).
+
+Embeddings (``cfg.embedding``), the construction-matched initialisation of CR-5:
+``orthonormal`` (the default) lays the residual stream out as the construction does
+(``d_model = 2 d_vocab``: a one-hot input block written by ``W_E``, an output block read by
+``W_U`` scaled by ``cfg.out_scale``) and freezes both before any training: only attention and
+positions learn, and with ``W_E W_U = 0`` a fact can only reach the output through a head,
+which is what the construction (and the paper's mechanism) describes. ``frozen`` fixes random
+unit-norm embeddings instead (``d_model`` from the config); ``learned`` trains them (the
+direct path ``W_E W_U`` then stores part of the facts and the Subject role is split between
+the head and that path: Subject 0.39-0.62 on three seeds, see docs/interp.md). Sizes come
+from the ``cascade`` section of the CR config.
 """
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig
+from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.config import CascadeConfig
 from mechinterp_icr.interp.cascade import cascade_timing, checkpoint_probes
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
-from mechinterp_icr.training.loop import train_phase
+from mechinterp_icr.training.loop import checkpoint_steps, train_phase
 
-__all__ = ["mechanism_model_config", "run_cascade", "train_mechanism_model"]
+__all__ = ["cascade_lrs", "freeze_embeddings", "mechanism_model_config", "run_cascade",
+           "train_mechanism_model"]
 
 
 def mechanism_model_config(task, cfg: CascadeConfig) -> ModelConfig:
-    """The 1-layer, 2-head, attention-only model of ``cfg`` sized for ``task``."""
-    return ModelConfig(n_layers=1, n_heads=2, d_model=cfg.d_model, d_head=cfg.d_head, d_mlp=1,
+    """The 1-layer, 2-head, attention-only model of ``cfg`` sized for ``task``
+    (``d_model = 2 d_vocab`` with orthonormal embeddings: an input and an output block)."""
+    d_model = 2 * task.d_vocab if cfg.embedding == "orthonormal" else cfg.d_model
+    return ModelConfig(n_layers=1, n_heads=2, d_model=d_model, d_head=cfg.d_head, d_mlp=1,
                        attn_only=True, normalization="none", d_vocab=task.d_vocab,
                        n_ctx=task.n_ctx)
 
 
+@torch.no_grad()
+def freeze_embeddings(model, seed: int, out_scale: float, kind: str = "orthonormal") -> None:
+    """Fix ``W_E`` and ``W_U`` (no bias) and freeze them (``requires_grad`` False:
+    ``train_phase`` keeps them frozen). ``orthonormal`` (the construction's layout, needs
+    ``d_model = 2 d_vocab``): token t writes ``e_t`` in the input block, logit t reads
+    ``out_scale * e_{d_vocab + t}`` in the output block, so ``W_E W_U = 0`` (no direct path);
+    ``frozen``: unit-norm random rows / random columns of norm ``out_scale``."""
+    nv = model.cfg.d_vocab
+    if kind == "orthonormal":
+        check(model.cfg.d_model == 2 * nv, "cascade.embedding", kind,
+              f"d_model = 2 d_vocab = {2 * nv} (got {model.cfg.d_model})")
+        model.embed.W_E.zero_()
+        model.embed.W_E[torch.arange(nv), torch.arange(nv)] = 1.0
+        model.unembed.W_U.zero_()
+        model.unembed.W_U[nv + torch.arange(nv), torch.arange(nv)] = float(out_scale)
+    else:
+        g = torch.Generator().manual_seed(
+            int(np.random.default_rng([seed, 0xE3B]).integers(2**31)))
+        E = torch.randn(model.embed.W_E.shape, generator=g)
+        U = torch.randn(model.unembed.W_U.shape, generator=g)
+        model.embed.W_E.copy_(E / E.norm(dim=1, keepdim=True))
+        model.unembed.W_U.copy_(out_scale * U / U.norm(dim=0, keepdim=True))
+    model.unembed.b_U.zero_()
+    for p in (model.embed.W_E, model.unembed.W_U, model.unembed.b_U):
+        p.requires_grad_(False)
+
+
+def cascade_lrs(cfg: CascadeConfig) -> list[float]:
+    """The finetuning learning rates to run: ``ft_lrs`` then ``ft_lr`` if not among them."""
+    lrs = [float(x) for x in cfg.ft_lrs]
+    return lrs + ([float(cfg.ft_lr)] if float(cfg.ft_lr) not in lrs else [])
+
+
 def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | None,
                           task_cfg=None):
-    """PT then ICL finetuning of the 1-layer 2-head attention-only model.
-
-    Returns (model, PT-state evaluation, finetune-phase result, probe batch). Checkpoints of
-    phases ``pretrain`` and ``ft-icl`` go to ``run`` (probes in their metrics)."""
+    """PT of the mechanism model, then one ICL finetune from the PT state per learning rate
+    (:func:`cascade_lrs`). Returns (PT model, PT evaluation, {lr: (model, probe rows,
+    seconds)}, probe batch); probe rows carry their ``step``."""
     mc = mechanism_model_config(task, cfg)
     model = build_model(mc, seed=seed, device="cpu")
+    if cfg.embedding != "learned":
+        freeze_embeddings(model, seed, cfg.out_scale, cfg.embedding)
     if run is not None and task_cfg is not None:
         run.write_config(RunConfig(name=f"cr-mech-seed{seed}", seed=seed, task=task_cfg,
                                    model=mc, train=TrainConfig(steps=cfg.ft_steps,
@@ -48,44 +102,66 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
                      checkpoint_schedule="none", progress=False)
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), pt, run, "pretrain", seed,
                 phase_order=0)
+    model.eval()
     pt_eval = evaluate_pt(model, task, seed + 101, n=256)
     probe_batch = task.sample_icl(np.random.default_rng([seed, 77]), cfg.probe_batch,
                                   subjects=task.heldout_subjects)
-    ft = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.ft_batch, lr=cfg.ft_lr, eval_every=0,
-                     trainable=cfg.ft_trainable, checkpoint_schedule="log",
-                     checkpoint_dense_until=cfg.dense_until,
-                     checkpoint_every=cfg.checkpoint_every, progress=False)
     fts = task.finetune_subjects
-    res = train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=fts), ft, run,
-                      "ft-icl", seed, phase_order=1,
-                      eval_fn=checkpoint_probes(task, probe_batch))
-    res.final_metrics["icl_heldout"] = evaluate_icl(model, task, seed + 202,
-                                                    subjects=task.heldout_subjects, n=512)
-    return model, pt_eval, res, probe_batch
+    finetuned = {}
+    for lr in cascade_lrs(cfg):
+        m = copy.deepcopy(model)
+        ft = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.ft_batch, lr=lr, eval_every=0,
+                         trainable=cfg.ft_trainable, checkpoint_schedule="log",
+                         checkpoint_dense_until=cfg.dense_until,
+                         checkpoint_every=cfg.checkpoint_every, progress=False)
+        steps = checkpoint_steps(ft)
+        rows: list[dict] = []
+        probe = checkpoint_probes(task, probe_batch)
+
+        def ev(mm, rows=rows, steps=steps, probe=probe):
+            rows.append({"step": steps[len(rows)], **probe(mm)})
+            return {}
+
+        t = time.perf_counter()
+        # run=None: the probes are the record (no checkpoint files for every probe step)
+        train_phase(m, lambda rng, bs: task.sample_icl(rng, bs, subjects=fts), ft, None,
+                    "ft-icl", seed, phase_order=1, eval_fn=ev)
+        m.eval()
+        if run is not None:
+            for r in rows:
+                run.log_metrics({"phase": f"ft-icl-lr{lr:g}", **r})
+        finetuned[lr] = (m, rows, time.perf_counter() - t)
+    return model, pt_eval, finetuned, probe_batch
 
 
 def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
                 run_path: str | Path | None = None, task_cfg=None) -> dict:
-    """Train into ``run_path`` (afresh), then read the per-checkpoint probes back and time the
-    two rises. The result holds the trained ``model`` too (for the CR-5 verdict on it)."""
+    """Train into ``run_path`` (afresh), then time the two rises per learning rate.
+
+    Result: ``by_lr`` {str(lr): cascade timing + ``icl_heldout_exact``}, the PT numbers, and
+    (not serialisable, popped by the caller) ``pt_model``, ``models`` {lr: finetuned model}
+    and ``probe_batch``."""
     if run_path is None:
         raise ConfigError("run_path = None is not allowed; expected a run directory (the "
                           "probes are logged per checkpoint into it)")
     run = RunDir(run_path, create=True)
-    # a fresh log and fresh checkpoints for a fresh run (the probes are read back from the log)
+    # a fresh log and fresh checkpoints for a fresh run (the probes are read back from it)
     if run.metrics_path.exists():
         run.metrics_path.unlink()
     if run.checkpoint_dir.exists():
         for p in run.checkpoint_dir.glob("*"):
             if p.is_file():
                 p.unlink()
-    model, pt_eval, res, probe_batch = train_mechanism_model(task, seed, cfg, run, task_cfg)
-    rows = [r for r in run.read_metrics() if r.get("phase") == "ft-icl" and "h0_ov" in r]
-    rows.sort(key=lambda r: r["step"])
-    return {
-        **cascade_timing(model, task, rows, probe_batch),
-        "pt_typed": pt_eval.get("typed"), "pt_restricted": pt_eval.get("restricted"),
-        "icl_heldout_exact": res.final_metrics["icl_heldout"]["exact"],
-        "seconds": res.seconds,
-        "model": model,
-    }
+    pt_model, pt_eval, finetuned, probe_batch = train_mechanism_model(task, seed, cfg, run,
+                                                                      task_cfg)
+    by_lr = {}
+    for lr, (m, rows, secs) in finetuned.items():
+        by_lr[f"{lr:g}"] = {**cascade_timing(m, task, rows, probe_batch, cfg.onset_fraction,
+                                             cfg.plateau_tail),
+                            "icl_heldout_exact": evaluate_icl(
+                                m, task, seed + 202, subjects=task.heldout_subjects,
+                                n=512)["exact"], "seconds": secs}
+    return {"by_lr": by_lr, "pt_typed": pt_eval.get("typed"),
+            "pt_restricted": pt_eval.get("restricted"), "embedding": cfg.embedding,
+            "pt_model": pt_model, "models": {f"{lr:g}": v[0] for lr, v in finetuned.items()},
+            "probe_batch": probe_batch}

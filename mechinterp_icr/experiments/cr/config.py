@@ -57,29 +57,29 @@ def _check_count(name: str, value: Any, lo: int = 1, hi: int = 1_000_000) -> Non
 
 @dataclass(frozen=True)
 class TaskvecConfig:
-    """CR-4: sizes of the task-vector and probe measurement (per seed) and its verdict."""
+    """CR-4: sizes of the task-vector and probe measurement (per seed). The probe, the patch
+    and eta^2 are read at ``blocks.{n_layers-1}.hook_resid_mid`` (fixed, not a knob). The
+    thresholds are the registry's (``claims.cr_registry``)."""
 
     n_heldout: int = 1200  # held-out-subject prompts (by-prompt split train/dev/test)
     n_finetune: int = 800  # finetune-subject prompts (transfer training set)
     n_subject_split: int = 600  # prompts per side of the by-subject split
     test_fraction: float = 0.25
     dev_fraction: float = 0.25
-    n_pc: int = 3
+    n_pc: int = 3  # top L-1 principal components (L = 4 types)
     n_shuffles: int = 64  # label permutations of the top-PC shuffle control (full: 1/4)
-    ks: tuple = (1, 2, 3, 4, 6, 8)
+    n_random_dirs: int = 8  # draws of n_pc random directions (the control), averaged
+    ks: tuple = (1, 2, 3, 4, 6, 8)  # eta^2 vs K: at least 6 values (SPEC)
     n_per_k: int = 600
-    lams: tuple = (0.0, 0.5, 0.9)
-    lam_seeds: int = 1  # the lam sweep runs on the first this-many seeds
+    lams: tuple = (0.0, 0.3, 0.6, 0.9)  # eta^2 vs lam: at least 4 values (SPEC)
+    lam_seeds: int = 0  # the lam sweep runs on the first this-many seeds; 0: every seed
     lam_d_model: int = 32
     lam_d_mlp: int = 128
-    lam_pt_steps: int = 500
+    lam_pt_steps: int = 400
     lam_pt_lr: float = 3e-3
     lam_ft_steps: int = 80
     curve_max_checkpoints: int = 8  # probe accuracy across finetuning checkpoints
-    transplant_scale: float = 1.0
-    pass_threshold: float = 0.95
-    far_lower_margin: float = 0.2  # "far lower after PT": at least this much below
-    control_margin: float = 0.1  # controls within this of chance
+    transplant_scale: float = 1.0  # the additive patch adds this times (mean[l'] - mean[l])
 
     def __post_init__(self) -> None:
         for name in ("n_heldout", "n_finetune", "n_subject_split", "n_per_k"):
@@ -92,6 +92,7 @@ class TaskvecConfig:
               f"{1 - self.test_fraction:g} (something must be left to train on)")
         _check_count("taskvec.n_pc", self.n_pc, 1, 4096)
         _check_count("taskvec.n_shuffles", self.n_shuffles, 1, 10_000)
+        _check_count("taskvec.n_random_dirs", self.n_random_dirs, 1, 10_000)
         ks = tuple(self.ks)
         object.__setattr__(self, "ks", ks)
         check(len(ks) > 0 and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
@@ -102,7 +103,7 @@ class TaskvecConfig:
                   for x in lams), "taskvec.lams", list(lams),
               "a list of numbers in [0, 1] (empty: no lam sweep)")
         object.__setattr__(self, "lams", tuple(float(x) for x in lams))
-        _check_count("taskvec.lam_seeds", self.lam_seeds, 0, 1000)
+        _check_count("taskvec.lam_seeds", self.lam_seeds, 0, 1000)  # 0: every seed
         _check_count("taskvec.lam_d_model", self.lam_d_model, 1, 8192)
         _check_count("taskvec.lam_d_mlp", self.lam_d_mlp, 1, 65536)
         _check_count("taskvec.lam_pt_steps", self.lam_pt_steps, 0, 10_000_000)
@@ -110,9 +111,6 @@ class TaskvecConfig:
         _check_count("taskvec.lam_ft_steps", self.lam_ft_steps, 0, 10_000_000)
         _check_count("taskvec.curve_max_checkpoints", self.curve_max_checkpoints, 1, 100_000)
         check_range("taskvec.transplant_scale", self.transplant_scale, 0, 1e3)
-        check_range("taskvec.pass_threshold", self.pass_threshold, 0, 1)
-        check_range("taskvec.far_lower_margin", self.far_lower_margin, 0, 1)
-        check_range("taskvec.control_margin", self.control_margin, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -129,37 +127,62 @@ class MechanismConfig:
 
 @dataclass(frozen=True)
 class CascadeConfig:
-    """CR-7: the 1-layer 2-head attention-only mechanism model, its PT and ICL finetuning, and
-    the spacing of the checkpoints at which its OV and KQ probes are logged."""
+    """CR-5 / CR-7: the 1-layer 2-head attention-only mechanism model, its PT and its ICL
+    finetunes (one per learning rate in ``ft_lrs``, all from the same PT state; CR-5 reads the
+    one at ``ft_lr``), and the spacing of the steps at which its OV and KQ probes are logged.
+    ``embedding``: ``orthonormal`` (the construction's layout, ``d_model = 2 d_vocab``, frozen;
+    ``d_model`` is then unused), ``frozen`` (fixed random embedding / unembedding) or
+    ``learned``; see ``experiments.cr.cascade``."""
 
     d_model: int = 64
     d_head: int = 32
+    embedding: str = "orthonormal"  # construction-matched: d_model = 2 d_vocab, frozen
+    out_scale: float = 8.0  # scale of the frozen unembedding
     pt_steps: int = 1500
     pt_batch: int = 64
     pt_lr: float = 3e-3
     ft_steps: int = 300
     ft_batch: int = 128
-    ft_lr: float = 1e-3
+    ft_lr: float = 3e-3  # the finetune whose head roles CR-5 reads
+    ft_lrs: tuple = (3e-3, 6e-3)  # CR-7: the cascade at each of these
     ft_trainable: str = "attention"
-    dense_until: int = 40
-    checkpoint_every: int = 20
+    dense_until: int = 40  # probes at every finetuning step up to this one, then log-spaced
+    checkpoint_every: int = 10  # ... and every this-many steps
     probe_batch: int = 128
+    placebo_points: int = 21  # checkpoints of each synthetic placebo schedule
+    role_score: str = "moved_gain"  # CR-5 role score (interp.roles.role_margins)
+    margin_floor: float = 0.05  # CR-5 margin = role / max(other head, this)
+    onset_fraction: float = 0.1  # CR-7 onset: first step with this share of the total gain
+    plateau_tail: float = 0.1  # CR-7 total gain at the mean of this last share of the steps
 
     def __post_init__(self) -> None:
         _check_count("cascade.d_model", self.d_model, 1, 8192)
         _check_count("cascade.d_head", self.d_head, 1, 8192)
+        check_choice("cascade.embedding", self.embedding, ["orthonormal", "frozen", "learned"])
+        check_range("cascade.out_scale", self.out_scale, 0, 1e4, lo_open=True)
         _check_count("cascade.pt_steps", self.pt_steps, 0, 10_000_000)
         _check_count("cascade.pt_batch", self.pt_batch, 1, 1_000_000)
         check_range("cascade.pt_lr", self.pt_lr, 0, 1e4, lo_open=True)
         _check_count("cascade.ft_steps", self.ft_steps, 1, 10_000_000)
         _check_count("cascade.ft_batch", self.ft_batch, 1, 1_000_000)
         check_range("cascade.ft_lr", self.ft_lr, 0, 1e4, lo_open=True)
+        lrs = tuple(self.ft_lrs)
+        check(len(lrs) > 0 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                   and 0 < x <= 1e4 for x in lrs), "cascade.ft_lrs", list(lrs),
+              "a non-empty list of learning rates > 0")
+        object.__setattr__(self, "ft_lrs", tuple(float(x) for x in lrs))
         check(isinstance(self.ft_trainable, str) and self.ft_trainable.strip() != "",
               "cascade.ft_trainable", self.ft_trainable,
               "a trainable preset (all, attention, ...) or parameter-name patterns")
         _check_count("cascade.dense_until", self.dense_until, 0, 10_000_000)
         _check_count("cascade.checkpoint_every", self.checkpoint_every, 1, 10_000_000)
         _check_count("cascade.probe_batch", self.probe_batch, 1, 1_000_000)
+        _check_count("cascade.placebo_points", self.placebo_points, 5, 100_000)
+        check_choice("cascade.role_score", self.role_score, ["moved_gain", "moved", "recovery"])
+        check_range("cascade.margin_floor", self.margin_floor, 0, 1, lo_open=True)
+        check_range("cascade.onset_fraction", self.onset_fraction, 0, 1, lo_open=True,
+                    hi_open=True)
+        check_range("cascade.plateau_tail", self.plateau_tail, 0, 1, lo_open=True)
 
 
 @dataclass(frozen=True)
@@ -178,8 +201,9 @@ class CRConfig:
     allweights_arm: bool = True  # also run the all-weights arm of the ICL branch (CR-2)
     allweights_iclgrm: bool = True  # ... and of the ICL+Grm branch (CR-3)
     allweights_trainable: str = "all"
+    mixed_controls: bool = True  # the mixed-type-demo control branches (CR-2, CR-3)
     eval_n: int = 512  # sequences per evaluation cell at the end of each phase
-    eval_ks: tuple = (1, 2, 4, 8)  # numbers of demos evaluated at the end
+    eval_ks: tuple = (1, 2, 3, 4, 5, 6, 7, 8)  # K of held-out ICL at the end (CR-2 by K)
     ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
     sweep: tuple = ()  # CR-3 sweep settings: "label|task.k=v,finetune.k=v"
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
@@ -190,6 +214,7 @@ class CRConfig:
     def __post_init__(self) -> None:
         _check_bool("allweights_arm", self.allweights_arm)
         _check_bool("allweights_iclgrm", self.allweights_iclgrm)
+        _check_bool("mixed_controls", self.mixed_controls)
         check(isinstance(self.allweights_trainable, str) and self.allweights_trainable != "",
               "allweights_trainable", self.allweights_trainable, "a trainable preset")
         _check_count("eval_n", self.eval_n)
@@ -283,30 +308,37 @@ def sweep_config(cfg: CRConfig, setting: str) -> tuple[str, CRConfig, bool]:
 # Profiles
 # ------------------------------------------------------------------------------------------------
 QUICK_SWEEP = (
-    "default (gsa, shared chain, len 1-2)|",
+    "default (gsa PT, s g.. a ICL+Grm, shared chain, len 1-2, bare query)|",
     "type-chain grammar|task.iclgrm_chain=type",
-    "len 0-2|task.iclgrm_len_min=0",
-    "sga order, type chain|task.order=sga,task.iclgrm_chain=type",
+    "g.. s a ICL+Grm|task.iclgrm_order=gsa",
+    "query grammar|task.iclgrm_query_grammar=true",
+    "literal sga PT|task.order=sga",
 )
-PAPER_SWEEP = QUICK_SWEEP[:3] + (
-    "no query grammar|task.iclgrm_query_grammar=false",
+PAPER_SWEEP = QUICK_SWEEP + (
+    "len 0-2|task.iclgrm_len_min=0",
     "uniform grammar|task.iclgrm_chain=uniform",
     "type chain, len 0-2|task.iclgrm_chain=type,task.iclgrm_len_min=0",
     "all weights|finetune.trainable=all",
     "loss on all demo attributes|task.icl_loss=all",
     "short finetune (100 steps)|finetune.steps=100",
+    "fixed K = 4 finetuning|task.finetune_k_min=4,task.finetune_k_max=4",
     "sga order, type chain|task.order=sga,task.iclgrm_chain=type",
-    "sga order, shared chain|task.order=sga",
-    ("sga order, type chain, no query grammar|task.order=sga,task.iclgrm_chain=type,"
-     "task.iclgrm_query_grammar=false"),
-    "sga order, type chain, len 0-2|task.order=sga,task.iclgrm_chain=type,task.iclgrm_len_min=0",
+    "sga order, query grammar|task.order=sga,task.iclgrm_query_grammar=true",
+    "sga order, len 0-2|task.order=sga,task.iclgrm_len_min=0",
     "lam 0.1|task.lam=0.1",
     "lam 0.5|task.lam=0.5",
 )
 
+# the CR-5 / CR-7 mechanism model, the same in every profile (claims.cr_registry.MECH_MODEL)
+MECH_CASCADE = CascadeConfig(d_head=32, embedding="orthonormal", out_scale=8.0, pt_steps=1200,
+                             pt_batch=64, pt_lr=6e-3, ft_steps=300, ft_batch=128, ft_lr=3e-3,
+                             ft_lrs=(3e-3, 6e-3), ft_trainable="all", dense_until=40,
+                             checkpoint_every=10, probe_batch=128)
+
 
 def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
-    task = CRTaskConfig()
+    # bare ICL+Grm query (s1 g.. a1 [SEP] ... sq -> a): docs/cr.md, docs/registry.md
+    task = CRTaskConfig(iclgrm_query_grammar=False)
     model = replace(task.default_model(), n_ctx=64)  # headroom for longer sweep formats
     pretrain = TrainConfig(steps=pt_steps, batch_size=64, lr=pt_lr, optimizer="adamw",
                            eval_every=0, checkpoint_schedule="linear",
@@ -325,9 +357,7 @@ def quick() -> CRConfig:
                  ckpt_eval_n=128, sweep_seeds=3, allweights_iclgrm=False,
                  taskvec=TaskvecConfig(), mechanism=MechanismConfig(n_pairs=64,
                                                                     role_checkpoints=4),
-                 cascade=CascadeConfig(pt_steps=600, pt_batch=64, pt_lr=3e-3, ft_steps=200,
-                                       ft_batch=128, ft_lr=6e-3, ft_trainable="all",
-                                       dense_until=0, checkpoint_every=1, probe_batch=128))
+                 cascade=MECH_CASCADE)
 
 
 def paper() -> CRConfig:
@@ -335,14 +365,9 @@ def paper() -> CRConfig:
     return _base(ft_steps=300, pt_steps=3000, pt_lr=1e-3, sweep=PAPER_SWEEP, eval_n=1024,
                  sweep_seeds=3,
                  taskvec=TaskvecConfig(n_heldout=2400, n_finetune=1600, n_subject_split=1200,
-                                       n_per_k=1200, lams=(0.0, 0.25, 0.5, 0.75, 0.9, 1.0),
-                                       lam_seeds=3, lam_d_model=64, lam_d_mlp=256,
-                                       lam_pt_steps=1500, lam_pt_lr=2e-3, lam_ft_steps=200,
-                                       curve_max_checkpoints=16),
+                                       n_per_k=1200, curve_max_checkpoints=16),
                  mechanism=MechanismConfig(n_pairs=256, role_checkpoints=12),
-                 cascade=CascadeConfig(pt_steps=1500, pt_batch=64, pt_lr=3e-3, ft_steps=400,
-                                       ft_batch=128, ft_lr=3e-3, ft_trainable="all",
-                                       dense_until=0, checkpoint_every=2, probe_batch=256))
+                 cascade=MECH_CASCADE)
 
 
 def profile(name: str) -> CRConfig:

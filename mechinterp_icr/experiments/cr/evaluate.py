@@ -13,12 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mechinterp_icr.store.io import json_default
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import CRTask, evaluate_icl, evaluate_pt
 
 __all__ = ["CURVE_KEYS", "checkpoint_eval", "curve_points", "finetune_curves", "full_eval",
-           "heldout_icl_by_k", "pick", "to_record"]
+           "heldout_icl_by_k", "max_drop_over_k", "nested_prompts", "pick", "to_record"]
 
 # checkpoint metrics drawn as finetuning curves
 CURVE_KEYS = ("heldout_icl_exact", "heldout_iclgrm_exact", "pt_restricted")
@@ -45,18 +47,47 @@ def checkpoint_eval(task: CRTask, seed: int, n: int):
 
 
 def full_eval(model, task: CRTask, seed: int, ks, n: int) -> list[dict[str, Any]]:
-    """Rows (split, format, K, exact, type, restricted, typed, restricted_type)."""
+    """Rows (split, format, K, exact, type, restricted, typed, restricted_type): PT recall
+    on both splits, held-out plain ICL at every K of ``ks`` (CR-2's K condition), and the
+    other cells (finetune-subject ICL, ICL+Grm) at the default K and the largest K only."""
     rows = []
     splits = {"heldout": task.heldout_subjects, "finetune": task.finetune_subjects}
+    few = sorted({task.cfg.n_demos, max(ks)})
+    nested = nested_prompts(task, [seed, 310], task.heldout_subjects, max(ks), n)
     for si, (split, subs) in enumerate(splits.items()):
         r = evaluate_pt(model, task, [seed, 200, si], subs, max(64, n // 2))
         rows.append({"split": split, "format": "pt", "K": None, **r})
         for gi, fmt in enumerate(("icl", "iclgrm")):
-            for K in ks:
+            for K in (ks if (split, fmt) == ("heldout", "icl") else few):
+                fixed = None
+                if (split, fmt) == ("heldout", "icl"):  # the same prompts at every K
+                    fixed = {**nested, "demo_subjects": nested["demo_subjects"][:, :K]}
                 r = evaluate_icl(model, task, [seed, 300, si, gi, K], subs, K, n,
-                                 grammar=fmt == "iclgrm")
+                                 grammar=fmt == "iclgrm", fixed=fixed)
                 rows.append({"split": split, "format": fmt, "K": K, **r})
     return rows
+
+
+def nested_prompts(task: CRTask, seed, subjects, k_max: int, n: int) -> dict[str, np.ndarray]:
+    """``n`` held-out ICL prompts with ``k_max`` demos (type, query subject, demo subjects,
+    distinct per row) whose first K demos give the prompt at K: held-out accuracy by K is
+    then measured on the same queries and types, so a drop between consecutive K is the
+    model's, not the sampling noise of independent prompt sets (CR-2's K condition)."""
+    rng = np.random.default_rng(seed)
+    subjects = np.asarray(subjects)
+    pick = rng.random((n, len(subjects))).argsort(axis=1)[:, :k_max + 1]
+    chosen = subjects[pick]
+    return {"types": rng.integers(task.cfg.n_types, size=n), "query_subjects": chosen[:, 0],
+            "demo_subjects": chosen[:, 1:]}
+
+
+def max_drop_over_k(acc_by_k: dict[int, float], k_from: int = 2) -> float:
+    """The largest drop between consecutive evaluated K (K >= ``k_from``) of a K -> accuracy
+    map (0 when accuracy never falls; nan with fewer than two such K): CR-2's K condition."""
+    ks = sorted(k for k in acc_by_k if k >= k_from)
+    if len(ks) < 2:
+        return float("nan")
+    return float(max(0.0, max(acc_by_k[a] - acc_by_k[b] for a, b in zip(ks, ks[1:]))))
 
 
 def pick(rows, split, fmt, K=None, key="exact"):

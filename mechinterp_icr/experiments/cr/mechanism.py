@@ -1,26 +1,25 @@
 """CR-5, CR-6, CR-7: the mechanism stage of the CR reproduction.
 
-:func:`add_mechanism_claims` runs after the CR-1..3 stages wrote ``<out>/runs/cr/seed<N>/``
-(phases ``pretrain``, ``ft-icl``, ``ft-iclgrm``):
-
-- **CR-5** on every seed's 2-layer model at the end of ``ft-icl`` (and across its
-  checkpoints, and at the end of ``ft-iclgrm``): ``interp.roles.role_verdict``. Metric
-  ``min_recovery`` = the smaller of the Relation head's normalised recovery on type pairs and
-  the Subject head's on subject pairs, 0 when one head takes both roles. Holds at >= 0.5.
+- **CR-5** on the 1-layer, 2-head, attention-only mechanism model (``experiments.cr.cascade``)
+  finetuned at ``cascade.ft_lr``: :func:`mechanism_roles` (role scores and margins by the
+  chance-corrected moved share, ``interp.roles.role_margins``), with its controls (the PT
+  state's Relation role, the Subject head patched from a same-query prompt, the role code on
+  the ICL construction). The 2-layer main model's head roles (:func:`head_roles`, at the end
+  of ``ft-icl``, across its checkpoints and at the end of ``ft-iclgrm`` and ``pretrain``)
+  are reported beside it.
 - **CR-6** the construction (``models.construction``) on each seed's task: PT variant in the
-  PT-relation format, ICL variant on held-out-subject ICL; metric the smaller of the two,
-  >= 0.99; extra check: the PT construction on ICL <= 0.10 exact.
-- **CR-7** the cascade (``experiments.cr.cascade``) on each seed's task: a 1-layer 2-head
-  attention-only model trained into ``<out>/runs/cr-mech/seed<N>/``; metric ``ov_first`` (1
-  when the OV probe reaches half its final gain strictly before the KQ probe), every seed.
+  PT-relation format, ICL variant on held-out-subject ICL, the PT construction on ICL, and the
+  control: the ICL construction with its Relation head's OV zeroed.
+- **CR-7** the cascade on each seed's task: one PT and one finetune per learning rate in
+  ``cascade.ft_lrs`` into ``<out>/runs/cr-mech/seed<N>/``; ``ov_first`` per lr from the
+  continuous probes' onsets; the placebo (``interp.cascade.placebo_orders``).
 
-Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config.
-
-In the reproduction each seed has two tasks: ``seed<N>/mechanism`` (:func:`mechanism_seed`:
-CR-6 and CR-5 on the seed's run, after ``seed<N>/train``) and ``seed<N>/cascade``
-(:func:`cascade_seed`: CR-7 and the CR-5 verdict on the mechanism model; it needs only the
-seed's task, so it runs from the start). :func:`add_mechanism` turns their records into the
-claims; :func:`add_mechanism_claims` runs both in this process first.
+Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config; thresholds from
+the registry. In the reproduction each seed has two tasks: ``seed<N>/mechanism``
+(:func:`mechanism_seed`: CR-6 and the 2-layer roles, after ``seed<N>/train``) and
+``seed<N>/cascade`` (:func:`cascade_seed`: CR-7, its placebo and CR-5 on the mechanism
+model; it needs only the seed's task, so it runs from the start). :func:`add_mechanism` turns
+their records into the claims; :func:`add_mechanism_claims` runs both in this process first.
 """
 
 from __future__ import annotations
@@ -36,15 +35,21 @@ from mechinterp_icr.experiments.cr.cascade import run_cascade
 from mechinterp_icr.experiments.cr.claims import cr5_claim, cr5_table, cr6_claim, cr7_claim
 from mechinterp_icr.experiments.cr.config import CascadeConfig, MechanismConfig
 from mechinterp_icr.experiments.cr.evaluate import to_record
-from mechinterp_icr.interp.roles import role_verdict
-from mechinterp_icr.models.construction import build_construction, evaluate_pt_relation
+from mechinterp_icr.interp.cascade import placebo_orders
+from mechinterp_icr.interp.roles import role_margins, role_verdict, subject_same_query_control
+from mechinterp_icr.models.construction import (
+    RELATION_HEAD,
+    build_construction,
+    evaluate_pt_relation,
+    zero_head_ov,
+)
 from mechinterp_icr.pipeline import load_run_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl
 from mechinterp_icr.viz.cr_figures import write_cr5_figure, write_cr6_figure, write_cr7_figure
 
 __all__ = ["add_mechanism", "add_mechanism_claims", "cascade_seed", "construction_numbers",
-           "head_roles", "mechanism_seed", "seed_of"]
+           "head_roles", "mechanism_roles", "mechanism_seed", "seed_of"]
 
 
 def seed_of(path: Path) -> int:
@@ -102,6 +107,10 @@ def construction_numbers(task, seed: int) -> dict:
         "icl_construction_icl_finetune_exact": evaluate_icl(
             icl, task, seed + 3, subjects=task.finetune_subjects, n=512)["exact"],
         "icl_construction_pt_exact": evaluate_pt_relation(icl, task, seed)["exact"],
+        # the negative control: the ICL construction without its Relation head's OV
+        "zeroed_relation_ov_icl_exact": evaluate_icl(
+            zero_head_ov(build_construction(task, "icl"), RELATION_HEAD), task, seed + 2,
+            subjects=task.heldout_subjects, n=512)["exact"],
     }
     r["own_format_min"] = min(r["pt_construction_pt_exact"],
                               r["icl_construction_icl_heldout_exact"])
@@ -124,20 +133,46 @@ def mechanism_seed(run_path: Path, seed: int, mech: MechanismConfig) -> dict[str
                                   "CR-5 head roles": time.perf_counter() - t}})
 
 
+def mechanism_roles(model, pt_model, task, seed: int, n: int, score: str = "moved_gain",
+                    floor: float = 0.05) -> dict[str, Any]:
+    """CR-5 on the 1-layer 2-head mechanism model: role verdicts (scores and margins by the
+    chance-corrected moved share, ``interp.roles.role_margins``; the normalised recovery
+    beside) of the finetuned ``model`` and of its PT state, the Subject-head same-query
+    control, and the role code on the ICL construction (the positive control)."""
+    out: dict[str, Any] = {}
+    for key, m in (("ft", model), ("pt", pt_model),
+                   ("construction", build_construction(task, "icl"))):
+        v = role_verdict(m, task, seed, n)
+        out[key] = {"verdict": v, **role_margins(v, score, floor),
+                    "recovery": role_margins(v, "recovery", floor)}
+    sub = int(out["ft"]["subject_head"].split("H")[1])
+    # a share near the 0.05 bound needs more than n pairs to be read: 4n
+    out["subject_same_query_changed"] = subject_same_query_control(model, task, sub, seed,
+                                                                   4 * n)
+    return out
+
+
 def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pairs: int
                  ) -> dict[str, Any]:
     """Task ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
-    ``run_path``) on the task of ``task_cfg`` and ``seed``, then the CR-5 verdict on the
-    1-layer 2-head mechanism model (attention-only: the query subject can only reach the
-    output through a head). Record ``{cr7, mechanism_model, timings}``."""
+    ``run_path``: one PT, one finetune per learning rate) on the task of ``task_cfg`` and
+    ``seed``, the synthetic-schedule placebo, and CR-5 on the mechanism model finetuned at
+    ``ccfg.ft_lr`` (:func:`mechanism_roles`). Record ``{cr7, placebo, cr5_mech, timings}``."""
     task = task_cfg.build(seed)
     t = time.perf_counter()
     cr7 = run_cascade(task, seed, ccfg, run_path, task_cfg)
+    pt_model, models, batch = cr7.pop("pt_model"), cr7.pop("models"), cr7.pop("probe_batch")
     t7 = time.perf_counter() - t
     t = time.perf_counter()
-    verdict = role_verdict(cr7.pop("model"), task, seed, n_pairs)
-    return to_record({"cr7": cr7, "mechanism_model": verdict,
-                      "timings": {"CR-7 cascade": t7,
+    placebo = placebo_orders(task, batch, ccfg.placebo_points, ccfg.onset_fraction,
+                             ccfg.plateau_tail)
+    tp = time.perf_counter() - t
+    t = time.perf_counter()
+    roles = mechanism_roles(models[f"{ccfg.ft_lr:g}"], pt_model, task, seed, n_pairs,
+                            ccfg.role_score, ccfg.margin_floor)
+    roles["icl_heldout_exact"] = cr7["by_lr"][f"{ccfg.ft_lr:g}"]["icl_heldout_exact"]
+    return to_record({"cr7": cr7, "placebo": placebo, "cr5_mech": roles,
+                      "timings": {"CR-7 cascade": t7, "CR-7 placebo": tp,
                                   "CR-5 head roles": time.perf_counter() - t}})
 
 
@@ -146,16 +181,17 @@ def add_mechanism(summary: Summary, out_dir: Path, seeds: list[int], mech_record
     """Add CR-5, CR-6 and CR-7 (per-seed numbers, figures, tables) to ``summary`` from the
     records of :func:`mechanism_seed` and :func:`cascade_seed` (each keyed by seed)."""
     out_dir = Path(out_dir)
-    cr5, cr6, cr7 = {}, {}, {}
-    for seed in seeds:
-        cr6[seed] = mech_records[seed]["cr6"]
-        cr5[seed] = dict(mech_records[seed]["cr5"])
-        cr7[seed] = cascade_records[seed]["cr7"]
-        cr5[seed]["mechanism_model"] = cascade_records[seed]["mechanism_model"]
-    summary.add(cr5_claim(cr5, write_cr5_figure(cr5, out_dir)))
-    summary.tables["CR-5 head roles across ft-icl checkpoints"] = cr5_table(cr5)
+    cr6 = {s: mech_records[s]["cr6"] for s in seeds}
+    two_layer = {s: mech_records[s]["cr5"] for s in seeds}
+    mech5 = {s: cascade_records[s]["cr5_mech"] for s in seeds}
+    cr7 = {s: cascade_records[s]["cr7"] for s in seeds}
+    placebo = {s: cascade_records[s]["placebo"] for s in seeds}
+    claim5 = cr5_claim(mech5, two_layer, None)
+    claim5.figure = write_cr5_figure(claim5.per_seed, out_dir)
+    summary.add(claim5)
+    summary.tables["CR-5 2-layer head roles across ft-icl checkpoints"] = cr5_table(two_layer)
     summary.add(cr6_claim(cr6, write_cr6_figure(cr6, out_dir)))
-    summary.add(cr7_claim(cr7, ccfg, write_cr7_figure(cr7, out_dir)))
+    summary.add(cr7_claim(cr7, placebo, ccfg, write_cr7_figure(cr7, out_dir, placebo)))
 
 
 def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds: list[int],

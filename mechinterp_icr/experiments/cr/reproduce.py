@@ -20,7 +20,7 @@ task                             after                       writes
 ===============================  ==========================  =================================
 
 The CR-3 sweep runs on the first ``sweep_seeds`` seeds (its default setting is the main
-``ft-iclgrm`` branch: no task), the CR-4 lam sweep on the first ``taskvec.lam_seeds`` seeds.
+``ft-iclgrm`` branch: no task), the CR-4 lam sweep on every seed.
 :func:`summarise` builds every claim, table and figure from the records alone (and writes the
 summary); :func:`reproduce` is ``run_tasks(plan(...))`` then :func:`summarise`. No task sets
 torch threads (the engine does, per worker) and every task's randomness comes from its own
@@ -48,6 +48,7 @@ from mechinterp_icr.experiments.cr.sweep import (
 )
 from mechinterp_icr.experiments.cr.taskvec import (
     add_cr4,
+    lam_seed_cap,
     lam_sweep_wanted,
     lam_task,
     taskvec_seed,
@@ -74,11 +75,12 @@ def cr_run_dirs(out_dir: Path) -> list[Path]:
 
 
 def lam_seeds(cfg: CRConfig, seeds: list[int]) -> list[int]:
-    """The seeds of the CR-4 lam sweep: the first ``taskvec.lam_seeds`` (none without a lam
-    sweep or with one attribute type, where there is nothing to decode)."""
+    """The seeds of the CR-4 lam sweep: every seed (or the first ``taskvec.lam_seeds`` when
+    set; none without a lam sweep or with one attribute type, where there is nothing to
+    decode)."""
     if not lam_sweep_wanted(cfg.taskvec) or cfg.task.n_types < 2:
         return []
-    return list(seeds)[:cfg.taskvec.lam_seeds]
+    return list(seeds)[:lam_seed_cap(cfg.taskvec, len(seeds))]
 
 
 def views_task(out_dir: Path, seed: int) -> dict[str, Any]:

@@ -100,13 +100,14 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
         pt_state = copy_state(pretrain(scfg, task, rc, run, seed))
         if pt_cache is not None:
             pt_cache[pt_key(scfg)] = pt_state
-    pt_icl = None
+    pt_icl = pt_best_type = None
     if own_pt:
         # CR-1 under this setting's pretraining: held-out plain ICL of the PT-only model
         pt_model = build_model(rc.model, seed=seed)
         pt_model.load_state_dict(pt_state)
-        pt_icl = evaluate_icl(pt_model, task, [seed, 399], task.heldout_subjects,
-                              scfg.task.n_demos, cfg.eval_n)["exact"]
+        r = evaluate_icl(pt_model, task, [seed, 399], task.heldout_subjects,
+                         scfg.task.n_demos, cfg.eval_n)
+        pt_icl, pt_best_type = r["exact"], r["restricted_type"]
     ft = replace(scfg.finetune, checkpoint_schedule="none")
     model = finetune_branch(scfg, task, rc, run, pt_state, "ft-iclgrm", seed, ft_cfg=ft)
     n = cfg.eval_n
@@ -116,8 +117,9 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
     ptr = evaluate_pt(model, task, [seed, 402], None, max(64, n // 2))
     return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": own_pt,
             "heldout_icl_exact": icl["exact"], "heldout_icl_type": icl["type"],
+            "heldout_icl_best_attr_type": icl["restricted_type"],
             "heldout_iclgrm_exact": grm["exact"], "pt_typed_after": ptr["typed"],
-            "pt_only_heldout_icl_exact": pt_icl,
+            "pt_only_heldout_icl_exact": pt_icl, "pt_only_heldout_icl_best_attr_type": pt_best_type,
             "seconds": time.perf_counter() - t}
 
 
@@ -131,6 +133,7 @@ def default_setting_row(cfg: CRConfig, setting: str, seed: int, main: dict[str, 
     return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
             "heldout_icl_exact": pick(rows, "heldout", "icl", K),
             "heldout_icl_type": pick(rows, "heldout", "icl", K, "type"),
+            "heldout_icl_best_attr_type": pick(rows, "heldout", "icl", K, "restricted_type"),
             "heldout_iclgrm_exact": pick(rows, "heldout", "iclgrm", K),
             "pt_typed_after": float(np.mean([pick(rows, sp, "pt", key="typed")
                                              for sp in ("heldout", "finetune")])),
@@ -223,12 +226,18 @@ def sweep_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "heldout_iclgrm_exact_mean": float(np.mean(grm)),
                     "heldout_iclgrm_exact_per_seed": grm,
                     "pt_typed_after_mean": float(np.mean([r["pt_typed_after"] for r in rs])),
-                    "pt_only_heldout_icl_exact_mean": (
-                        float(np.mean([r["pt_only_heldout_icl_exact"] for r in rs]))
-                        if all(r.get("pt_only_heldout_icl_exact") is not None for r in rs)
-                        else None),
+                    "heldout_icl_best_attr_type_mean": _mean_of(rs, "heldout_icl_best_attr_type"),
+                    "pt_only_heldout_icl_exact_mean": _mean_of(rs, "pt_only_heldout_icl_exact"),
+                    "pt_only_heldout_icl_best_attr_type_mean": _mean_of(
+                        rs, "pt_only_heldout_icl_best_attr_type"),
                     "own_pretrain": rs[0]["own_pretrain"]})
     return out
+
+
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of ``key`` over rows; None unless every row has it."""
+    vals = [r.get(key) for r in rows]
+    return float(np.mean(vals)) if vals and all(v is not None for v in vals) else None
 
 
 def format_sweep(sweep: list[dict[str, Any]]) -> str:

@@ -1,20 +1,25 @@
-"""CR-4: task vectors and linear probes across finetuning (SPEC section 1, issue 6).
+"""CR-4: task vectors and linear probes across finetuning (SPEC section 1, issue 14).
 
 Given the CR run directories ``<out>/runs/cr/seed<N>/`` (phases ``pretrain``, ``ft-icl``,
 ``ft-iclgrm``), :func:`add_taskvec_claim` measures for every seed, at the last checkpoint of
-each phase:
+each phase, at ONE hook fixed in advance: ``blocks.{n-1}.hook_resid_mid`` at the query
+position (after the last attention layer, before the last MLP; never the final residual
+stream, which is the model's own prediction):
 
-- task vectors of held-out-subject ICL prompts (all types) at every layer boundary;
-- the top-PC probe (PCA on the training split only, ``n_pc`` components) and the full probe
-  on a by-prompt split fixed before fitting (train / dev / test); the boundary is chosen on
-  the dev part, the accuracy reported on the test part;
+- task vectors of held-out-subject ICL prompts (all types), at that hook and, for reference,
+  at every layer boundary (the final residual stream included);
+- the top-(L-1)-PC probe (PCA on the training split only, ``n_pc`` components) and the full
+  probe on a by-prompt split fixed before fitting; accuracy on the test part, with the
+  model's own output-type accuracy on the same prompts beside it;
 - a by-subject split (held-out subjects halved; the two halves' prompts are generated apart);
 - transfer: trained on finetune-subject prompts, tested on held-out-subject prompts;
-- controls: label shuffle (mean over permutations) and random directions;
-- geometry: type variance share, silhouette, within/between cosine, participation ratio;
-- the causal transplant of mean task vectors (type l -> l') at every boundary;
-- separation vs K (numbers of demos) on the same checkpoints, and vs the pretraining ``lam``
-  on small extra PT + finetune runs trained here (``<out>/runs/cr-taskvec/lam<lam>/seed<N>``).
+- controls: label shuffle (mean over permutations), random directions (mean over draws), a
+  norm-matched random vector added instead of the mean difference;
+- geometry: eta^2 (type variance share), silhouette, within/between cosine, participation;
+- the additive causal patch: mean[l'] - mean[l] added at the hook of a type-l prompt;
+- eta^2 vs K (numbers of demos) on the same checkpoints, and vs the pretraining ``lam``
+  on small extra PT + finetune runs trained here for every seed
+  (``<out>/runs/cr-taskvec/lam<lam>/seed<N>``).
 
 Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
 is a pure function of the seeds; the claim (``claims.cr4_claim``) goes into the Summary as
@@ -57,6 +62,7 @@ __all__ = [
     "analyse_seed",
     "lam_point",
     "lam_run_config",
+    "lam_seed_cap",
     "lam_sweep",
     "lam_sweep_wanted",
     "lam_task",
@@ -78,17 +84,20 @@ def _rng_seed(seed: int, tag: int) -> int:
 # --------------------------------------------------------------------------------------------
 # One checkpoint
 # --------------------------------------------------------------------------------------------
-def _tvset(model, task, n, seed, tag, subjects, K=None):
-    return tv.icl_task_vectors(model, task, n, K=K, subjects=subjects, seed=_rng_seed(seed, tag))
+def _tvset(model, task, n, seed, tag, subjects, K=None, names=None):
+    return tv.icl_task_vectors(model, task, n, K=K, subjects=subjects, seed=_rng_seed(seed, tag),
+                               names=names)
 
 
 def _subject_matrix(s: tv.TaskVectorSet) -> np.ndarray:
     return np.concatenate([s.query_subject[:, None], s.demo_subjects], 1)
 
 
-def _transplant(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
-                scale: float, rows) -> dict[str, float]:
-    """Transplant mean task vectors (from the training prompts) into ``rows`` at boundary b."""
+def _patch(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
+           scale: float, rows, mode: str = "add") -> dict[str, float]:
+    """Add (mean[l'] - mean[l]) (means of the training prompts), or a random vector of that
+    norm (``mode='random'``), at hook b of the query position of ``rows``; l' != l drawn per
+    prompt. Success = the answer becomes a_{l'}(s_q)."""
     L = task.cfg.n_types
     Xtr, ytr = H.at(b)[split.train], H.types[split.train]
     means = np.stack([Xtr[ytr == l].mean(0) for l in range(L)])
@@ -99,58 +108,55 @@ def _transplant(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed:
     toks = torch.as_tensor(H.tokens[rows])
     qp = torch.as_tensor(H.query_pos[rows])
     return tv.transplant_accuracy(model, toks, qp, src, tgt, tgt_ans, means, H.layer_names[b],
-                                  mode="add", scale=scale, original_answers=H.answer[rows])
+                                  mode=mode, scale=scale, original_answers=H.answer[rows],
+                                  random_seed=_rng_seed(seed, 0x2A))
 
 
 def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = True
                        ) -> dict[str, Any]:
-    """All CR-4 numbers of one model (see the module docstring). ``full=False``: only the
-    by-prompt probes (for the per-checkpoint curve)."""
+    """All CR-4 numbers of one model at the read-out hook ``blocks.{n-1}.hook_resid_mid``
+    (fixed in advance, :func:`interp.taskvec.readout_hook`), with every other boundary (and
+    the final residual stream) reported beside it. ``full=False``: only the by-prompt probes
+    (for the per-checkpoint curve and the lam runs)."""
     t0 = time.perf_counter()
     L = task.cfg.n_types
-    H = _tvset(model, task, P.n_heldout, seed, 1, task.heldout_subjects)
-    names = H.layer_names
-    labels = tv.boundary_labels(len(names) - 1)
+    names, labels = tv.readout_names(model.cfg.n_layers)
+    b = names.index(tv.readout_hook(model.cfg.n_layers))
+    H = _tvset(model, task, P.n_heldout, seed, 1, task.heldout_subjects, names=names)
     ids = H.prompt_ids()
     split = pr.split_by_prompt(ids, P.test_fraction, P.dev_fraction, seed=seed,
                                stratify=H.types)
     pr.check_no_leak(split, ids)
-    dev_rows = []
-    for k, name in enumerate(names):
-        X = H.at(k)
-        dev_rows.append({"boundary": k, "hook": name,
-                         "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", P.n_pc, seed,
-                                                     on="dev"),
-                         "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed,
-                                                       on="dev")})
-    b = pr.choose_boundary(dev_rows, "acc_pc")  # the boundary of the top-PC probe
-    bf = pr.choose_boundary(dev_rows, "acc_full")  # the full probe's own best boundary
     test_rows = []
     for k, name in enumerate(names):
         X = H.at(k)
         test_rows.append({"boundary": k, "hook": name, "label": labels[k],
                           "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", P.n_pc, seed),
                           "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed),
-                          "acc_pc_dev": dev_rows[k]["acc_pc"],
-                          "acc_full_dev": dev_rows[k]["acc_full"],
                           "type_variance_fraction": tv.type_variance_fraction(X, H.types)})
+    te = split.test
     out: dict[str, Any] = {
-        "boundary": b, "boundary_label": labels[b], "icl_exact": H.accuracy,
-        "acc_pc": test_rows[b]["acc_pc"], "acc_full_same_boundary": test_rows[b]["acc_full"],
-        "acc_full": test_rows[bf]["acc_full"], "full_boundary_label": labels[bf],
+        "hook": names[b], "boundary": b, "boundary_label": labels[b],
+        "icl_exact": float((H.pred[te] == H.answer[te]).mean()),
+        "output_type_acc": tv.output_type_accuracy(task, H.pred[te], H.types[te]),
+        "acc_pc": test_rows[b]["acc_pc"], "acc_full": test_rows[b]["acc_full"],
+        "eta2": test_rows[b]["type_variance_fraction"],
+        "final_acc_pc": test_rows[-1]["acc_pc"], "final_label": labels[-1],
         "layers": test_rows, "split_sizes": split.sizes(),
     }
     if not full:
         out["seconds"] = time.perf_counter() - t0
         return out
     Xb = H.at(b)
-    ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles)
+    ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles,
+                              n_random=P.n_random_dirs)
     out.update({"acc_shuffle_pc": ctrl["acc_shuffle_pc"],
                 "acc_shuffle_full": ctrl["acc_shuffle_full"],
-                "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"]})
-    n_test = len(split.test)
-    k_ok = int(round(out["acc_pc"] * n_test))
-    out["acc_pc_wilson95"] = list(pr.wilson_ci(k_ok, n_test))
+                "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"],
+                "shuffle_gap": abs(ctrl["acc_shuffle_pc"] - ctrl["chance"]),
+                "pc_minus_random": out["acc_pc"] - ctrl["acc_random_dir"]})
+    n_test = len(te)
+    out["acc_pc_wilson95"] = list(pr.wilson_ci(int(round(out["acc_pc"] * n_test)), n_test))
     out.update({f"geom_{k}": v for k, v in tv.geometry(Xb, H.types, P.n_pc).items()})
 
     # by-subject split: held-out subjects halved, each half's prompts generated apart
@@ -158,72 +164,61 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     A, B = np.sort(hs[: len(hs) // 2]), np.sort(hs[len(hs) // 2:])
     K = task.cfg.n_demos
     if min(len(A), len(B)) >= K + 1:
-        SA = _tvset(model, task, P.n_subject_split, seed, 2, A)
-        SB = _tvset(model, task, P.n_subject_split, seed, 3, B)
+        SA = _tvset(model, task, P.n_subject_split, seed, 2, A, names=[names[b]])
+        SB = _tvset(model, task, P.n_subject_split, seed, 3, B, names=[names[b]])
         S = tv.TaskVectorSet.concat([SA, SB])
         sp = pr.split_from_sets(len(SA), len(SB), S.prompt_ids(), _subject_matrix(S), "subject")
-        out["acc_pc_by_subject"] = pr.probe_accuracy(S.at(b), S.types, sp, "pca", P.n_pc, seed)
-        out["acc_full_by_subject"] = pr.probe_accuracy(S.at(b), S.types, sp, "full", P.n_pc,
-                                                       seed)
-    # transfer: finetune-subject prompts -> held-out-subject prompts (boundary chosen on a
-    # dev part of the finetune-subject prompts)
-    F = _tvset(model, task, P.n_finetune, seed, 4, task.finetune_subjects)
-    fsplit = pr.split_by_prompt(F.prompt_ids(), 0.25, 0.0, seed=seed, stratify=F.types)
-    f_rows = pr.probe_layers(F.vectors, F.types, fsplit, names, P.n_pc, seed, controls=False)
-    bt = pr.choose_boundary(f_rows, "acc_pc")
-    T = tv.TaskVectorSet.concat([F, H.subset(split.test)])
+        out["acc_pc_by_subject"] = pr.probe_accuracy(S.at(0), S.types, sp, "pca", P.n_pc, seed)
+    # transfer at the same hook: fit on finetune-subject prompts, test on held-out-subject ones
+    F = _tvset(model, task, P.n_finetune, seed, 4, task.finetune_subjects, names=names)
+    T = tv.TaskVectorSet.concat([F, H.subset(te)])
     tsp = pr.split_from_sets(len(F), n_test, T.prompt_ids(), _subject_matrix(T), "transfer")
-    out["transfer_boundary"] = bt
-    out["transfer_acc_pc"] = pr.probe_accuracy(T.at(bt), T.types, tsp, "pca", P.n_pc, seed)
-    out["transfer_acc_full"] = pr.probe_accuracy(T.at(bt), T.types, tsp, "full", P.n_pc, seed)
-    out["transfer_acc_pc_same_boundary"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca",
-                                                             P.n_pc, seed)
-    # causal transplant at every boundary: choose on dev, report on test
-    tr_rows = []
-    for k in range(len(names)):
-        d = _transplant(model, task, H, split, k, seed, P.transplant_scale, split.dev)
-        t = _transplant(model, task, H, split, k, seed, P.transplant_scale, split.test)
-        tr_rows.append({"boundary": k, "label": labels[k], "dev": d["transplant_success"],
-                        "test": t["transplant_success"], "kept_original": t["kept_original"]})
-    bc = int(np.argmax([r["dev"] for r in tr_rows]))
-    out["transplant"] = tr_rows
-    out["transplant_boundary"] = bc
-    out["transplant_success"] = tr_rows[bc]["test"]
-    out["transplant_chance"] = 1.0 / (L * task.cfg.n_values)
+    out["transfer_acc_pc"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca", P.n_pc, seed)
+    out["transfer_acc_full"] = pr.probe_accuracy(T.at(b), T.types, tsp, "full", P.n_pc, seed)
+    # the additive causal patch at the hook (and, for reference, at the final residual)
+    pa = _patch(model, task, H, split, b, seed, P.transplant_scale, te)
+    pz = _patch(model, task, H, split, b, seed, P.transplant_scale, te, mode="random")
+    pf = _patch(model, task, H, split, len(names) - 1, seed, P.transplant_scale, te)
+    out.update({"patch_success": pa["transplant_success"],
+                "patch_kept_original": pa["kept_original"],
+                "random_patch_success": pz["transplant_success"],
+                "random_patch_kept_original": pz["kept_original"],
+                "final_patch_success": pf["transplant_success"],
+                "patch_chance": 1.0 / (L * task.cfg.n_values)})
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def pca_points(model, task, seed: int, P: TaskvecConfig, boundary: int, n: int = 400
+def pca_points(model, task, seed: int, P: TaskvecConfig, hook: str, n: int = 400
                ) -> dict[str, Any]:
-    """2-D PCA coordinates of held-out task vectors at one boundary (for the scatter)."""
-    H = _tvset(model, task, n, seed, 9, task.heldout_subjects)
-    p = tv.pca(H.at(boundary), 2)
-    Z = p.transform(H.at(boundary))
+    """2-D PCA coordinates of held-out task vectors at one hook (for the scatter)."""
+    H = _tvset(model, task, n, seed, 9, task.heldout_subjects, names=[hook])
+    p = tv.pca(H.at(0), 2)
+    Z = p.transform(H.at(0))
     return {"x": Z[:, 0].tolist(), "y": Z[:, 1].tolist(), "type": H.types.tolist(),
             "var_ratio": p.explained_variance_ratio_.tolist()}
 
 
-def separation_vs_k(model, task, seed: int, P: TaskvecConfig, boundary: int
+def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
                     ) -> list[dict[str, Any]]:
-    """Separation of held-out task vectors at ``boundary`` for every K in ``P.ks``."""
+    """Separation (eta^2, the share of variance explained by the type) of held-out task
+    vectors at ``hook`` for every K in ``P.ks`` (those that fit the context and the held-out
+    subjects), with the probe and the model's accuracy beside it."""
     rows = []
     n_ho = len(task.heldout_subjects)
     for K in P.ks:
         if K + 1 > n_ho or task.format_len(K, False) > model.cfg.n_ctx:
             continue
-        H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K)
-        X = H.at(boundary)
+        H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K,
+                   names=[hook])
+        X = H.at(0)
         sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
         rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
                      "silhouette": tv.silhouette(X, H.types),
                      **tv.cosine_within_between(X, H.types),
                      "acc_pc": pr.probe_accuracy(X, H.types, sp, "pca", P.n_pc, seed),
-                     "acc_full": pr.probe_accuracy(X, H.types, sp, "full", P.n_pc, seed),
-                     "type_variance_fraction_by_boundary": [
-                         tv.type_variance_fraction(H.at(k), H.types)
-                         for k in range(H.n_boundaries)],
-                     "icl_exact": H.accuracy})
+                     "icl_exact": H.accuracy,
+                     "output_type_acc": tv.output_type_accuracy(task, H.pred, H.types)})
     return rows
 
 
@@ -259,21 +254,22 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig)
 
 
 def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
+    """eta^2 and the top-PC probe at the read-out hook of a lam run's PT and finetuned
+    models (``P.n_per_k`` held-out prompts, half to fit the probe)."""
     run = RunDir(path)
     rc, task, build = load_run_model(run)
     out: dict[str, Any] = {"lam": float(rc.task.lam), "seed": seed,
                            "grammar_tv": task.separation()["tv_transition"]}
-    small = replace(P, n_heldout=max(400, P.n_heldout // 2))
     for ck, model in run.iter_models(f"phase:{PHASE_PT}:last,phase:{PHASE_FT}:last", build):
-        r = analyse_checkpoint(model, task, seed, small, full=False)
-        H = _tvset(model, task, small.n_heldout, seed, 1, task.heldout_subjects)
-        X = H.at(r["boundary"])
+        hook = tv.readout_hook(model.cfg.n_layers)
+        H = _tvset(model, task, P.n_per_k, seed, 1, task.heldout_subjects, names=[hook])
+        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
         key = "pt" if ck.phase == PHASE_PT else "ft"
-        out[f"{key}_acc_pc"] = r["acc_pc"]
-        out[f"{key}_acc_full"] = r["acc_full"]
-        out[f"{key}_icl_exact"] = r["icl_exact"]
-        out[f"{key}_type_variance_fraction"] = tv.type_variance_fraction(X, H.types)
-        out[f"{key}_silhouette"] = tv.silhouette(X, H.types)
+        out[f"{key}_eta2"] = tv.type_variance_fraction(H.at(0), H.types)
+        out[f"{key}_type_variance_fraction"] = out[f"{key}_eta2"]  # (the probes/ script's name)
+        out[f"{key}_acc_pc"] = pr.probe_accuracy(H.at(0), H.types, sp, "pca", P.n_pc, seed)
+        out[f"{key}_icl_exact"] = H.accuracy
+        out["hook"] = hook
     return out
 
 
@@ -287,9 +283,8 @@ def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecC
     row = _lam_metrics(path, seed, P)
     row["seconds"] = time.perf_counter() - t
     if log:
-        log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft separation "
-            f"{row['ft_type_variance_fraction']:.3f}, ft top-PC probe {row['ft_acc_pc']:.3f}"
-            f" ({row['seconds']:.1f}s)")
+        log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft eta^2 {row['ft_eta2']:.3f} at "
+            f"{row['hook']}, ft top-PC probe {row['ft_acc_pc']:.3f} ({row['seconds']:.1f}s)")
     return row
 
 
@@ -314,8 +309,9 @@ def probe_curve(run, task, build, seed: int, P: TaskvecConfig, phase: str = PHAS
     for ck, model in run.iter_models(",".join(c.name for c in cks), build):
         r = analyse_checkpoint(model, task, seed, small, full=False)
         rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
-                     "acc_pc": r["acc_pc"], "acc_full": r["acc_full"],
-                     "boundary": r["boundary"], "icl_exact": r["icl_exact"]})
+                     "acc_pc": r["acc_pc"], "acc_full": r["acc_full"], "eta2": r["eta2"],
+                     "final_acc_pc": r["final_acc_pc"], "hook": r["hook"],
+                     "icl_exact": r["icl_exact"], "output_type_acc": r["output_type_acc"]})
     return rows
 
 
@@ -333,14 +329,15 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict
         r = analyse_checkpoint(model, task, seed, P)
         r["checkpoint"] = ck.name
         res["phases"][ck.phase] = r
-        res["pca"][ck.phase] = {**pca_points(model, task, seed, P, r["boundary"]),
+        res["pca"][ck.phase] = {**pca_points(model, task, seed, P, r["hook"]),
                                 "boundary_label": r["boundary_label"]}
-        res["k_sweep"][ck.phase] = separation_vs_k(model, task, seed, P, r["boundary"])
+        res["k_sweep"][ck.phase] = separation_vs_k(model, task, seed, P, r["hook"])
         if log:
-            log(f"  CR-4 seed {seed} {ck.name}: top-PC probe {r['acc_pc']:.3f} at "
-                f"{r['boundary_label']}, full {r['acc_full']:.3f}, transfer "
-                f"{r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f} "
-                f"({r['seconds']:.1f}s)")
+            log(f"  CR-4 seed {seed} {ck.name}: top-PC probe {r['acc_pc']:.3f} at {r['hook']} "
+                f"(model output type {r['output_type_acc']:.3f}), transfer "
+                f"{r['transfer_acc_pc']:.3f}, patch {r['patch_success']:.3f} (random "
+                f"{r['random_patch_success']:.3f}), shuffle {r['acc_shuffle_pc']:.3f}, random "
+                f"dirs {r['acc_random_dir']:.3f} ({r['seconds']:.1f}s)")
     res["curve"] = probe_curve(run, task, build, seed, P)
     return res
 
@@ -349,8 +346,14 @@ ANALYSIS_ERRORS = (ConfigError, ValueError, RuntimeError)  # reported in the cla
 
 
 def lam_sweep_wanted(P: TaskvecConfig) -> bool:
-    """Whether CR-4 runs a lam sweep (at least two lam values and one seed for it)."""
-    return P.lam_seeds > 0 and len(P.lams) >= 2
+    """Whether CR-4 runs a lam sweep (at least two lam values)."""
+    return len(P.lams) >= 2
+
+
+def lam_seed_cap(P: TaskvecConfig, n_seeds: int) -> int:
+    """How many seeds (the first ones) get the lam sweep: every seed unless ``P.lam_seeds``
+    caps it (CR-4's lam condition is per seed, so a capped run cannot hold)."""
+    return n_seeds if P.lam_seeds == 0 else min(n_seeds, P.lam_seeds)
 
 
 def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
@@ -393,8 +396,8 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
             lam_records: dict, P: TaskvecConfig) -> None:
     """Add claim CR-4, its tables and figures from the task records: ``seed_records`` maps a
     seed to its :func:`taskvec_seed` record, ``lam_records`` a seed to its :func:`lam_task`
-    records in ``P.lams`` order. The lam sweep belongs to the first ``P.lam_seeds`` seeds with
-    a result that have lam records; a seed whose lam sweep had an error has none."""
+    records in ``P.lams`` order (every seed by default, :func:`lam_seed_cap`); a seed whose
+    lam sweep had an error has none."""
     results, skipped = [], []
     errors: dict[Any, str] = {}
     for seed in seeds:
@@ -407,7 +410,7 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
             continue
         res = dict(rec["result"])
         lams = lam_records.get(seed)
-        if len(results) < P.lam_seeds and lam_sweep_wanted(P) and lams:
+        if len(results) < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P) and lams:
             bad = [r["error"] for r in lams if "error" in r]
             if bad:
                 errors[f"lam sweep, seed {seed}"] = bad[0]
@@ -427,8 +430,8 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
 def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
                       seeds: list[int], P: TaskvecConfig, log=print) -> None:
     """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
-    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on the first
-    ``P.lam_seeds`` seeds with a result, then :func:`add_cr4`.
+    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on every seed
+    with a result (or the first ``P.lam_seeds``), then :func:`add_cr4`.
 
     Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
     (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``P`` is the
@@ -444,7 +447,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
             seed_records[seed] = taskvec_seed(path, seed, P, log=log)
         if seed_records[seed]["status"] != "ok":
             continue
-        if n_ok < P.lam_seeds and lam_sweep_wanted(P):
+        if n_ok < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P):
             base = RunDir(path).read_config()
             with summary.stage("cr4_lam_sweep"):
                 lam_records[seed] = []
@@ -475,18 +478,19 @@ def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
         r = analyse_checkpoint(model, task, seed, P, full=full)
         r.update({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step})
         if with_k:
-            r["k_sweep"] = separation_vs_k(model, task, seed, P, r["boundary"])
+            r["k_sweep"] = separation_vs_k(model, task, seed, P, r["hook"])
         rows.append(r)
-        H = _tvset(model, task, 400, seed, 9, task.heldout_subjects)
-        X = H.at(r["boundary"])
+        H = _tvset(model, task, 400, seed, 9, task.heldout_subjects, names=[r["hook"]])
+        X = H.at(0)
         Z = tv.umap_embed(X, seed=seed) if umap else tv.pca(X, 2).transform(X)
         views.append((ck.name, r, Z, H.types))
         if log:
             extra = (f", transfer {r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f}"
-                     f", random dirs {r['acc_random_dir']:.3f}, type var "
-                     f"{r['geom_type_variance_fraction']:.3f}" if full else "")
-            log(f"{ck.name:24s} boundary {r['boundary_label']:5s} top-PC {r['acc_pc']:.3f} "
-                f"full {r['acc_full']:.3f}{extra}  (model ICL exact {r['icl_exact']:.3f})")
+                     f", random dirs {r['acc_random_dir']:.3f}, eta^2 {r['eta2']:.3f}"
+                     if full else "")
+            log(f"{ck.name:24s} at {r['boundary_label']:5s} top-PC {r['acc_pc']:.3f} "
+                f"full {r['acc_full']:.3f}{extra}  (model ICL exact {r['icl_exact']:.3f}, "
+                f"output type {r['output_type_acc']:.3f})")
     figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir)
     result = {"run": str(run.path), "selection": selection, "rows": rows, "figures": figs,
               "params": {k: getattr(P, k) for k in P.__dataclass_fields__}}

@@ -5,7 +5,10 @@ Per seed, in ``<out>/runs/cr/seed<N>/``:
 1. ``pretrain`` (phase order 0): the 2-layer, 1-head model on PT over all subjects.
 2. From the same PT weights, finetuning branches on the **finetune subjects only**:
    ``ft-icl`` (1) on ICL and ``ft-iclgrm`` (2) on ICL+Grm with the default trainable set
-   (attention only), and the all-weights arms ``ft-icl-allw`` (3) / ``ft-iclgrm-allw`` (4).
+   (attention only), and the all-weights arms ``ft-icl-allw`` (3) / ``ft-iclgrm-allw`` (4);
+   the negative controls ``ft-icl-mixed`` (5) / ``ft-iclgrm-mixed`` (6): the same finetuning
+   on mixed-type demos (every demo and the query its own type, so no shared type to infer).
+   Every finetuning batch draws its K from ``task.finetune_ks`` (``CRTask.sample_finetune``).
 
 Every checkpoint logs a small held-out evaluation (``evaluate.checkpoint_eval``).
 
@@ -51,12 +54,14 @@ __all__ = [
     "train_seed",
 ]
 
-# phase name -> (phase order, ICL+Grm format?, all weights?)
+# phase name -> (phase order, ICL+Grm format?, all weights?, mixed-type demos?)
 BRANCHES = {
-    "ft-icl": (1, False, False),
-    "ft-iclgrm": (2, True, False),
-    "ft-icl-allw": (3, False, True),
-    "ft-iclgrm-allw": (4, True, True),
+    "ft-icl": (1, False, False, False),
+    "ft-iclgrm": (2, True, False, False),
+    "ft-icl-allw": (3, False, True, False),
+    "ft-iclgrm-allw": (4, True, True, False),
+    "ft-icl-mixed": (5, False, False, True),
+    "ft-iclgrm-mixed": (6, True, False, True),
 }
 
 
@@ -108,8 +113,10 @@ def open_seed_run(cfg: CRConfig, out_dir: Path, seed: int) -> tuple[RunDir, RunC
 def branch_phases(cfg: CRConfig) -> list[str]:
     """The finetuning branches ``cfg`` runs, in order (the all-weights arms when enabled)."""
     out = []
-    for phase, (_, grammar, allw) in BRANCHES.items():
+    for phase, (_, grammar, allw, mixed) in BRANCHES.items():
         if allw and not (cfg.allweights_iclgrm if grammar else cfg.allweights_arm):
+            continue
+        if mixed and not cfg.mixed_controls:
             continue
         out.append(phase)
     return out
@@ -131,12 +138,14 @@ def last_state(run_path: Path, phase: str = "pretrain") -> dict:
     return copy_state(model)
 
 
-def finetune_sampler(task: CRTask, grammar: bool):
-    """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only."""
+def finetune_sampler(task: CRTask, grammar: bool, mixed_types: bool = False):
+    """The finetuning data of a branch: ICL or ICL+Grm over the finetune subjects only, K
+    drawn per batch from ``task.cfg.finetune_ks`` (mixed-type demos for the controls)."""
     subs = task.finetune_subjects
 
     def sample(rng, bs):
-        return task.sample_icl(rng, bs, subjects=subs, grammar=grammar)
+        return task.sample_finetune(rng, bs, subjects=subs, grammar=grammar,
+                                    mixed_types=mixed_types)
 
     return sample
 
@@ -155,20 +164,21 @@ def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_
     """Finetune branch ``phase`` (see :data:`BRANCHES`) from ``pt_state``; returns the model.
 
     ``ft_cfg`` replaces ``cfg.finetune`` (the sweep finetunes without checkpoints); without
-    it an all-weights arm keeps only its start and end checkpoints."""
-    order, grammar, allw = BRANCHES[phase]
+    it an all-weights arm or a control keeps only its start and end checkpoints."""
+    order, grammar, allw, mixed = BRANCHES[phase]
     trainable = cfg.allweights_trainable if allw else cfg.finetune.trainable
     ft = replace(ft_cfg or cfg.finetune, trainable=trainable)
-    if ft_cfg is None and phase.endswith("-allw"):
-        ft = replace(ft, checkpoint_schedule="none")  # the comparison arm: start and end only
+    if ft_cfg is None and (allw or mixed):
+        ft = replace(ft, checkpoint_schedule="none")  # comparison arms: start and end only
     model = build_model(rc.model, seed=seed)
     model.load_state_dict(pt_state)
     subs = task.finetune_subjects
-    train_phase(model, finetune_sampler(task, grammar), ft, run, phase, seed,
+    train_phase(model, finetune_sampler(task, grammar, mixed), ft, run, phase, seed,
                 run_config=replace(rc, train=ft),
                 eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
                 extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
-                            "finetune_subjects": subs.tolist()})
+                            "finetune_ks": list(task.cfg.finetune_ks),
+                            "mixed_types": mixed, "finetune_subjects": subs.tolist()})
     return model
 
 

@@ -1,0 +1,173 @@
+"""The CR mechanism claims CR-5, CR-6, CR-7: pure functions from per-seed numbers to
+:class:`~mechinterp_icr.claims.Claim` objects decided by the registry
+(``claims.cr_registry``). Re-exported by ``experiments.cr.claims``.
+
+- CR-5 from ``mechanism.mechanism_roles`` of the 1-layer 2-head mechanism model (the 2-layer
+  main model's head roles are reported beside it, not deciding);
+- CR-6 from ``mechanism.construction_numbers``;
+- CR-7 from the cascade timings per finetuning learning rate and the synthetic placebo.
+
+Nothing here trains, reads a run directory or draws a figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mechinterp_icr.claims import Claim, evaluate_control, spec
+
+__all__ = ["cr5_claim", "cr5_claim_from_metrics", "cr5_seed_metrics", "cr5_table",
+           "cr6_claim", "cr7_claim", "cr7_claim_from_metrics", "cr7_seed_metrics", "lr_name"]
+
+
+def _ctrls(claim_id: str, names: dict[str, str], per_seed: dict[str, dict[str, Any]]):
+    sp = spec(claim_id)
+    return [evaluate_control(sp.control(name), {s: m.get(metric) for s, m in per_seed.items()})
+            for name, metric in names.items()]
+
+
+# ------------------------------------------------------------------------------------------
+# CR-5
+# ------------------------------------------------------------------------------------------
+CR5_CONTROLS = {
+    "Relation role in the PT-only model": "pt_relation_role",
+    "Subject head patched from other demo subjects, same query subject":
+        "subject_same_query_changed",
+    "role code on the ICL construction (Relation)": "construction_relation",
+    "role code on the ICL construction (Subject)": "construction_subject",
+}
+
+
+def cr5_seed_metrics(mech: dict[str, Any], two_layer: dict[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """One seed's CR-5 metrics from ``mechanism.mechanism_roles`` (and, beside it, the 2-layer
+    model's ``head_roles`` at the end of ft-icl)."""
+    ft, pt, con = mech["ft"], mech["pt"], mech["construction"]
+    m = {"relation_role": ft["relation_score"], "subject_role": ft["subject_score"],
+         "relation_margin": ft["relation_margin"], "subject_margin": ft["subject_margin"],
+         "distinct_heads": float(ft["distinct"]),
+         "relation_head": ft["relation_head"], "subject_head": ft["subject_head"],
+         "relation_other_head": ft["relation_other"], "subject_other_head": ft["subject_other"],
+         "relation_recovery": ft["recovery"]["relation_score"],
+         "subject_recovery": ft["recovery"]["subject_score"],
+         "pt_relation_role": pt["relation_score"],
+         "pt_relation_recovery": pt["recovery"]["relation_score"],
+         "subject_same_query_changed": mech["subject_same_query_changed"],
+         "construction_relation": con["relation_score"],
+         "construction_subject": con["subject_score"],
+         "icl_heldout_exact": mech.get("icl_heldout_exact")}
+    v = (two_layer or {}).get("ft-icl")
+    if v:
+        m.update({"two_layer_relation_head": v["relation_head"],
+                  "two_layer_subject_head": v["subject_head"],
+                  "two_layer_relation_recovery": v["relation_recovery"],
+                  "two_layer_subject_recovery": v["subject_recovery"],
+                  "two_layer_relation_moved": v["relation_moved"],
+                  "two_layer_subject_moved": v["subject_moved"]})
+    return m
+
+
+def cr5_claim_from_metrics(per_seed: dict[str, dict[str, Any]], figure: str | None = None,
+                           details: dict | None = None) -> Claim:
+    """CR-5 from per-seed metrics (:func:`cr5_seed_metrics`)."""
+    return Claim.from_spec(
+        spec("CR-5"), per_seed, controls=_ctrls("CR-5", CR5_CONTROLS, per_seed),
+        notes="Role score = share of held-out prompts whose answer the head's patch (all "
+              "positions, from the source prompt) moves to the target, minus the share that "
+              "already gave it (chance-corrected; the normalised logit-difference recovery "
+              "is reported beside it as relation_recovery / subject_recovery). Margin = the "
+              "role head's score / max(the other head's, 0.05). The 2-layer model's roles "
+              "(two_layer_*) are reported beside, not deciding.",
+        figure=figure, details=dict(details or {}))
+
+
+def cr5_claim(mech5: dict, two_layer: dict, figure: str | None) -> Claim:
+    """CR-5 from ``mechanism_roles`` records per seed (``mech5``) and the 2-layer model's
+    ``head_roles`` per seed (``two_layer``)."""
+    per = {str(s): cr5_seed_metrics(r, two_layer.get(s)) for s, r in mech5.items()}
+    details = {str(s): {"mechanism_model": {k: r[k] for k in ("ft", "pt", "construction")},
+                        "two_layer": {k: (two_layer.get(s) or {}).get(k)
+                                      for k in ("ft-icl", "ft-iclgrm", "pretrain",
+                                                "trajectory")}}
+               for s, r in mech5.items()}
+    return cr5_claim_from_metrics(per, figure, details)
+
+
+def cr5_table(two_layer: dict) -> list[dict[str, Any]]:
+    """The 2-layer model's head roles across the ft-icl checkpoints, one row per (seed,
+    checkpoint)."""
+    return [{"seed": s, **row} for s, r in two_layer.items() for row in r.get("trajectory", [])]
+
+
+# ------------------------------------------------------------------------------------------
+# CR-6
+# ------------------------------------------------------------------------------------------
+def cr6_claim(cr6: dict, figure: str | None) -> Claim:
+    """CR-6 from the construction numbers per seed (``mechanism.construction_numbers``)."""
+    per = {str(s): r for s, r in cr6.items()}
+    return Claim.from_spec(
+        spec("CR-6"), per,
+        controls=_ctrls("CR-6", {"ICL construction with the Relation OV zeroed":
+                                 "zeroed_relation_ov_icl_exact"}, per),
+        notes="Constructed weights loaded into a real 1-layer 2-head HookedTransformer "
+              "(orthonormal one-hot embeddings, separate output block); own format = the "
+              "one-token-relation PT format for the PT construction, held-out ICL for the ICL "
+              "construction; see docs/interp.md.",
+        figure=figure)
+
+
+# ------------------------------------------------------------------------------------------
+# CR-7
+# ------------------------------------------------------------------------------------------
+def lr_name(lr: float) -> str:
+    """3e-3 -> '3e-3' (the metric suffix of a learning rate)."""
+    mant, exp = f"{float(lr):e}".split("e")
+    return f"{float(mant):g}e{int(exp)}"
+
+
+def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[str, Any]:
+    """One seed's CR-7 metrics: per finetuning lr ``ov_first_lr_<lr>`` and the onsets, and the
+    placebo's two readings."""
+    m: dict[str, Any] = {"placebo_ov_first": placebo["placebo_ov_first"],
+                         "placebo_kq_first": placebo["placebo_kq_first"],
+                         "pt_typed": cascade.get("pt_typed")}
+    for lr, r in cascade["by_lr"].items():
+        n = lr_name(float(lr))
+        m.update({f"ov_first_lr_{n}": r["ov_first"], f"t_onset_ov_lr_{n}": r["t_onset_ov"],
+                  f"t_onset_kq_lr_{n}": r["t_onset_kq"], f"lead_steps_lr_{n}": r["lead_steps"],
+                  f"icl_heldout_exact_lr_{n}": r["icl_heldout_exact"],
+                  f"relation_head_lr_{n}": r["relation_head"]})
+    return m
+
+
+def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
+                           figure: str | None = None, details: dict | None = None) -> Claim:
+    """CR-7 from per-seed metrics (:func:`cr7_seed_metrics`)."""
+    names = {"placebo: OV-first synthetic schedule read as OV first": "placebo_ov_first",
+             "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first"}
+    return Claim.from_spec(
+        spec("CR-7"), per_seed, controls=_ctrls("CR-7", names, per_seed),
+        notes=("Continuous probes of the Relation head: OV = same-type minus other-type mean "
+               "OV logit over attribute tokens, in units of the block's spread (ov_contrast); "
+               "KQ = the query's attention mass on the "
+               "in-context attributes. Total gain at the plateau (mean of the last 10% of "
+               "the logged steps), onset = first logged step with 10% of it; OV first = OV "
+               "onset strictly earlier. " + notes).strip(),
+        figure=figure, details=dict(details or {}))
+
+
+def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
+    """CR-7 from the cascade results (``cascade.run_cascade`` without its models) and the
+    placebo readings (``interp.cascade.placebo_orders``) per seed."""
+    per = {str(s): cr7_seed_metrics(r, placebo[s]) for s, r in cr7.items()}
+    details = {str(s): {"by_lr": {lr: {k: v[k] for k in ("steps", "ov", "kq", "t_onset_ov",
+                                                         "t_onset_kq", "icl_curve",
+                                                         "relation_head", "ov_precision",
+                                                         "kq_top_attr", "ov_margin")}
+                                  for lr, v in r["by_lr"].items()},
+                        "placebo": placebo[s]["schedules"]} for s, r in cr7.items()}
+    notes = (f"Mechanism model ({ccfg.embedding} embeddings) pretrained {ccfg.pt_steps} steps "
+             f"at lr {ccfg.pt_lr:g}, finetuned '{ccfg.ft_trainable}' for {ccfg.ft_steps} steps "
+             f"at each lr {[lr_name(x) for x in ccfg.ft_lrs]} from the same PT state; probes "
+             f"every {ccfg.checkpoint_every} steps.")
+    return cr7_claim_from_metrics(per, notes, figure, details)
