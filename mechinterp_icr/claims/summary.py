@@ -105,18 +105,23 @@ class Claim:
         rule = "every_seed" if self.rule == "all_seeds" else self.rule
         return (Condition(self.metric, self.op, self.threshold, rule),)
 
-    def evaluate(self) -> tuple[str, str, list[dict[str, Any]]]:
-        conds = [evaluate_condition(c, self.per_seed) for c in self._conditions()]
+    def evaluate(self, seeds=None) -> tuple[str, str, list[dict[str, Any]]]:
+        """Verdict over ``seeds`` (the seeds the run asked for; default: those in
+        ``per_seed``). A requested seed without a ``per_seed`` entry (its task failed or was
+        skipped) counts as missing in every condition: it can never be dropped silently."""
+        want = [str(s) for s in (seeds if seeds is not None else self.per_seed)]
+        full = {**{s: {} for s in want}, **{str(k): v for k, v in self.per_seed.items()}}
+        conds = [evaluate_condition(c, full) for c in self._conditions()]
         verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable,
-                                 seeds=list(self.per_seed), min_seeds=self.min_seeds)
+                                 seeds=list(full), min_seeds=self.min_seeds)
         return verdict, reason, conds
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, seeds=None) -> dict[str, Any]:
         vals = [v for v in self.values() if v is not None]
         vals = [float(v) for v in vals]
         mean = sum(vals) / len(vals) if vals else float("nan")
         lo, hi = ci95(vals)
-        verdict, reason, conds = self.evaluate()
+        verdict, reason, conds = self.evaluate(seeds)
         return {
             "statement": self.statement,
             "metric": self.metric,
@@ -150,6 +155,7 @@ class Summary:
         self.tables: dict[str, Any] = {}
         self.config: dict[str, Any] = {}
         self._t0 = time.perf_counter()
+        self.code_state = code_state()  # the code the run started with (see code_state_at_write)
         self.echo = True
 
     def add(self, claim: Claim) -> Claim:
@@ -174,14 +180,16 @@ class Summary:
             "target": self.target,
             "profile": self.profile,
             "seeds": self.seeds,
-            "claims": {k: c.to_dict() for k, c in sorted(self.claims.items(), key=claim_key)},
+            "claims": {k: c.to_dict(self.seeds) for k, c in sorted(self.claims.items(),
+                                                                    key=claim_key)},
             "tables": self.tables,
             "config": self.config,
             "timings_s": {**self.timings, "total": time.perf_counter() - self._t0},
             "peak_memory_mb": peak_memory_mb(),
             "versions": package_versions(),
             "git_revision": git_revision(),
-            "code_state": code_state(),
+            "code_state": self.code_state,
+            "code_state_at_write": code_state(),
         }
 
     def write(self, out_dir: str | Path, merge: bool = True) -> Path:
@@ -207,7 +215,7 @@ class Summary:
         return out
 
     def table(self) -> str:
-        return format_claim_table({k: c.to_dict() for k, c in self.claims.items()})
+        return format_claim_table({k: c.to_dict(self.seeds) for k, c in self.claims.items()})
 
 
 def claim_key(item):

@@ -130,3 +130,19 @@ def test_a_nan_or_missing_metric_on_one_seed_fails_the_rule(bad):
     per = {s: dict(m) for s, m in GOOD.items()}
     per["1"]["gap"] = bad  # the mean rule must not average the gap away
     assert _claim(_five(0.3), _five(1.0), per).to_dict()["verdict"] == NOT_HOLD
+
+
+def test_a_requested_seed_missing_from_per_seed_fails_the_rule():
+    """A seed whose task failed is not silently dropped (Summary passes its seeds)."""
+    from mechinterp_icr.claims import Summary
+
+    four = {s: GOOD[s] for s in SEEDS[:4]}
+    c = Claim.from_spec(SPEC, four, controls=[evaluate_control(SPEC.controls[0], _five(0.3)),
+                                              evaluate_control(SPEC.controls[1], _five(1.0))])
+    s = Summary("t", "quick", [0, 1, 2, 3, 4])
+    s.add(c)
+    d = s.to_dict()["claims"]["T-1"]
+    assert d["verdict"] == NOT_HOLD and "4" in d["verdict_reason"]
+    five = dict(four, **{"4": GOOD["4"]})
+    c.per_seed = five
+    assert s.to_dict()["claims"]["T-1"]["verdict"] == HOLDS
