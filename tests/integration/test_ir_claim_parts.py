@@ -86,3 +86,115 @@ def test_prefix_matching_score_of_perfect_and_uniform_heads():
     rows = M.sum(-1) > 0
     perfect[rows] = M[rows] / M[rows].sum(-1, keepdim=True)
     assert prefix_matching_score(perfect, toks)["score_minus_baseline"] > 0.7
+
+
+# --------------------------------------------------------------------------------------------
+# the metric-derivation functions: each control is wired to the record and the conditions the
+# registry names (a control wired to the wrong state or conditions fails one of these)
+# --------------------------------------------------------------------------------------------
+def _rec(step, row, acc=1.0, prob=0.99, swap=0.95, step2=0.999, **kw):
+    return {"step": step, "row1": list(row), "step1_acc": acc, "step1_prob": prob,
+            "step1_prob_swap": swap, "step2_prob": step2, "step2_acc": 1.0,
+            "swap_p": swap, "step2_mass_sq": 1.0, **kw}
+
+
+UNIFORM_CTX = (0.25, 0.25, 0.25, 0.25, 0.0)
+PAIRWISE = (0.2, 0.2, 0.3, 0.3, 0.0)
+
+
+def test_k3_metrics_control_is_the_row_conditions_of_the_large_step_only():
+    from mechinterp_icr.experiments.ir.stages import k3_metrics
+
+    row3 = (1 / 6,) * 6 + (0.0,)
+    # large step: rows met (gap 0, s3 0) but argmax 0.99 < 0.999 -> control still meets its
+    # condition (the argmax is an unrelated condition, SPEC 0)
+    recs = [_rec(0, (1 / 7,) * 7), _rec(1, row3, acc=0.99), _rec(50, row3)]
+    m = k3_metrics(recs)
+    assert m["large_step_rows_met"] == 1.0 and m["large_step_solved"] == 0.0
+    assert m["rows_met"] == 1.0 and m["solved"] == 1.0 and m["small_steps"] == 49
+    gap = (0.2, 0.1333, 1 / 6, 1 / 6, 1 / 6, 1 / 6, 0.0)
+    m = k3_metrics([recs[0], _rec(1, gap), recs[2]])
+    assert m["large_step_rows_met"] == 0.0  # gap 0.067 > 0.02
+    m = k3_metrics([recs[0], _rec(1, row3[:-1] + (0.03,)), recs[2]])
+    assert m["large_step_rows_met"] == 0.0  # s3 0.03 > 0.02
+
+
+def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
+    from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
+    from mechinterp_icr.experiments.ir.sweeps import sample_complexity_per_seed
+
+    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]"])
+
+    def rows(Ns, retr=1.0):
+        return [{"seed": 0, "n": n, "N": N, "retrieval": retr, "zero_data_reaches": 0.0}
+                for n, N in zip(cfg.sweep_n, Ns)]
+
+    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5]), [0])["0"]
+    assert m["N_grows"] == 1.0 and m["censored_n"] == []
+    assert m["polylog_r2"] == pytest.approx(max(m["r2"]["log_n"], m["r2"]["log_n_sq"]))
+    assert m["growth_over_bound"] == pytest.approx(2.5 / (8 / 5) ** 2)
+    assert ir5_not_measurable({"0": m}, cfg) == ""
+    m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
+    assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None
+    assert m["fit"]["n"]["r2"] is not None  # fitted over the three measured n
+    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, None]), [0])["0"]
+    assert m["N_largest_n"] is None and m["growth_over_bound"] is None
+    assert m["N_grows"] is None and m["polylog_beats_linear"] is None
+    assert "censored" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], float("nan")), [0])["0"]
+    assert m["retrieval_min"] is None
+    assert "retrieval" in ir5_not_measurable({"0": m}, cfg)
+
+
+def _tiny_main():
+    from mechinterp_icr.experiments.ir.stages import main_setting
+
+    cfg = apply_overrides(profile("quick"), ["n=16", "eval_size=64", "escape_eval=16"])
+    return cfg, main_setting(cfg, 0)
+
+
+def test_pgd_vs_gd_metrics_wire_each_control_to_its_state():
+    from mechinterp_icr.experiments.ir.stages import RUN_KINDS, pgd_vs_gd_metrics
+
+    cfg, main = _tiny_main()
+    runs = {}
+    for d, a in RUN_KINDS:
+        big = _rec(1, UNIFORM_CTX, swap=0.5 + (0.01 if d == "raw" else 0.0),
+                   prob_noswap=0.97 if (d, a) == ("raw", "gd") else 0.5)
+        runs[(d, a)] = (None, [_rec(0, (0.2,) * 5), big,
+                               _rec(30, PAIRWISE, swap=0.95 if a == "pgd" else 0.6)])
+    ir2, ir3, ir4 = pgd_vs_gd_metrics(cfg, runs, main, 0)
+    assert ir2["saddle_swap_expected_acc"] == 0.51  # the raw PGD run right after the step
+    assert ir2["swap_expected_acc"] == 0.95 and ir2["ir2_met"] == 1.0
+    assert ir3["large_step_pair_mass_diff"] == pytest.approx(0.0)  # the large step's row
+    assert ir3["pair_mass_diff"] == pytest.approx(0.2)  # the final row
+    assert ir4["saddle_tie_dev_sym"] == pytest.approx(0.0)
+    assert ir4["saddle_tie_dev_raw"] == pytest.approx(0.01)
+    assert ir4["no_swap_tie_dev"] == pytest.approx(0.47)  # raw GD, single-confusing batch
+    assert ir4["pgd_escaped"] == 1.0 and ir4["escape_raw_gd"] is None
+    # the zero-data control counts only where it meets IR-2's other conditions
+    counts, ns = ir2["zero_data_other_conditions_met"], ir2["zero_data_no_swap"]
+    assert counts == float(ns["step1_expected_acc"] >= 0.98 and
+                           ns["step2_expected_acc"] >= 0.99)
+    assert (ir2["zero_data_swap_expected_acc"] is None) == (counts == 0.0)
+
+
+def test_pretrained_metrics_control_and_comparator(monkeypatch):
+    from mechinterp_icr.experiments.ir import stages
+
+    cfg = profile("quick")
+    pre_recs = [_rec(0, (0.2,) * 5), _rec(1, (0.24, 0.24, 0.26, 0.26, 0.0)),
+                _rec(1000, PAIRWISE)]
+    con_recs = [_rec(0, (0.2,) * 5), _rec(1, UNIFORM_CTX),
+                _rec(1000, (0.25, 0.15, 0.3, 0.3, 0.0))]  # comparator: gap 0.1
+    monkeypatch.setattr(stages, "pretrained_records",
+                        lambda cfg, seed, pre, constructed=False: (con_recs if constructed
+                                                                   else pre_recs))
+    monkeypatch.setattr(stages, "memory_retrieval",
+                        lambda *a, **k: {"relation_acc": 1.0, "answer_acc": 1.0})
+    pre = stages.PretrainedSetting(None, None, None, None)
+    m = stages.pretrained_metrics(cfg, 0, pre, [])
+    assert m["within_pair_gap"] == pytest.approx(0.0) and m["ir2_met"] == 1.0
+    assert m["large_step_pair_mass_diff"] == pytest.approx(0.04)  # pretrained, large step
+    assert m["constructed_rows_met"] == 0.0  # the comparator's final gap 0.1 > 0.02
+    assert m["constructed"]["within_pair_gap"] == pytest.approx(0.1)

@@ -3,6 +3,7 @@ negative control that shows the effect (or a positive control that misses it) ke
 from holding, and an unmet rule does not hold."""
 
 import copy
+import math
 
 import pytest
 
@@ -22,7 +23,8 @@ GOOD = {
     "IR-4": {"saddle_tie_dev_sym": 0.001, "saddle_tie_dev_raw": 0.01, "pgd_escaped": 1.0,
              "no_swap_tie_dev": 0.45, "gd_over_pgd_escape_eps": 3.0,
              "gd_over_pgd_escape_sym_structural": 6.0},
-    "IR-5": {"N_grows": 1.0, "polylog_beats_linear": 1.0, "growth_over_bound": 0.5,
+    "IR-5": {"N_grows": 1.0, "polylog_beats_linear": 1.0, "polylog_r2": 0.9,
+             "growth_over_bound": 0.5,
              "retrieval_min": 1.0, "zero_data_reaches": 0.0, "N_smallest_n": 2,
              "N_largest_n": 4},
     "IR-6": {"within_pair_gap": 0.01, "pair_mass_diff": 0.1, "mass_s3": 0.03, "ir2_met": 1.0,
@@ -35,18 +37,22 @@ GOOD = {
              "induction_model_tl_score_minus_baseline": 0.7},
 }
 
-# per claim: a control showing the effect (negative) / missing it (positive) on one seed,
+# per claim: every control showing the effect (negative) / missing it (positive) on one seed,
 # and a rule that is not met
-BAD_CONTROL = {
-    "IR-1": ("shuffled_memory_acc", 0.5),
-    "IR-2": ("saddle_swap_expected_acc", 0.93),
-    "IR-3": ("large_step_pair_mass_diff", 0.08),
-    "IR-4": ("no_swap_tie_dev", 0.01),
-    "IR-5": ("zero_data_reaches", 1.0),
-    "IR-6": ("constructed_rows_met", 0.0),
-    "IR-7": ("large_step_rows_met", 1.0),
-    "IR-8": ("induction_model_tl_score_minus_baseline", 0.3),
-}
+BAD_CONTROLS = [
+    ("IR-1", "shuffled_memory_acc", 0.5),
+    ("IR-2", "saddle_swap_expected_acc", 0.93),
+    ("IR-2", "zero_data_swap_expected_acc", 0.93),
+    ("IR-3", "large_step_pair_mass_diff", 0.08),
+    ("IR-4", "no_swap_tie_dev", 0.01),
+    ("IR-5", "zero_data_reaches", 1.0),
+    ("IR-6", "constructed_rows_met", 0.0),
+    ("IR-6", "large_step_pair_mass_diff", 0.08),
+    ("IR-7", "large_step_rows_met", 1.0),
+    ("IR-8", "induction_model_score_minus_baseline", 0.3),
+    ("IR-8", "induction_model_tl_score_minus_baseline", 0.3),
+]
+BAD_CONTROL = {cid: (k, v) for cid, k, v in BAD_CONTROLS}
 UNMET = {
     "IR-1": ("memory_acc", 0.98),
     "IR-2": ("swap_expected_acc", 0.85),
@@ -77,12 +83,34 @@ def test_good_numbers_hold_for_every_claim():
         assert c["n_seeds"] == 5 and c["registered"]
 
 
-@pytest.mark.parametrize("cid", sorted(BAD_CONTROL))
-def test_a_misbehaving_control_keeps_the_claim_from_holding(cid):
-    c = _verdicts(_per({cid: BAD_CONTROL[cid]}))[cid]
+def test_every_registered_control_has_a_failing_case():
+    for cid in GOOD:
+        metrics = {k for c, k, _ in BAD_CONTROLS if c == cid}
+        assert {k.condition.metric for k in spec(cid).controls} == metrics, cid
+
+
+@pytest.mark.parametrize("cid,key,value", BAD_CONTROLS)
+def test_a_misbehaving_control_keeps_the_claim_from_holding(cid, key, value):
+    c = _verdicts(_per({cid: (key, value)}))[cid]
     assert c["verdict"] == "inconclusive", c["verdict_reason"]
     assert not c["holds"]
-    assert any(not k["as_expected"] for k in c["controls"])
+    bad = [k for k in c["controls"] if not k["as_expected"]]
+    assert bad and all(key in k["condition"] for k in bad)
+
+
+@pytest.mark.parametrize("cid,key,value", BAD_CONTROLS)
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_an_unmeasured_control_keeps_the_claim_from_holding(cid, key, value, missing):
+    c = _verdicts(_per({cid: (key, missing)}))[cid]
+    assert c["verdict"] == "inconclusive", c["verdict_reason"]
+
+
+@pytest.mark.parametrize("cid", sorted(GOOD))
+@pytest.mark.parametrize("missing", [None, float("nan")])
+def test_a_missing_or_nan_headline_metric_does_not_hold(cid, missing):
+    key = spec(cid).headline.metric
+    c = _verdicts(_per({cid: (key, missing)}))[cid]
+    assert c["verdict"] != "holds", c["verdict_reason"]
 
 
 @pytest.mark.parametrize("cid", sorted(UNMET))
@@ -110,9 +138,42 @@ def test_ir5_is_not_measurable_when_N_does_not_grow():
     assert c["verdict"] == "inconclusive" and "not measurable" in c["verdict_reason"]
 
 
-def test_ir5_is_not_measurable_when_the_memory_does_not_retrieve():
-    c = _verdicts(_per({"IR-5": ("retrieval_min", 0.83)}))["IR-5"]
+@pytest.mark.parametrize("value", [0.83, 0.9899, None, float("nan")])
+def test_ir5_is_not_measurable_when_the_memory_does_not_retrieve(value):
+    c = _verdicts(_per({"IR-5": ("retrieval_min", value)}))["IR-5"]
     assert c["verdict"] == "inconclusive" and "retrieval" in c["verdict_reason"]
+
+
+@pytest.mark.parametrize("key", ["N_smallest_n", "N_largest_n"])
+def test_ir5_is_not_measurable_when_N_is_censored_at_an_end(key):
+    per = _per({"IR-5": (key, None)})
+    per["IR-5"]["2"]["N_grows"] = None
+    c = _verdicts(per)["IR-5"]
+    assert c["verdict"] == "inconclusive" and "censored" in c["verdict_reason"]
+
+
+def test_ir5_polylog_fit_on_noise_does_not_hold():
+    c = _verdicts(_per({"IR-5": ("polylog_r2", 0.017)}))["IR-5"]
+    assert c["verdict"] == "does not hold" and "polylog_r2" in c["verdict_reason"]
+
+
+def test_ir4_perturbation_role_is_registered_and_nan_is_not_shown():
+    from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE as c
+
+    assert (c.op, c.threshold, c.rule, c.min_fraction) == (">=", 2.0, "fraction", 0.8)
+    per = _per()["IR-4"]
+    per["1"]["gd_over_pgd_escape_eps"] = 1.0
+    assert perturbation_role(per)["status"] == "shown"  # 4 of 5 seeds
+    for bad in (math.nan, None):  # no number on a seed: no evidence (protocol)
+        per["3"]["gd_over_pgd_escape_eps"] = bad
+        assert perturbation_role(per)["status"] == "not tested"
+
+
+def test_notes_say_why_ir6_and_ir7_cannot_be_decided():
+    c7 = _verdicts(_per({"IR-7": ("large_step_rows_met", 1.0)}))["IR-7"]
+    assert "no saddle" in c7["notes"]
+    c6 = _verdicts(_per({"IR-6": ("constructed_rows_met", 0.0)}))["IR-6"]
+    assert c6["notes"].startswith("undecidable at n = ")
 
 
 def test_ir4_perturbation_role_shown_or_not_tested():

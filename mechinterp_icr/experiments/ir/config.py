@@ -17,7 +17,8 @@ from mechinterp_icr.models.ir import IRModelSpec
 from mechinterp_icr.tasks.ir import IRTaskConfig
 from mechinterp_icr.training.pgd import PGDConfig
 
-__all__ = ["IRConfig", "PAPER", "PROFILES", "QUICK", "main_pgd", "profile", "task_config"]
+__all__ = ["IRConfig", "PAPER", "PROFILES", "QUICK", "main_pgd", "model_spec", "profile",
+           "task_config"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class IRConfig:
     p_swap: float = 0.25
     temperature: float = 0.02
     lam2: float = 10.0
+    theta_ans: float = 1.1  # memory: threshold of the answer units (s, r -> a)
+    gate: float = 10.0  # memory: how far the relation units are pushed below threshold at
+    # non-subject query positions
+    # evaluation sizes: the same in every profile (SPEC 0; the 0.999 argmax bar is <= 1 error
+    # in eval_size = 1000)
     eval_size: int = 1000
     # IR-3 stopping rule: after `steps` small steps, every `stop_every` steps, stop once the
     # within-pair gap fell by less than `stop_tol` over the last `stop_every` steps (or at
@@ -44,7 +50,8 @@ class IRConfig:
     stop_tol: float = 0.0005
     stop_max: int = 1000
     escape_spread: float = 0.05  # pair-mass spread drawn in the IR-4 figure (reported only)
-    escape_eval: int = 300  # IR-4: swap-confusing sequences that decide escape (P(r*) >= 0.9)
+    escape_eval: int = 300  # IR-2/IR-4: swap-confusing sequences (escape: P(r*) >= escape_at)
+    escape_at: float = 0.9  # IR-4: escape = expected step-1 accuracy on swap sequences >= this
     gd_sym_steps: int = 400  # IR-4: plain GD budget (symmetric and eps-asymmetric data)
     eps_asym: float = 0.02  # IR-4: fraction of the pair-reversed copies replaced by fresh draws
     # -- IR-3 gap against n
@@ -56,6 +63,9 @@ class IRConfig:
     sweep_runs: int = 2  # PGD runs per (n, N, seed), each on its own training draw
     sweep_steps: int = 50
     sweep_eval: int = 300
+    sweep_checks: tuple[int, ...] = (1, 3, 10, 30)  # record steps a sweep run is evaluated at
+    sweep_retrieval_min: float = 0.99  # IR-5 is measurable only when retrieval >= this at every n
+    sweep_target_frac: float = 0.99  # IR-5 target = this x the ideal-row expected ceiling
     # -- IR-7 (K = 3) and IR-6 (pretrained memory)
     k3_n: int = 512
     k3_N: int = 1024
@@ -64,6 +74,8 @@ class IRConfig:
     pre_N: int = 256
     pre_ft_steps: int = 1000
     pre_ft_lr: float = 0.25
+    pre_lr: float = 3e-3  # memory pretraining (triple completion): step size and batch
+    pre_batch: int = 512
     # -- HookedTransformer runs with checkpoints (first seed)
     ht_n: int = 32
     ht_steps: int = 120
@@ -78,6 +90,10 @@ class IRConfig:
     ind_tokens: int = 32
     ind_len: int = 16
     ind_probes: int = 256
+    ind_max_period: int = 6
+    ind_d_model: int = 64
+    ind_lr: float = 3e-3
+    ind_batch: int = 64
     # -- IR-3 / IR-4 causal row overwrite: sequences of each kind
     ow_n: int = 64
 
@@ -90,7 +106,7 @@ class IRConfig:
             elif f.type == "int":
                 check_range(f.name, value, 1, None, integer=True)
             else:  # tuple[int, ...]
-                lo = 1 if f.name == "sweep_Ns" else 4
+                lo = 1 if f.name in ("sweep_Ns", "sweep_checks") else 4
                 least = 2 if f.name in ("sweep_n", "sweep_Ns") else 1
                 ok = (isinstance(value, (list, tuple)) and len(value) >= least and
                       all(isinstance(v, int) and not isinstance(v, bool) and v >= lo
@@ -99,15 +115,21 @@ class IRConfig:
                       "e.g. [64,128,256]")
                 object.__setattr__(self, f.name, tuple(value))
         check_range("eps_asym", self.eps_asym, 0, 1, lo_open=True)
+        for name in ("escape_at", "sweep_retrieval_min", "sweep_target_frac"):
+            check_range(name, getattr(self, name), 0, 1, lo_open=True)
         check(self.stop_max >= self.steps, "stop_max", self.stop_max,
               f"an integer >= steps ({self.steps})")
         check(all(n // self.sweep_d_div >= 2 for n in self.sweep_n), "sweep_d_div",
               self.sweep_d_div, "a divisor leaving d = n // sweep_d_div >= 2 at every sweep_n")
         check(self.sweep_d_div >= 2, "sweep_d_div", self.sweep_d_div,
               "an integer >= 2 (IR-5 needs d(n) < n)")
-        check(self.ind_len >= 12, "ind_len", self.ind_len, "an integer >= 12 (two repeats "
-              "of the longest period, 6)")
+        check(self.ind_len >= 2 * self.ind_max_period, "ind_len", self.ind_len,
+              f"an integer >= {2 * self.ind_max_period} (two repeats of the longest period, "
+              "ind_max_period)")
+        check(self.ind_max_period >= 3, "ind_max_period", self.ind_max_period,
+              "an integer >= 3")
         check(self.ind_tokens >= 6, "ind_tokens", self.ind_tokens, "an integer >= 6")
+        check(self.ind_d_model >= 2, "ind_d_model", self.ind_d_model, "an integer >= 2")
         # the task, PGD and model configs these values produce (their errors name the field)
         sizes = {"n": [self.n], "k3_n": [self.k3_n], "pre_n": [self.pre_n],
                  "ht_n": [self.ht_n], "sweep_n": self.sweep_n, "gap_n": self.gap_n}
@@ -117,8 +139,10 @@ class IRConfig:
         _checked("k3_n", self.k3_n, lambda: task_config(self, self.k3_n, K=3))
         _checked("steps", self.steps, lambda: main_pgd(self))
         _checked("sweep_d_div", self.sweep_d_div,
-                 lambda: IRModelSpec(lam2=self.lam2, embedding="random",
-                                     d_embed=min(self.sweep_n) // self.sweep_d_div))
+                 lambda: model_spec(self, embedding="random",
+                                    d_embed=min(self.sweep_n) // self.sweep_d_div))
+        _checked("theta_ans", self.theta_ans, lambda: model_spec(self))
+        _checked("pre_lr", self.pre_lr, lambda: model_spec(self, memory="pretrained"))
 
 
 def _checked(name: str, value, build) -> None:
@@ -136,18 +160,27 @@ def task_config(cfg: IRConfig, n: int, K: int = 2, sym: bool = False) -> IRTaskC
                         p_swap=cfg.p_swap, pair_symmetric=sym, temperature=cfg.temperature)
 
 
+def model_spec(cfg: IRConfig, **kw) -> IRModelSpec:
+    """The IR model spec of ``cfg`` (memory constants and pretraining settings), with the
+    changes ``kw`` (e.g. ``embedding="random"``, ``memory="pretrained"``)."""
+    base = dict(lam2=cfg.lam2, theta_ans=cfg.theta_ans, gate=cfg.gate,
+                pretrain_steps=cfg.pre_steps, pretrain_lr=cfg.pre_lr,
+                pretrain_batch=cfg.pre_batch)
+    return IRModelSpec(**{**base, **kw})
+
+
 def main_pgd(cfg: IRConfig) -> PGDConfig:
     """PGD of the main run (also the gap, K = 3 and pretrained-memory runs, with changes)."""
     return PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=cfg.steps)
 
 
 QUICK = IRConfig()
-# The paper profile differs only in what no verdict depends on (evaluation sizes, the
-# HookedTransformer runs' length and checkpoints, the overwrite batches); every value the IR
-# verdicts depend on is registered in mechinterp_icr/claims/ir_registry.py and identical here.
+# The paper profile differs only in what no verdict depends on (the HookedTransformer runs'
+# length and checkpoints, the overwrite batches); every value the IR verdicts depend on,
+# evaluation sizes included, is registered in mechinterp_icr/claims/ir_registry.py and
+# identical here.
 PAPER = IRConfig(
-    eval_size=5000, sweep_eval=1000, escape_eval=1000,
-    ht_steps=600, ht_dense=100, ht_N=256, ht_eval=512, ind_probes=1024,
+    ht_steps=600, ht_dense=100, ht_N=256, ht_eval=512,
     ow_n=512,
 )
 PROFILES = ("quick", "paper")

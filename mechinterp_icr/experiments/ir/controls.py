@@ -19,7 +19,7 @@ import torch
 
 from mechinterp_icr.claims import ci95
 from mechinterp_icr.config import ModelConfig, TrainConfig
-from mechinterp_icr.experiments.ir.config import IRConfig, task_config
+from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.experiments.ir.train import tagged_rng
 from mechinterp_icr.interp.ir_attention import (
     confusion_batches,
@@ -28,7 +28,7 @@ from mechinterp_icr.interp.ir_attention import (
     overwrite_rows_across_checkpoints,
 )
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.models.ir import IRModelSpec, build_ir_hooked
+from mechinterp_icr.models.ir import build_ir_hooked
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.induction import InductionTaskConfig
 from mechinterp_icr.training.loop import train_phase
@@ -151,13 +151,16 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
     period and offset (:class:`~mechinterp_icr.tasks.induction.InductionTaskConfig`), scored
     on the probes of the IR head's length (the IR context minus one) by the project's code and
     by TransformerLens's head detector; the better layer counts."""
-    task = InductionTaskConfig(n_tokens=cfg.ind_tokens, max_period=6, min_period=2,
-                               max_offset=cfg.ind_len - 12, seq_len=cfg.ind_len).build(seed)
-    model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=64, d_head=32,
-                                    attn_only=True, d_vocab=task.d_vocab, n_ctx=task.n_ctx),
+    task = InductionTaskConfig(n_tokens=cfg.ind_tokens, max_period=cfg.ind_max_period,
+                               min_period=2, max_offset=cfg.ind_len - 2 * cfg.ind_max_period,
+                               seq_len=cfg.ind_len).build(seed)
+    model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=cfg.ind_d_model,
+                                    d_head=cfg.ind_d_model // 2, attn_only=True,
+                                    d_vocab=task.d_vocab, n_ctx=task.n_ctx),
                         seed=seed, device="cpu")
     res = train_phase(model, lambda rng, bs: task.sample(rng, bs),
-                      TrainConfig(steps=cfg.ind_steps, batch_size=64, lr=3e-3, eval_every=0,
+                      TrainConfig(steps=cfg.ind_steps, batch_size=cfg.ind_batch, lr=cfg.ind_lr,
+                                  eval_every=0,
                                   checkpoint_schedule="none", progress=False),
                       None, "induction", seed)
     model.eval()
@@ -178,7 +181,7 @@ def ir_head_scores(fast, cfg: IRConfig, seed: int) -> dict[str, Any]:
     elsewhere) written into the IR HookedTransformer at n = ``ht_n``, scored on the same
     probes as the control by the project's code and by TransformerLens."""
     task = task_config(cfg, cfg.ht_n).build(seed)
-    model = build_ir_hooked(task, IRModelSpec(lam2=cfg.lam2), seed=seed,
+    model = build_ir_hooked(task, model_spec(cfg), seed=seed,
                             B=fast.B.detach().clone())
     L = task.n_ctx - 1
     toks = induction_probes(L, min(cfg.ind_tokens, task.d_vocab - 1), cfg.ind_probes, seed)
@@ -246,7 +249,7 @@ def overwrite_fixed_rows(cfg: IRConfig, seed: int, a: float) -> dict[str, Any]:
     an n = ht_n model. The step-1 output depends on the step-1 row only (frozen memory and
     OV), so this equals the overwrite on any checkpoint of that seed's knowledge base."""
     task = task_config(cfg, cfg.ht_n).build(seed)
-    model = build_ir_hooked(task, IRModelSpec(lam2=cfg.lam2), seed=seed)
+    model = build_ir_hooked(task, model_spec(cfg), seed=seed)
     t = overwrite_row_table(model, confusion_batches(task, cfg.ow_n, seed), a, OW_DELTAS)
     t["acc"].pop("model", None)
     t["prob"].pop("model", None)

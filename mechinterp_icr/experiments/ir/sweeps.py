@@ -23,7 +23,13 @@ import numpy as np
 import torch
 
 from mechinterp_icr.config import ConfigError, check, check_choice, check_range
-from mechinterp_icr.experiments.ir.config import QUICK, IRConfig, main_pgd, task_config
+from mechinterp_icr.experiments.ir.config import (
+    QUICK,
+    IRConfig,
+    main_pgd,
+    model_spec,
+    task_config,
+)
 from mechinterp_icr.experiments.ir.stages import (
     k3_records,
     pretrained_pgd,
@@ -33,7 +39,7 @@ from mechinterp_icr.experiments.ir.stages import (
 )
 from mechinterp_icr.experiments.ir.train import ceiling, final_record, tagged_rng
 from mechinterp_icr.interp.ir_attention import row_stats
-from mechinterp_icr.models.ir import FastIR, IRModelSpec, memory_retrieval, token_embeddings
+from mechinterp_icr.models.ir import FastIR, memory_retrieval, token_embeddings
 from mechinterp_icr.tasks.ir import SUBJ
 from mechinterp_icr.training.pgd import PGDConfig, perturbation, pgd_fast
 
@@ -60,7 +66,7 @@ __all__ = [
 def gap_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     """The row of one n of ``gap_n``: the step-1 row at IR-3's stopping rule (gap, a, mass on
     s_q, accuracy, small steps run)."""
-    spec_ = IRModelSpec(lam2=cfg.lam2)
+    spec_ = model_spec(cfg)
     tk = task_config(cfg, n).build(seed)
     evn = tk.sample(tagged_rng(seed, "eval", n), cfg.sweep_eval)
     train = tk.sample(tagged_rng(seed, "train", n, "raw"), cfg.N)
@@ -112,9 +118,6 @@ def logistic_crossing(Ns: list[int], reached: list[float]) -> float | None:
     return float(2 ** float(np.clip(-w[0] / w[1], x.min() - 1, x.max() + 1)))
 
 
-SWEEP_CHECKS = (1, 3, 10, 30)  # record steps at which a sweep run is evaluated (and its end)
-
-
 def step1_expected(fast: FastIR, batch) -> float:
     """Expected step-1 accuracy (P(r*) at the decoding temperature) of a random-embedding
     FastIR with the constructed memory: the step-1 half of :meth:`FastIR.cot_logits`, exactly
@@ -134,23 +137,24 @@ def step1_expected(fast: FastIR, batch) -> float:
 def sample_complexity_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     """IR-5 at one n of ``sweep_n``: random embeddings of width ``d = n // sweep_d_div``; the
     memory's retrieval (a seeded sample of 1024 triples), the ideal-row expected-accuracy
-    ceiling and target (0.99 x ceiling), the zero-data state, then ``sweep_runs`` PGD runs per
+    ceiling and target (``sweep_target_frac`` x ceiling), the zero-data state, then
+    ``sweep_runs`` PGD runs per
     N of ``sweep_Ns`` (each on its own training draw, ``sweep_steps`` small steps, stopped at
     the target) and N read from the logistic fit of reaching the target against log2 N."""
     d = n // cfg.sweep_d_div
-    rspec = IRModelSpec(lam2=cfg.lam2, embedding="random", d_embed=d)
+    rspec = model_spec(cfg, embedding="random", d_embed=d)
     tk = task_config(cfg, n).build(seed)
     E = token_embeddings(tk, rspec, seed)
     ev = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
     mem = memory_retrieval(tk, rspec, None, E, max_triples=1024)
     ceil = ceiling(tk, rspec, ev, seed, E=E, key="step1_prob", grid=9)["step1_prob"]
-    target = 0.99 * ceil
+    target = cfg.sweep_target_frac * ceil
     fast = FastIR(tk, rspec, seed=seed, E=E)
     with torch.no_grad():
         fast.B.copy_(perturbation(fast.T, cfg.sigma, seed))
         zero = step1_expected(fast, ev)
     pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=cfg.sweep_steps)
-    checks = {t for t in SWEEP_CHECKS if t <= pgd.steps} | {pgd.steps + 1}
+    checks = {t for t in cfg.sweep_checks if t <= pgd.steps} | {pgd.steps + 1}
     runs = []
     for N in cfg.sweep_Ns:
         for r in range(cfg.sweep_runs):
@@ -189,29 +193,43 @@ def growth_fits(ns: list[int], Ns: list[float]) -> dict[str, Any]:
     return out
 
 
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
                                ) -> dict[str, dict[str, Any]]:
-    """IR-5 per-seed metrics from the sweep rows (N not reached counts as 2 x the largest N
-    of ``sweep_Ns``): N at the smallest and largest n, the fits, and the rule's quantities."""
-    cap = 2 * max(cfg.sweep_Ns)
+    """IR-5 per-seed metrics from the sweep rows: N at the smallest and largest n, the fits
+    (over the n whose N was measured) and the rule's quantities. An N never reached within
+    ``sweep_Ns`` is censored, i.e. not measured (None, listed in ``censored_n``); with N
+    censored at n_min or n_max the rule's quantities are None and the claim is not
+    measurable (:func:`..claims.ir5_not_measurable`)."""
     n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
     bound = polylog_bound(cfg.sweep_n)
     per = {}
     for seed in seeds:
         rr = sorted((r for r in rows if r["seed"] == seed), key=lambda r: r["n"])
-        ns = [r["n"] for r in rr]
-        Ns = [r["N"] if r["N"] is not None else cap for r in rr]
-        fit = growth_fits(ns, Ns)
-        N_lo, N_hi = Ns[ns.index(n_lo)], Ns[ns.index(n_hi)]
-        r2 = {k: fit[k]["r2"] for k in fit}
-        poly = max((v for k, v in r2.items() if k != "n" and v is not None), default=None)
+        by = {r["n"]: r["N"] for r in rr}
+        censored = [n for n in by if not _finite(by[n])]
+        ns = [n for n in by if _finite(by[n])]
+        N_lo, N_hi = by.get(n_lo), by.get(n_hi)
+        ends = _finite(N_lo) and _finite(N_hi)
+        fit = growth_fits(ns, [float(by[n]) for n in ns]) if len(ns) >= 3 else None
+        r2 = {k: fit[k]["r2"] for k in fit} if fit else {"log_n": None, "log_n_sq": None,
+                                                         "n": None}
+        poly = max((v for k, v in r2.items() if k != "n" and _finite(v)), default=None)
+        lin = r2["n"] if _finite(r2["n"]) else None
+        retr = [r["retrieval"] for r in rr]
         per[str(seed)] = {
-            "N_by_n": dict(zip(map(str, ns), Ns)), "N_smallest_n": N_lo, "N_largest_n": N_hi,
-            "N_grows": float(N_hi > N_lo),
-            "polylog_beats_linear": (float(poly > r2["n"]) if poly is not None and
-                                     r2["n"] is not None else None),
-            "growth_over_bound": (N_hi / N_lo) / bound,
-            "retrieval_min": min(r["retrieval"] for r in rr),
+            "N_by_n": {str(n): by[n] for n in by}, "censored_n": censored,
+            "N_smallest_n": N_lo, "N_largest_n": N_hi,
+            "N_grows": float(N_hi > N_lo) if ends else None,
+            "polylog_r2": poly,
+            "polylog_beats_linear": (float(poly > lin) if ends and poly is not None and
+                                     lin is not None else None),
+            "growth_over_bound": (N_hi / N_lo) / bound if ends else None,
+            "retrieval_min": (None if not retr or any(not _finite(v) for v in retr)
+                              else min(retr)),
             "zero_data_reaches": max(r["zero_data_reaches"] for r in rr),
             "r2": r2, "fit": fit}
     return per
@@ -227,17 +245,22 @@ def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
     """The IR-5 summary table: every sweep row and the fits of the mean N over seeds."""
     by: dict[int, list] = {}
     for r in rows:
-        by.setdefault(r["n"], []).append(r["N"] if r["N"] is not None
-                                         else 2 * max(cfg.sweep_Ns))
-    ns = sorted(by)
+        by.setdefault(r["n"], [])
+        if _finite(r["N"]):
+            by[r["n"]].append(r["N"])
+    ns = sorted(n for n in by if by[n])
     return {
         "rows": rows,
-        "fit_mean": growth_fits(ns, [float(np.mean(by[n])) for n in ns]) if ns else None,
+        "fit_mean": (growth_fits(ns, [float(np.mean(by[n])) for n in ns]) if len(ns) >= 3
+                     else None),
+        "censored": {str(n): sum(1 for r in rows if r["n"] == n and not _finite(r["N"]))
+                     for n in sorted(by)},
         "note": "random embeddings of width d = n // {}; N = crossing at 1/2 of a logistic "
-                "fit of 'run reached 0.99 x the ideal-row expected-accuracy ceiling' against "
-                "log2 N over {} runs per N of {} (None / {} = never reached)".format(
-                    cfg.sweep_d_div, cfg.sweep_runs, list(cfg.sweep_Ns),
-                    2 * max(cfg.sweep_Ns))}
+                "fit of 'run reached {} x the ideal-row expected-accuracy ceiling' against "
+                "log2 N over {} runs per N of {} (None = never reached: censored, not "
+                "measured; fit_mean over the measured N only)".format(
+                    cfg.sweep_d_div, cfg.sweep_target_frac, cfg.sweep_runs,
+                    list(cfg.sweep_Ns))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,7 +312,8 @@ def check_gap_settings(claim: str, settings: list[dict[str, Any]],
         else:
             task_config(cfg, s.get("n", cfg.pre_n))
             _pgd_knobs(pretrained_pgd(cfg), s)
-            IRModelSpec(memory="pretrained", pretrain_steps=s.get("pre_steps", cfg.pre_steps),
+            model_spec(cfg, memory="pretrained",
+                       pretrain_steps=s.get("pre_steps", cfg.pre_steps),
                         pretrain_pair_jitter=s.get("pretrain_pair_jitter", 0.0))
         for k in ("n", "N"):
             if k in s:

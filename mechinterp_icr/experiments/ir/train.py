@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from mechinterp_icr.config import RunConfig, TrainConfig
-from mechinterp_icr.experiments.ir.config import IRConfig, task_config
+from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.interp.ir_attention import ir_accuracy, ir_metric_record, row_stats
 from mechinterp_icr.models.ir import (
     FastIR,
@@ -88,7 +88,7 @@ def eval_steps(total: int) -> set[int]:
     return {x for x in s if x <= total + 1}
 
 
-def escape_step(recs: list[dict], threshold: float = 0.9, key: str = "swap_p") -> int | None:
+def escape_step(recs: list[dict], threshold: float, key: str = "swap_p") -> int | None:
     """IR-4: the first step >= 1 whose expected step-1 accuracy on swap-confusing sequences
     (``key``, evaluated at every step) reaches ``threshold`` (None: never in the run)."""
     for r in recs:
@@ -130,13 +130,18 @@ def gap_stop_rule(cfg: IRConfig) -> tuple[set[int], Callable[[dict], bool]]:
 def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memory=None,
              E=None, *, swap=None, extra_eval: set[int] | None = None,
              stop_fn: Callable[[dict], bool] | None = None,
-             at_big_step: dict | None = None) -> tuple[FastIR, list[dict]]:
+             at_big_step: dict | None = None,
+             escape_at: float | None = None) -> tuple[FastIR, list[dict]]:
     """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps
     (and ``extra_eval``); with a swap-confusing batch ``swap``, ``swap_p`` (expected step-1
-    accuracy on it) at every step until it first reaches 0.9 (escape) and at the eval steps
+    accuracy on it) at every step until it first reaches ``escape_at`` (the registered escape
+    threshold, required with ``swap``) and at the eval steps
     after; right after the large step (record 1) the expected step-1 accuracy on each batch
     of ``at_big_step`` (name -> batch) as ``prob_<name>``. ``stop_fn(record)`` may end the
     run early."""
+    if swap is not None and escape_at is None:
+        raise ValueError("run_fast: escape_at (the registered escape threshold) is required "
+                         "with a swap batch")
     fast = FastIR(task, spec, seed=seed, memory=memory, E=E)
     steps = eval_steps(pgd.steps) | (extra_eval or set())
     escaped = [False]
@@ -145,7 +150,7 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
         out = fast_metrics(f, ev) if t in steps else {}
         if swap is not None and (not escaped[0] or t in steps):  # every step until escape
             out["swap_p"] = ir_accuracy(f.cot_logits(swap.tokens), swap)["step1_prob"]
-            escaped[0] = escaped[0] or (t >= 1 and out["swap_p"] >= 0.9)
+            escaped[0] = escaped[0] or (t >= 1 and out["swap_p"] >= escape_at)
         if t == 1:
             for name, b in (at_big_step or {}).items():
                 out[f"prob_{name}"] = ir_accuracy(f.cot_logits(b.tokens), b)["step1_prob"]
@@ -183,7 +188,7 @@ def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, pertu
     Returns the run path, its checkpoint count and the last evaluation."""
     tcfg = task_config(cfg, cfg.ht_n, sym=sym)
     task = tcfg.build(seed)
-    spec = IRModelSpec(lam2=cfg.lam2)
+    spec = model_spec(cfg)
     model = build_ir_hooked(task, spec, seed=seed)
     path = root / name
     if path.exists():
