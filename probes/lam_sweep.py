@@ -2,7 +2,8 @@
 
     python probes/lam_sweep.py out/runs/cr/seed0 --lams 0,0.5,0.9 --out out/
 
-Trains small PT + attention-only ICL-finetune runs with the task of RUN at every lam (into
+Trains PT + ICL-finetune runs with RUN's config and only task.lam changed at every lam
+(the profile's pretrain / finetune settings; RUN itself at its own lam; into
 OUT/runs/cr-taskvec/lam<lam>/seed<N>/, resumable) and prints, for PT only and after
 finetuning, the type variance share of held-out task vectors and the top-PC probe accuracy.
 All computation lives in mechinterp_icr.experiments.cr.taskvec; RUN must be a CR run (task
@@ -52,7 +53,9 @@ def main(argv=None) -> int:
             check(len(lams) >= 1 and all(0 <= x <= 1 for x in lams), "--lams", a.lams,
                   "comma-separated numbers in [0, 1], e.g. 0,0.5,0.9")
             P = replace(P, lams=lams)
-        rows = lam_sweep(base, a.out, base.seed, P)
+        prof = cr.profile(a.profile)
+        rows = lam_sweep(base, a.out, base.seed, P, print, prof.pretrain, prof.finetune,
+                         Path(a.run))
     except (ConfigError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,18 +1,23 @@
 """CR-7 measurements: continuous OV and KQ probes of a 1-layer attention-only model across
 finetuning checkpoints, when each of them rises, and the synthetic-schedule placebo.
 
-Probes (both continuous: no metric that sits at exactly 0 until it jumps):
+Probes (both continuous, and both in the same units: raw pre-softmax logits, each a linear
+function of the weights it reads, so that the two rise on the same schedule when the weights
+move together; 2026-12-01, see docs/registry.md):
 
-- **OV probe** ``ov_contrast`` (:func:`ov_contrast`): in the head's full OV circuit
+- **OV probe** ``ov_margin`` (:func:`ov_margin`): in the head's full OV circuit
   ``W_E W_V W_O W_U`` restricted to attribute tokens, the mean logit an attribute gives the
-  other attributes of its own type minus the mean it gives attributes of other types
-  (``ov_margin``, in logits), divided by the spread (standard deviation) of that block: 0 when
-  the OV ignores types, 2.31 for the ICL construction (L = 4). The raw ``ov_margin`` is
-  logged beside it; it keeps growing with the logit scale under cross-entropy and so has no
-  plateau to measure the total gain at.
-- **KQ probe** ``kq_mass`` (``interp.circuits.kq_probe``'s ``kq_mass_attr``): the mean
-  attention mass the query puts on the in-context attribute tokens of a fixed batch of
-  held-out ICL prompts.
+  other attributes of its own type minus the mean it gives attributes of other types (in
+  output logits; linear in ``W_O``).
+- **KQ probe** ``kq_logit`` (:func:`checkpoint_probes`): at the query position of a fixed
+  batch of held-out ICL prompts, the mean pre-softmax attention score on the in-context
+  attribute tokens minus the mean score on the other visible tokens (in attention logits,
+  ``hook_attn_scores``; linear in ``W_K``).
+
+Before 2026-12-01 the OV probe was ``ov_contrast`` (the margin divided by the block's
+spread: a ratio that rises steeply then flattens) and the KQ probe ``kq_mass`` (a softmax
+attention mass: flat, then a jump). With those two, OV and KQ weights moving together were
+read as OV first (an adversarial review); both are still logged as diagnostics.
 
 :func:`checkpoint_probes` logs both (and the rank-based ``ov_precision`` / ``kq_top_attr`` of
 ``interp.circuits``, as diagnostics) for every head at every checkpoint. :func:`onset_step`:
@@ -23,8 +28,9 @@ attributes at the end) and says whether its OV onset comes strictly before its K
 
 Placebo (:func:`synthetic_schedule`, :func:`placebo_orders`): models interpolated between
 the PT and the ICL construction (``models.construction``), one schedule moving the Relation
-head's OV first and its KQ second, one the other way round; the same probe and onset code
-must read each order correctly.
+head's OV first and its KQ second, one the other way round (positive: the same probe and
+onset code must read each order correctly), and two negative schedules that must NOT be read
+as OV first: both moving together, and KQ leading by one checkpoint (``kq_leads``).
 
 Nothing here trains: the mechanism model is trained by the CR experiment
 (``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its evaluation.
@@ -39,12 +45,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ONSET_FRACTION", "PLATEAU_TAIL", "cascade_timing", "checkpoint_probes",
-           "half_gain_step", "onset_step", "ov_contrast", "ov_margin", "placebo_orders",
+__all__ = ["KQ_PROBE", "ONSET_FRACTION", "OV_PROBE", "PLACEBO_ORDERS", "PLATEAU_TAIL",
+           "cascade_timing", "checkpoint_probes", "half_gain_step", "onset_step",
+           "ov_contrast", "ov_margin", "placebo_orders",
            "probe_rows", "synthetic_schedule"]
 
 ONSET_FRACTION = 0.1  # SPEC: onset = first checkpoint with 10% of the total gain
 PLATEAU_TAIL = 0.1  # the plateau = mean of the last 10% of checkpoints (at least 3)
+OV_PROBE, KQ_PROBE = "ov_margin", "kq_logit"  # the claim's probes (raw logits, module doc)
+PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads")
 
 
 def half_gain_step(steps, values, frac: float = 0.5) -> float:
@@ -70,7 +79,9 @@ def onset_step(steps, values, frac: float = ONSET_FRACTION, tail: float = PLATEA
     gain = float(v[-k:].mean() - v[0])
     if not np.isfinite(gain) or gain <= 1e-9:
         return float("nan")
-    idx = np.nonzero(v - v[0] >= frac * gain)[0]
+    # relative tolerance: a value at exactly 10% of the gain must not fall on either side by
+    # rounding (two linear probes on one schedule then read as a tie, not as an order)
+    idx = np.nonzero(v - v[0] >= frac * gain * (1 - 1e-6))[0]
     return float(np.asarray(steps)[idx[0]])
 
 
@@ -105,9 +116,10 @@ def ov_contrast(model, task, head: int, layer: int = 0) -> float:
 
 
 def checkpoint_probes(task, batch):
-    """A checkpoint evaluation ``fn(model) -> metrics``: per head ``h{h}_ov_contrast``,
-    ``h{h}_kq_mass`` (the two continuous probes), ``h{h}_ov_margin``, ``h{h}_ov``
-    (ov_precision) and ``h{h}_kq`` (kq_top_attr) as diagnostics, and ``icl_heldout_exact``
+    """A checkpoint evaluation ``fn(model) -> metrics``: per head ``h{h}_ov_margin`` and
+    ``h{h}_kq_logit`` (the two continuous probes of the claim, both raw logits),
+    ``h{h}_ov_contrast``, ``h{h}_kq_mass``, ``h{h}_ov`` (ov_precision) and ``h{h}_kq``
+    (kq_top_attr) as diagnostics, and ``icl_heldout_exact``
     on ``batch`` (an ICL batch with ``query_pos``, ``roles`` and ``answer`` in its meta).
     One forward pass per call (the KQ numbers of ``interp.circuits.kq_probe`` from its
     cached attention pattern)."""
@@ -116,16 +128,25 @@ def checkpoint_probes(task, batch):
     is_attr = (batch.meta["roles"] == 5).float()  # (B, T) in-context attribute tokens
     qp = torch.as_tensor(batch.meta["query_pos"]).long()
     rows = torch.arange(len(qp))
+    T = is_attr.shape[1]
+    visible = (torch.arange(T)[None, :] <= qp[:, None]).float()  # causal row of the query
+    other = visible * (1 - is_attr)
+    names = ("blocks.0.attn.hook_pattern", "blocks.0.attn.hook_attn_scores")
 
     @torch.no_grad()
     def fn(model):
         dev = next(model.parameters()).device
-        logits, cache = model.run_with_cache(
-            batch.tokens.to(dev), names_filter=lambda n: n == "blocks.0.attn.hook_pattern")
+        logits, cache = model.run_with_cache(batch.tokens.to(dev),
+                                             names_filter=lambda n: n in names)
         pat = cache["blocks.0.attn.hook_pattern"].cpu()  # (B, H, T, T)
+        sc = cache["blocks.0.attn.hook_attn_scores"].cpu().double()  # pre-softmax, masked
         out = {}
         for h in range(model.cfg.n_heads):
             row = pat[rows, h, qp]  # (B, T) the query's attention
+            srow = torch.where(visible > 0, sc[rows, h, qp], torch.zeros((), dtype=sc.dtype))
+            on_attr = (srow * is_attr).sum(-1) / is_attr.sum(-1).clamp(min=1)
+            on_other = (srow * other).sum(-1) / other.sum(-1).clamp(min=1)
+            out[f"h{h}_kq_logit"] = float((on_attr - on_other).mean())
             out[f"h{h}_ov_contrast"] = ov_contrast(model, task, h)
             out[f"h{h}_ov_margin"] = ov_margin(model, task, h)
             out[f"h{h}_kq_mass"] = float((row * is_attr).sum(-1).mean())
@@ -140,8 +161,8 @@ def checkpoint_probes(task, batch):
 
 def _timing(steps, rows: list[dict[str, Any]], rel: int, frac: float = ONSET_FRACTION,
             tail: float = PLATEAU_TAIL) -> dict[str, Any]:
-    ov = [r[f"h{rel}_ov_contrast"] for r in rows]
-    kq = [r[f"h{rel}_kq_mass"] for r in rows]
+    ov = [r[f"h{rel}_{OV_PROBE}"] for r in rows]
+    kq = [r[f"h{rel}_{KQ_PROBE}"] for r in rows]
     t_ov, t_kq = onset_step(steps, ov, frac, tail), onset_step(steps, kq, frac, tail)
     both = np.isfinite(t_ov) and np.isfinite(t_kq)
     return {"steps": list(steps), "ov": ov, "kq": kq, "t_onset_ov": t_ov, "t_onset_kq": t_kq,
@@ -175,7 +196,8 @@ def cascade_timing(model, task, rows: list[dict[str, Any]], batch,
     return {"relation_head": rel, "subject_head": 1 - rel,
             **_timing(steps, rows, rel, frac, tail),
             "icl_curve": [r["icl_heldout_exact"] for r in rows],
-            "ov_margin": [r[f"h{rel}_ov_margin"] for r in rows],
+            "ov_contrast": [r[f"h{rel}_ov_contrast"] for r in rows],
+            "kq_mass": [r[f"h{rel}_kq_mass"] for r in rows],
             "ov_precision": [r[f"h{rel}_ov"] for r in rows],
             "kq_top_attr": [r[f"h{rel}_kq"] for r in rows],
             "roles": roles, "similarity": sim,
@@ -191,26 +213,36 @@ def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float 
     """Models on a synthetic "training" path from the PT to the ICL construction (Relation
     head only; the Subject head is the same in both). ``order='ov_first'``: the Relation
     head's OV moves over the first 40% of the path, its KQ over the next 40%, then a plateau;
-    ``'kq_first'`` the other way round; a fixed random matrix (std ``noise_scale``) is added to
-    the Relation head's ``W_O`` at every point. Returns ``n_points`` models (checkpoints
+    ``'kq_first'`` the other way round; ``'simultaneous'``: both over the first 50%;
+    ``'kq_leads'``: KQ over [0, 0.5], OV one checkpoint later (the negative schedules: they
+    must not be read as OV first). A fixed random matrix (std ``noise_scale``) is added to the
+    Relation head's ``W_O`` at every point. Returns ``n_points`` models (checkpoints
     0..n-1)."""
     from mechinterp_icr.config import check, check_choice
     from mechinterp_icr.models.construction import RELATION_HEAD, build_construction
 
-    check_choice("order", order, ["ov_first", "kq_first"])
+    check_choice("order", order, list(PLACEBO_ORDERS))
     check(n_points >= 5, "n_points", n_points, "at least 5 checkpoints")
     pt, icl = build_construction(task, "pt"), build_construction(task, "icl")
     a_pt, a_icl = pt.blocks[0].attn, icl.blocks[0].attn
     h = RELATION_HEAD
     # fixed noise on the Relation head's output map (the same at every point, about 2 logits
-    # against the construction's 10), so that the OV contrast rises gradually as a trained
-    # model's does rather than jumping at the first step
+    # against the construction's 10), so that the OV block is not clean at any point
     g = torch.Generator().manual_seed(0xC7)
     noise = noise_scale * torch.randn(a_icl.W_O[h].shape, generator=g)
+    lag = 1.0 / (n_points - 1)  # one checkpoint
     models = []
     for t in np.linspace(0.0, 1.0, n_points):
         first, second = float(np.clip(t / 0.4, 0, 1)), float(np.clip((t - 0.4) / 0.4, 0, 1))
-        a_ov, a_kq = (first, second) if order == "ov_first" else (second, first)
+        if order == "ov_first":
+            a_ov, a_kq = first, second
+        elif order == "kq_first":
+            a_ov, a_kq = second, first
+        elif order == "simultaneous":
+            a_ov = a_kq = float(np.clip(t / 0.5, 0, 1))
+        else:  # kq_leads
+            a_kq = float(np.clip(t / 0.5, 0, 1))
+            a_ov = float(np.clip((t - lag) / 0.5, 0, 1))
         m = copy.deepcopy(icl)
         at = m.blocks[0].attn
         at.W_K[h].copy_((1 - a_kq) * a_pt.W_K[h] + a_kq * a_icl.W_K[h])
@@ -222,18 +254,25 @@ def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float 
 
 def placebo_orders(task, batch, n_points: int = 21, frac: float = ONSET_FRACTION,
                    tail: float = PLATEAU_TAIL) -> dict[str, Any]:
-    """Read both synthetic schedules with the claim's probe and onset code: ``ov_first`` is 1
-    when the OV-first schedule is read as OV first, ``kq_first`` 1 when the KQ-first schedule
-    is read as KQ first (the Relation head found as in :func:`cascade_timing`)."""
+    """Read the synthetic schedules with the claim's probe and onset code (the Relation head
+    found as in :func:`cascade_timing`): ``placebo_ov_first`` is 1 when the OV-first schedule
+    is read as OV first, ``placebo_kq_first`` 1 when the KQ-first schedule is read as KQ
+    first (positive controls); ``placebo_simultaneous_ov_first`` and
+    ``placebo_kq_leads_ov_first`` are 1 when the simultaneous and the KQ-leading schedule are
+    (wrongly) read as OV first (negative controls: must be 0)."""
     from mechinterp_icr.interp.attention import head_role_table
 
     out: dict[str, Any] = {}
-    for order in ("ov_first", "kq_first"):
+    for order in PLACEBO_ORDERS:
         models = synthetic_schedule(task, order, n_points)
         rows = probe_rows(models, task, batch)
         rel = int(np.argmax([r["demo_attribute"] for r in head_role_table(models[-1], batch)]))
         tm = _timing(list(range(n_points)), rows, rel, frac, tail)
-        out[order] = {"read_correctly": tm[order], "relation_head": rel,
+        read = tm["kq_first"] if order == "kq_first" else tm["ov_first"]
+        out[order] = {"read_correctly" if order in ("ov_first", "kq_first") else "read_ov_first":
+                      read, "relation_head": rel,
                       **{k: tm[k] for k in ("t_onset_ov", "t_onset_kq", "ov", "kq")}}
     return {"placebo_ov_first": out["ov_first"]["read_correctly"],
-            "placebo_kq_first": out["kq_first"]["read_correctly"], "schedules": out}
+            "placebo_kq_first": out["kq_first"]["read_correctly"],
+            "placebo_simultaneous_ov_first": out["simultaneous"]["read_ov_first"],
+            "placebo_kq_leads_ov_first": out["kq_leads"]["read_ov_first"], "schedules": out}

@@ -9,8 +9,9 @@ feature maps, each fitted on the TRAINING split only:
 - ``random``: ``n_pc`` random orthonormal directions (the random-direction control: are the
   top PCs special, or would any ``n_pc`` directions do?).
 
-Controls: the label-shuffle control fits the same probe on permuted training labels and
-tests on the true labels (it must sit at chance); the random-direction control above.
+Controls: the label-shuffle control gives every prompt a random label, the same in the
+training and the test part, and fits and scores the same probe on them (it sits at chance
+unless the split leaks); the random-direction control above.
 
 Splits (:class:`Split`) are made before any fitting and are checked for leaks by
 :func:`check_no_leak`: by prompt (identical token sequences are one prompt and never straddle
@@ -267,28 +268,39 @@ def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int 
 
 
 def probe_accuracy(X, y, split: Split, kind: str = "pca", n_pc: int = 3, seed: int = 0,
-                   shuffle_labels: bool = False, on: str = "test", n_shuffles: int = 16) -> float:
+                   shuffle_labels: bool = False, on: str = "test", n_shuffles: int = 16,
+                   prompt_ids=None) -> float:
     """Fit on ``split.train``, score on ``on`` (``test`` or ``dev``).
 
-    With ``shuffle_labels`` the training labels are permuted (the label-shuffle control) and
-    the accuracy is averaged over ``n_shuffles`` permutations: on clustered data one
-    permutation maps whole clusters to a label at random, so a single draw is very noisy
-    (its mean is chance, its spread about 0.2 with 4 clusters).
+    With ``shuffle_labels`` (the label-shuffle control) every prompt gets a random label,
+    the SAME one in the training and the scored part: the labels of all prompts are permuted
+    together, and identical prompts (same ``prompt_ids``; default every row its own prompt)
+    share the label of their first copy. The probe is fitted and scored on these labels, so
+    it is at chance unless the split leaks (a prompt, or a near copy, on both sides). The
+    accuracy is averaged over ``n_shuffles`` permutations (on clustered data one permutation
+    is noisy). Before 2026-12-01 only the training labels were permuted and the probe was
+    scored on the true labels: at chance by construction, whatever the split.
     """
     X = np.asarray(X)
     y = np.asarray(y)
     rows = split.test if on == "test" else split.dev
     check(rows is not None, "on", on, "a part the split has (test, or dev when made)")
-    ytr = y[split.train]
     if not shuffle_labels:
-        return fit_probe(X[split.train], ytr, kind, n_pc, seed=seed).accuracy(X[rows], y[rows])
+        return fit_probe(X[split.train], y[split.train], kind, n_pc, seed=seed).accuracy(
+            X[rows], y[rows])
     check_range("n_shuffles", n_shuffles, 1, 10_000, integer=True)
+    ids = np.arange(len(y)) if prompt_ids is None else np.asarray(prompt_ids).reshape(-1)
+    check(len(ids) == len(y), "prompt_ids", len(ids), f"one id per prompt ({len(y)})")
+    _, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    inv = np.asarray(inv).reshape(-1)
     accs = []
     for i in range(n_shuffles):
-        yp = np.random.default_rng([int(seed), 0x5AFF, i]).permutation(ytr)
-        accs.append(fit_probe(X[split.train], yp, kind, n_pc, seed=seed).accuracy(X[rows],
-                                                                               y[rows]))
-    return float(np.mean(accs))
+        yp = np.random.default_rng([int(seed), 0x5AFF, i]).permutation(y)[first][inv]
+        if len(np.unique(yp[split.train])) < 2:
+            continue
+        accs.append(fit_probe(X[split.train], yp[split.train], kind, n_pc, seed=seed)
+                    .accuracy(X[rows], yp[rows]))
+    return float(np.mean(accs)) if accs else float("nan")
 
 
 def random_dir_accuracy(X, y, split: Split, n_pc: int = 3, seed: int = 0, on: str = "test",
@@ -302,10 +314,10 @@ def random_dir_accuracy(X, y, split: Split, n_pc: int = 3, seed: int = 0, on: st
 
 
 def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
-                    on: str = "test", n_shuffles: int = 16, n_random: int = 1
-                    ) -> dict[str, float]:
+                    on: str = "test", n_shuffles: int = 16, n_random: int = 1,
+                    prompt_ids=None) -> dict[str, float]:
     """Top-PC probe, full probe, and the two controls on one split (``n_random`` draws of
-    random directions, averaged)."""
+    random directions, averaged; the label shuffle per prompt, ``prompt_ids``)."""
     y = np.asarray(y)
     rows = split.test if on == "test" else split.dev
     n_classes = len(np.unique(y))
@@ -314,10 +326,11 @@ def evaluate_probes(X, y, split: Split, n_pc: int = 3, seed: int = 0,
     return {
         "acc_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, on=on),
         "acc_full": probe_accuracy(X, y, split, "full", n_pc, seed, on=on),
-        "acc_shuffle_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, True, on, n_shuffles),
+        "acc_shuffle_pc": probe_accuracy(X, y, split, "pca", n_pc, seed, True, on, n_shuffles,
+                                         prompt_ids),
         # full-dimensional vectors are less clustered, so fewer permutations suffice there
         "acc_shuffle_full": probe_accuracy(X, y, split, "full", n_pc, seed, True, on,
-                                           max(1, n_shuffles // 4)),
+                                           max(1, n_shuffles // 4), prompt_ids),
         "acc_random_dir": random_dir_accuracy(X, y, split, n_pc, seed, on, n_random),
         "chance": 1.0 / n_classes,
         "majority": majority,

@@ -43,8 +43,10 @@ __all__ = [
     "SUBJECT_HEAD",
     "build_construction",
     "construction_model_config",
+    "evaluate_icl_ties",
     "evaluate_pt_relation",
     "sample_pt_relation",
+    "tie_aware_scores",
 ]
 
 RELATION_HEAD, SUBJECT_HEAD = 0, 1
@@ -175,11 +177,54 @@ def evaluate_pt_relation(model, task, seed: int = 0, n: int = 512, subjects=None
     return {"exact": float(exact), "typed": float(typed)}
 
 
+def tie_aware_scores(task, logits: torch.Tensor, answer: torch.Tensor,
+                     tol: float = 1e-6) -> dict[str, torch.Tensor]:
+    """Per prompt, from answer logits (B, d_vocab): ``exact`` = 1/(number of tokens tied at
+    the top) when the answer is among them, else 0 (the expected accuracy of a uniformly
+    random tie-break: a plain argmax picks the lowest tied id, e.g. [PAD]); ``exact_argmax``
+    (plain argmax), ``restricted`` (argmax among attribute tokens, ties shared the same way)
+    and ``n_top`` (tokens within ``tol`` of the top logit)."""
+    V, L = task.cfg.n_values, task.cfg.n_types
+    lg = logits.double()
+
+    def shared(x, ans):
+        top = x >= x.max(-1, keepdim=True).values - tol
+        n_top = top.sum(-1)
+        hit = top[torch.arange(len(ans)), ans]
+        return hit.double() / n_top, n_top
+
+    ex, n_top = shared(lg, answer)
+    attr = lg[:, task.attr_base:task.attr_base + L * V]
+    rs, _ = shared(attr, answer - task.attr_base)
+    return {"exact": ex, "exact_argmax": (lg.argmax(-1) == answer).double(),
+            "restricted": rs, "n_top": n_top.double()}
+
+
+@torch.no_grad()
+def evaluate_icl_ties(model, task, seed: int, subjects=None, n: int = 512) -> dict:
+    """Held-out-style ICL accuracy with ties shared (:func:`tie_aware_scores`) over ``n``
+    prompts of ``task.sample_icl`` (seeded): mean ``exact``, ``exact_argmax``,
+    ``restricted`` and ``n_top``, and ``tied`` (share of prompts with more than one token at
+    the top)."""
+    b = task.sample_icl(np.random.default_rng([int(seed), 0x71E]), n, subjects=subjects)
+    dev = next(model.parameters()).device
+    qp = torch.as_tensor(b.meta["query_pos"]).long()
+    logits = model(b.tokens.to(dev)).cpu()[torch.arange(n), qp]
+    sc = tie_aware_scores(task, logits, torch.as_tensor(b.meta["answer"]).long())
+    out = {k: float(v.mean()) for k, v in sc.items()}
+    out["tied"] = float((sc["n_top"] > 1).double().mean())
+    return out
+
+
 @torch.no_grad()
 def zero_head_ov(model, head: int, layer: int = 0):
     """``model`` with ``head``'s OV circuit zeroed (``W_V``, ``b_V`` and ``W_O`` of that head;
     in place, returned). The CR-6 control zeroes the Relation head of the ICL construction:
-    the Subject head alone leaves the four attributes of the query subject tied."""
+    the Subject head alone only pushes down the attributes that are not the query subject's,
+    so the query subject's L attributes and every non-attribute token (subjects, grammar,
+    [PAD], [BOS], [SEP]: about 83 tokens at the quick sizes) tie at the top logit 0; a plain
+    argmax then picks the lowest id ([PAD]), which is why that control is scored with ties
+    shared (:func:`tie_aware_scores`)."""
     attn = model.blocks[layer].attn
     attn.W_V[head].zero_()
     attn.W_O[head].zero_()

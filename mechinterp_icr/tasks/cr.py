@@ -21,17 +21,18 @@ Formats (one example holds several tuples; ``order`` = ``"sga"`` or ``"gsa"``):
 - ICL  ``[BOS] s1 a(s1) [SEP] ... sK a(sK) [SEP] sq`` -> ``a(sq)``: one shared type, distinct
   subjects, no grammar. The answer is predicted at ``query_pos`` (the last token, ``sq``).
 - ICL+Grm like ICL with a grammar run of length ~ U[iclgrm_len_min, iclgrm_len_max] (0 allowed)
-  between each subject and attribute (or before the subject in ``gsa`` order); the run is drawn
+  between each subject and attribute (``iclgrm_order="sga"``, SPEC's placement, whatever the PT
+  ``order``) or before the subject (``iclgrm_order="gsa"``, the first build's); the run is drawn
   from the shared type's chain (``iclgrm_chain="type"``), the shared chain ``Q`` (``"shared"``,
   no type information) or uniformly (``"uniform"``). ``iclgrm_query_grammar`` decides whether
   the query also gets a grammar run (the answer is then predicted at its last token).
 
-ICL finetuning loss (``icl_loss``): ``"query"`` only the answer of the query; ``"all"`` also the
-attributes of demos 2..K (each predicted from the demos before it).
+Finetuning batches (``sample_finetune``) draw K ~ U[finetune_k_min, finetune_k_max or
+max_demos] per batch. Loss (``icl_loss``): ``"query"`` only the answer of the query; ``"all"``
+also the attributes of demos 2..K (each predicted from the demos before it).
 
-Everything is vectorised numpy; a batch is a pure function of the generator passed in, the
-knowledge base / chains / subject split a pure function of the seed passed to ``build``.
-"""
+Vectorised numpy; a batch is a pure function of the generator passed in, the knowledge base,
+chains and subject split of the seed passed to ``build``."""
 
 from __future__ import annotations
 
@@ -84,7 +85,10 @@ class CRTaskConfig:
     iclgrm_len_max: int = 2
     iclgrm_chain: str = "shared"  # "type" | "shared" | "uniform"
     iclgrm_query_grammar: bool = True  # does the ICL+Grm query get a grammar run too
+    iclgrm_order: str = "sga"  # ICL+Grm tuples: "sga" s g.. a (SPEC) | "gsa" g.. s a (variant)
     icl_loss: str = "query"  # "query" | "all"
+    finetune_k_min: int = 1  # finetuning K ~ U[min, max] per batch (max 0 = max_demos;
+    finetune_k_max: int = 0  # min = max = n_demos is the first build's fixed K)
 
     def __post_init__(self) -> None:
         check_range("task.n_subjects", self.n_subjects, 4, 100_000, integer=True)
@@ -107,6 +111,7 @@ class CRTaskConfig:
         check_choice("task.iclgrm_chain", self.iclgrm_chain, ["type", "shared", "uniform"])
         check(isinstance(self.iclgrm_query_grammar, bool), "task.iclgrm_query_grammar",
               self.iclgrm_query_grammar, "true or false")
+        check_choice("task.iclgrm_order", self.iclgrm_order, ["sga", "gsa"])
         check_choice("task.icl_loss", self.icl_loss, ["query", "all"])
         n_ft, n_ho = self.split_sizes()
         check(n_ft >= 2 and n_ho >= 2, "task.finetune_fraction", self.finetune_fraction,
@@ -115,6 +120,14 @@ class CRTaskConfig:
         kmax = min(n_ft, n_ho) - 1
         check_range("task.n_demos", self.n_demos, 1, kmax, integer=True)
         check_range("task.max_demos", self.max_demos, self.n_demos, kmax, integer=True)
+        check_range("task.finetune_k_max", self.finetune_k_max, 0, self.max_demos, integer=True)
+        check_range("task.finetune_k_min", self.finetune_k_min, 1, self.finetune_ks[1],
+                    integer=True)
+
+    @property
+    def finetune_ks(self) -> tuple[int, int]:
+        """(lowest, highest) K of a finetuning batch (K uniform over that range per batch)."""
+        return self.finetune_k_min, self.finetune_k_max or self.max_demos
 
     def split_sizes(self) -> tuple[int, int]:
         n_ft = round(self.finetune_fraction * self.n_subjects)
@@ -131,8 +144,7 @@ class CRTaskConfig:
 
 def _dirichlet(rng: np.random.Generator, alpha: float, shape: tuple[int, ...]) -> np.ndarray:
     """Dirichlet rows over the last axis, robust to tiny alpha (no all-zero rows)."""
-    g = rng.gamma(alpha, size=shape)
-    # tiny alpha can underflow a whole row to zero: fall back to a one-hot at the arg-max draw
+    g = rng.gamma(alpha, size=shape)  # tiny alpha can underflow a row to 0: one-hot instead
     s = g.sum(-1, keepdims=True)
     bad = (s[..., 0] <= 0) | ~np.isfinite(s[..., 0])
     if bad.any():
@@ -307,10 +319,11 @@ class CRTask:
         out_l[rows, cols] = loss[valid]
         return out_t, out_r, out_l, pos
 
-    def _tuples(self, subj, types, glen, gram, with_attr, query=False):
+    def _tuples(self, subj, types, glen, gram, with_attr, query=False, order=None):
         """Slots for one tuple per row: (B, W) token / role / valid / loss-target arrays.
 
-        ``gram`` (B, gw) grammar indices of which the first ``glen`` are used."""
+        ``gram`` (B, gw) grammar indices of which the first ``glen`` are used; ``order``
+        ("sga" / "gsa") places the grammar, the PT order ``cfg.order`` by default."""
         B = subj.shape[0]
         gw = gram.shape[1]
         s_tok = self.subject_id(subj)[:, None]
@@ -321,7 +334,8 @@ class CRTask:
         parts_t, parts_r, parts_v = [], [], []
         subj_part = (s_tok, np.full((B, 1), srole), np.ones((B, 1), bool))
         gram_part = (g_tok, np.full((B, gw), grole), g_valid)
-        seq = [subj_part, gram_part] if self.cfg.order == "sga" else [gram_part, subj_part]
+        order = self.cfg.order if order is None else order
+        seq = [subj_part, gram_part] if order == "sga" else [gram_part, subj_part]
         if with_attr:
             a_tok = self.answer_id(subj, types)[:, None]
             seq.append((a_tok, np.full((B, 1), ROLES["attribute"]), np.ones((B, 1), bool)))
@@ -385,14 +399,27 @@ class CRTask:
               f"at most {len(subjects) - 1}: K demos + 1 query need distinct subjects and only "
               f"{len(subjects)} are available")
 
+    def sample_finetune(self, rng: np.random.Generator, batch_size: int, subjects=None,
+                        grammar: bool = False, mixed_types: bool = False) -> Batch:
+        """A finetuning batch: ICL / ICL+Grm (:meth:`sample_icl`) with K drawn uniformly from
+        ``cfg.finetune_ks`` for the whole batch (one draw of ``rng`` per batch)."""
+        lo, hi = self.cfg.finetune_ks
+        K = int(rng.integers(lo, hi + 1)) if hi > lo else lo
+        return self.sample_icl(rng, batch_size, K=K, subjects=subjects, grammar=grammar,
+                               mixed_types=mixed_types)
+
     def sample_icl(self, rng: np.random.Generator, batch_size: int, K: int | None = None,
                    subjects=None, types=None, grammar: bool = False, *,
-                   query_subjects=None, demo_subjects=None) -> Batch:
+                   query_subjects=None, demo_subjects=None,
+                   mixed_types: bool = False) -> Batch:
         """ICL (``grammar=False``) or ICL+Grm (``grammar=True``) sequences.
 
         ``subjects``: subject indices demos and query are drawn from (distinct per row; all
         subjects by default). ``types``: None (uniform per row), an int, or (B,) per row.
         ``query_subjects`` (B,) / ``demo_subjects`` (B, K) fix them explicitly (for patching).
+        ``mixed_types``: every demo and the query get their own uniform type (no shared type
+        in a prompt: the control of CR-2 / CR-3); ``types`` then gives the query's type.
+        ICL+Grm tuples place the grammar by ``cfg.iclgrm_order`` whatever the PT order.
 
         Targets: the answer at ``query_pos``; with ``icl_loss='all'`` also demo attributes
         2..K. meta: ``query_pos``, ``type``, ``query_subject``, ``answer`` (B,),
@@ -423,15 +450,18 @@ class CRTask:
             glen = np.zeros((B, K + 1), dtype=np.int64)
             gw = 0
         ty = np.repeat(types[:, None], K + 1, 1)
+        if mixed_types:
+            ty[:, :K] = rng.integers(c.n_types, size=(B, K))
+        order = c.iclgrm_order if grammar else None
         gram = self._grammar_runs(rng, glen.reshape(-1), ty.reshape(-1), gw, c.iclgrm_chain)
         d_t, d_r, d_v = self._tuples(chosen[:, :K].reshape(-1), ty[:, :K].reshape(-1),
                                      glen[:, :K].reshape(-1),
                                      gram.reshape(B, K + 1, gw)[:, :K].reshape(B * K, gw),
-                                     with_attr=True)
+                                     with_attr=True, order=order)
         W = d_t.shape[1]
         q_t, q_r, q_v = self._tuples(chosen[:, K], types, glen[:, K],
                                      gram.reshape(B, K + 1, gw)[:, K], with_attr=False,
-                                     query=True)
+                                     query=True, order=order)
         t = np.concatenate([np.full((B, 1), BOS), d_t.reshape(B, K * W), q_t], 1)
         r = np.concatenate([np.full((B, 1), ROLES["bos"]), d_r.reshape(B, K * W), q_r], 1)
         v = np.concatenate([np.ones((B, 1), bool), d_v.reshape(B, K * W), q_v], 1)
@@ -453,7 +483,7 @@ class CRTask:
         tgt[:, :-1] = np.where(lmask[:, 1:], tgt_tok[:, 1:], IGNORE)
         tgt[np.arange(B), query_pos] = answer
         attr_pos = np.nonzero(role == ROLES["attribute"])[1].reshape(B, K) - 1
-        meta = {"format": "iclgrm" if grammar else "icl", "K": K,
+        meta = {"format": "iclgrm" if grammar else "icl", "K": K, "mixed_types": mixed_types,
                 "query_pos": torch.as_tensor(query_pos), "type": torch.as_tensor(types),
                 "query_subject": torch.as_tensor(chosen[:, K]),
                 "answer": torch.as_tensor(answer),
@@ -521,11 +551,14 @@ def _scores(task: CRTask, logits: torch.Tensor, answer: torch.Tensor, types: tor
 
 @torch.no_grad()
 def evaluate_icl(model, task: CRTask, rng_or_seed, subjects=None, K: int | None = None,
-                 n: int = 512, grammar: bool = False, batch_size: int = 512) -> dict[str, float]:
+                 n: int = 512, grammar: bool = False, batch_size: int = 512,
+                 fixed: dict | None = None) -> dict[str, float]:
     """ICL (or ICL+Grm) accuracy at the query: ``exact`` (argmax over the vocabulary is the
     answer), ``type`` (argmax is an attribute of the right type), ``restricted`` (argmax among
     attribute tokens is the answer), plus ``typed`` (argmax among the right type's values) and
-    ``restricted_type`` (type of the best attribute guess is right; chance 1/L)."""
+    ``restricted_type`` (type of the best attribute guess is right; chance 1/L). ``fixed``:
+    arrays of ``n`` rows (``types``, ``query_subjects``, ``demo_subjects`` (n, K)) given to
+    ``sample_icl`` batch by batch (the same prompts at several K)."""
     rng = _rng(rng_or_seed)
     K = task.cfg.n_demos if K is None else K
     _check_ctx(model, task.format_len(K, grammar))
@@ -533,7 +566,8 @@ def evaluate_icl(model, task: CRTask, rng_or_seed, subjects=None, K: int | None 
     done = 0
     while done < n:
         b = min(batch_size, n - done)
-        batch = task.sample_icl(rng, b, K=K, subjects=subjects, grammar=grammar)
+        kw = {k: np.asarray(v)[done:done + b] for k, v in (fixed or {}).items()}
+        batch = task.sample_icl(rng, b, K=K, subjects=subjects, grammar=grammar, **kw)
         logits = _answer_logits(model, batch, batch.meta["query_pos"])
         sc = _scores(task, logits, batch.meta["answer"], batch.meta["type"])
         for k, v in sc.items():

@@ -411,8 +411,11 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
                                     name=f"seed {s} {lab} onset", row=1, col=j + 1)
     if placebo:
         s0 = next(iter(placebo))
-        for order, dash in (("ov_first", "solid"), ("kq_first", "dash")):
-            sch = placebo[s0]["schedules"][order]
+        for order, dash in (("ov_first", "solid"), ("kq_first", "dash"),
+                            ("simultaneous", "dashdot")):
+            sch = placebo[s0]["schedules"].get(order)
+            if sch is None:
+                continue
             x = list(range(len(sch["ov"])))
             for key, col in (("ov", "#444"), ("kq", "#aaa")):
                 fig.add_scatter(x=x, y=_progress(sch[key]), mode="lines",

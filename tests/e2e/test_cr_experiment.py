@@ -2,6 +2,7 @@
 round trip) and a tiny end-to-end run of every stage, CR-1 .. CR-7."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -60,7 +61,12 @@ def test_profiles_resolve_round_trip_and_sweep_settings_parse():
     assert quick.taskvec.lams == paper.taskvec.lams and len(quick.taskvec.lams) >= 4
     assert quick.taskvec.lam_seeds == paper.taskvec.lam_seeds == 0  # every seed
     assert quick.cascade.ft_lrs == paper.cascade.ft_lrs == (3e-3, 6e-3)
-    assert (quick.mechanism.n_pairs, paper.mechanism.n_pairs) == (64, 256)
+    # every n / step budget / lr a CR-4..7 verdict depends on is the same in both profiles
+    assert quick.mechanism.n_pairs == paper.mechanism.n_pairs == 64
+    assert quick.taskvec == replace(paper.taskvec, curve_max_checkpoints=8)
+    assert (quick.pretrain.steps, quick.pretrain.lr, quick.finetune.steps) == \
+        (paper.pretrain.steps, paper.pretrain.lr, paper.finetune.steps)
+    assert quick.taskvec.lam_model == "main"
     # every stage is reachable by a dotted key
     cfg = _cfg(["taskvec.n_pc=4", "cascade.checkpoint_every=5", "mechanism.n_pairs=8",
                 "taskvec.lams=[0,1]"])
@@ -105,6 +111,7 @@ def test_tiny_end_to_end(tmp_path):
     assert {"ov_first_lr_3e-3", "ov_first_lr_6e-3", "t_onset_ov_lr_3e-3", "placebo_ov_first",
             "placebo_kq_first"} <= set(c7)
     assert c7["placebo_ov_first"] == c7["placebo_kq_first"] == 1.0
+    assert c7["placebo_simultaneous_ov_first"] == c7["placebo_kq_leads_ov_first"] == 0.0
     c5 = data["claims"]["CR-5"]["per_seed"]["0"]
     assert {"relation_role", "subject_role", "relation_margin", "pt_relation_role",
             "subject_same_query_changed", "construction_relation"} <= set(c5)

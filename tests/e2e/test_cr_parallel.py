@@ -18,8 +18,7 @@ from mechinterp_icr.jobs import Task, TaskFailed, run_tasks
 # that every kind of task is in the plan
 FAST = CR_TINY + [
     "pretrain.steps=120", "finetune.steps=30", "allweights_arm=false", "sweep_seeds=2",
-    "taskvec.lams=[0,0.9]", "taskvec.lam_pt_steps=30", "taskvec.lam_ft_steps=6",
-    "taskvec.lam_d_model=16", "taskvec.lam_d_mlp=32",
+    "taskvec.lams=[0,0.9]",  # lam runs on the main config; lam 0.9 reuses the main run
     "cascade.pt_steps=60", "cascade.ft_steps=12",
 ]
 SEEDS = [0, 1]
@@ -64,6 +63,9 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
         assert after[f"sweep/literal-sga-pt/seed{s}"] == ()  # pretrains its own
     assert [n for n in after if n.startswith("cr4-lam/")] == [  # the lam sweep: every seed
         f"cr4-lam/{lam:g}/seed{s}" for s in (0, 1, 2) for lam in cfg.taskvec.lams]
+    for s in (0, 1, 2):  # lam runs on the main config; the main lam (0.9) is the main run
+        assert after[f"cr4-lam/0.9/seed{s}"] == (f"seed{s}/train",)
+        assert after[f"cr4-lam/0/seed{s}"] == ()
     assert after["views"] == ("seed0/train",)
     assert not any(n.startswith("sweep/default") for n in after)  # the main ft-iclgrm branch
     for t in tasks:  # Ray ships the function by reference and the inputs by pickle
@@ -109,11 +111,13 @@ def test_failed_task_is_named_and_its_dependents_do_not_run(tmp_path):
     assert "disk on fire" in failures["seed0/train"]
     assert "seed0/train: RuntimeError: disk on fire" in str(e.value)
     dependents = {t.name for t in tasks if "seed0/train" in t.after}
-    assert dependents == {"seed0/cr4", "seed0/mechanism", "sweep/type-chain/seed0", "views"}
+    # (the main lam's run is the main run: cr4-lam/0.9 waits for the seed's training)
+    assert dependents == {"seed0/cr4", "seed0/mechanism", "sweep/type-chain/seed0", "views",
+                          "cr4-lam/0.9/seed0"}
     assert set(failures) == {"seed0/train"} | dependents
     assert "[task] seed0/cr4: not run (a task it depends on failed)" in logged
     # the tasks that do not need the seed's training finished and kept their records
-    for name in ("sweep/sga/seed0", "seed0/cascade", "cr4-lam/0/seed0", "cr4-lam/0.9/seed0"):
+    for name in ("sweep/sga/seed0", "seed0/cascade", "cr4-lam/0/seed0"):
         assert (tmp_path / "tasks" / "cr" / f"{name}.json").exists(), name
     assert not (tmp_path / "runs" / "cr" / "seed0").exists()
 

@@ -57,11 +57,12 @@ def test_cascade_probes_and_timing_on_an_untrained_model():
     model = build_model(mechanism_model_config(task, CascadeConfig(d_model=16, d_head=8)))
     batch = task.sample_icl(np.random.default_rng(0), 16, subjects=task.heldout_subjects)
     row = checkpoint_probes(task, batch)(model)
-    assert {"h0_ov_contrast", "h0_ov_margin", "h1_kq_mass", "h0_ov", "h1_kq",
+    assert {"h0_ov_contrast", "h0_ov_margin", "h1_kq_mass", "h1_kq_logit", "h0_ov", "h1_kq",
             "icl_heldout_exact"} <= set(row)
-    # fake checkpoints: the OV probe rises at step 2, the KQ probe at step 4, then a plateau
-    rows = [{**row, "step": s, "h0_ov_contrast": ov, "h1_ov_contrast": ov, "h0_kq_mass": kq,
-             "h1_kq_mass": kq}
+    # fake checkpoints: the OV probe (ov_margin) rises at step 2, the KQ probe (kq_logit) at
+    # step 4, then a plateau
+    rows = [{**row, "step": s, "h0_ov_margin": ov, "h1_ov_margin": ov, "h0_kq_logit": kq,
+             "h1_kq_logit": kq}
             for s, ov, kq in ((0, 0.0, 0.1), (2, 1.0, 0.1), (4, 1.0, 0.9), (6, 1.0, 0.9),
                               (8, 1.0, 0.9))]
     t = cascade_timing(model, task, rows, batch)

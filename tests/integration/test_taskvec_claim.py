@@ -15,8 +15,8 @@ from mechinterp_icr.interp import probes as pr
 
 TINY = TaskvecConfig(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
                      n_random_dirs=2, ks=(1, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
-                     lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30, lam_ft_steps=10,
-                     curve_max_checkpoints=1)
+                     lam_model="small", lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30,
+                     lam_ft_steps=10, curve_max_checkpoints=1)
 
 
 def _base(seed=0):
@@ -50,8 +50,9 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
     m = c["per_seed"]["0"]
     for cond in c["conditions"]:  # every registered condition has a number on seed 0
         assert cond["per_seed"]["0"] is not None, cond["condition"]
-    for k in ("ft_output_type_acc", "pt_acc_pc", "ft_shuffle_gap", "ft_random_patch_success",
-              "ft_pc_minus_random", "pt_rise_k", "pt_patch_success", "ft_final_resid_acc_pc"):
+    for k in ("ft_output_type_acc", "pt_acc_pc", "ft_shuffle_gap", "ft_random_patch_gain",
+              "ft_pc_minus_random", "pt_rise_k", "pt_patch_gain", "ft_final_resid_acc_pc",
+              "ft_hook_lens_type_acc", "ft_pre_attn_acc_pc", "pt_patch_unpatched_hit"):
         assert k in m, k
     # read at the last layer's resid_mid: the 1-layer tiny model's blocks.0.hook_resid_mid
     assert m["hook"] == "blocks.0.hook_resid_mid"

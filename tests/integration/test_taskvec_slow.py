@@ -21,7 +21,8 @@ def test_type_subspace_appears_with_icl_finetuning(tmp_path):
                      model=replace(task.default_model(), d_vocab=task.build(0).d_vocab,
                                    n_ctx=64))
     # the main model size and the quick profile's PT / finetuning lengths
-    P = replace(cr.profile("quick").taskvec, lam_d_model=64, lam_d_mlp=256, lam_pt_steps=500,
+    P = replace(cr.profile("quick").taskvec, lam_model="small", lam_d_model=64, lam_d_mlp=256,
+                lam_pt_steps=500,
                 lam_pt_lr=2e-3, lam_ft_steps=200, lams=(), ks=(1, 4), n_shuffles=16)
     path = ct.train_lam_run(base, 0.9, tmp_path / "seed0", P)
     res = ct.analyse_seed(path, 0, P, log=None)
@@ -31,4 +32,4 @@ def test_type_subspace_appears_with_icl_finetuning(tmp_path):
     assert pt["acc_full"] >= 0.7  # the full probe already reads the type after PT
     assert abs(ft["acc_shuffle_pc"] - 0.25) <= 0.1
     assert ft["hook"] == "blocks.1.hook_resid_mid"  # before the last MLP reads it out
-    assert ft["patch_success"] >= 0.5 and ft["random_patch_success"] <= 0.1
+    assert ft["patch_gain"] >= 0.5 and ft["random_patch_gain"] <= 0.1

@@ -224,6 +224,11 @@ def _trend(xs, ys) -> tuple[float, float]:
     return spearman([p[0] for p in pts], [p[1] for p in pts]), pts[-1][1] - pts[0][1]
 
 
+def _n_valid(values) -> int:
+    """How many of ``values`` are numbers (not None, not NaN): the points a trend uses."""
+    return sum(1 for v in values if v is not None and not math.isnan(float(v)))
+
+
 def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
     """One seed's CR-4 metrics (every condition's and control's, and what sits beside)."""
     pt, ft = res["phases"][PHASE_PT], res["phases"][PHASE_FT]
@@ -236,8 +241,16 @@ def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
                   f"{key}_icl_exact_heldout": v["icl_exact"],
                   f"{key}_final_resid_acc_pc": v["final_acc_pc"],
                   f"{key}_eta2": v["eta2"],
+                  f"{key}_hook_lens_type_acc": v.get("hook_lens_type_acc"),
+                  f"{key}_hook_lens_attr_type_acc": v.get("hook_lens_attr_type_acc"),
+                  f"{key}_pre_attn_acc_pc": v.get("pre_attn_acc_pc"),
+                  f"{key}_pre_attn_eta2": v.get("pre_attn_eta2"),
+                  f"{key}_patch_gain": v.get("patch_gain"),
                   f"{key}_patch_success": v["patch_success"],
+                  f"{key}_patch_unpatched_hit": v.get("patch_unpatched_hit"),
+                  f"{key}_random_patch_gain": v.get("random_patch_gain"),
                   f"{key}_random_patch_success": v["random_patch_success"],
+                  f"{key}_final_patch_gain": v.get("final_patch_gain"),
                   f"{key}_final_patch_success": v["final_patch_success"],
                   f"{key}_shuffle_pc": v["acc_shuffle_pc"],
                   f"{key}_shuffle_gap": v["shuffle_gap"],
@@ -247,10 +260,11 @@ def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
     m["chance"] = ft["chance"]
     if grm is not None:
         m.update({"grm_acc_pc": grm["acc_pc"], "grm_transfer_acc_pc": grm["transfer_acc_pc"],
-                  "grm_patch_success": grm["patch_success"]})
+                  "grm_patch_success": grm["patch_success"],
+                  "grm_patch_gain": grm.get("patch_gain")})
     for ph, key in ((PHASE_FT, "ft"), (PHASE_PT, "pt")):
         ks = res["k_sweep"].get(ph, [])
-        m[f"{key}_n_k"] = len(ks)
+        m[f"{key}_n_k"] = _n_valid(r["type_variance_fraction"] for r in ks)
         m[f"{key}_rho_k"], m[f"{key}_rise_k"] = _trend(
             [r["K"] for r in ks], [r["type_variance_fraction"] for r in ks])
         m[f"{key}_eta2_by_k"] = {str(r["K"]): r["type_variance_fraction"] for r in ks}
@@ -259,7 +273,7 @@ def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
         for key in ("ft", "pt"):
             m[f"{key}_rho_lam"], m[f"{key}_rise_lam"] = _trend(
                 [r["lam"] for r in lam_rows], [r[f"{key}_eta2"] for r in lam_rows])
-        m["n_lam"] = len(lam_rows)
+        m["n_lam"] = _n_valid(r["ft_eta2"] for r in lam_rows)
         m["ft_eta2_by_lam"] = {f"{r['lam']:g}": r["ft_eta2"] for r in lam_rows}
     return m
 
@@ -272,9 +286,9 @@ def _mean(vals) -> float:
 CR4_CONTROLS = {  # registered control name -> per-seed metric
     "PT-only probe": "pt_acc_pc",
     "PT-only eta^2 rise over K": "pt_rise_k",
-    "PT-only patch": "pt_patch_success",
+    "PT-only patch": "pt_patch_gain",
     "label shuffle (distance from chance)": "ft_shuffle_gap",
-    "norm-matched random vector patch": "ft_random_patch_success",
+    "norm-matched random vector patch": "ft_random_patch_gain",
     "3 random directions (top-PC probe minus random)": "ft_pc_minus_random",
 }
 
@@ -296,15 +310,27 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
               f"{n_lam})": n_lam >= CR4_MIN_LAM}
     hook = next(iter(per_seed.values()), {}).get("hook", "?")
     out_t = _mean([m.get("ft_output_type_acc") for m in per_seed.values()])
+    lens = _mean([m.get("ft_hook_lens_type_acc") for m in per_seed.values()])
+    pre = _mean([m.get("ft_pre_attn_acc_pc") for m in per_seed.values()])
     return Claim.from_spec(
         sp, per_seed, controls=controls, extra_checks=checks,
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
                f"model's own output-type accuracy on the same prompts: {out_t:.3f} (mean; "
-               f"ft_output_type_acc per seed), beside the top-{P.n_pc}-PC probe. Held-out-"
-               "subject ICL prompts, all types, by-prompt split fixed before fitting. "
+               f"ft_output_type_acc per seed), beside the top-{P.n_pc}-PC probe. What the "
+               f"hook holds: the code there is already most of the prediction - read "
+               f"directly through the unembedding (logit lens) it gives the right type on "
+               f"{lens:.3f} (mean; ft_hook_lens_type_acc), so the probe there shows that the "
+               f"type is present once the last attention layer has written, not that it is "
+               f"formed earlier; before that attention layer (ft_pre_attn_acc_pc, "
+               f"blocks.(L-1).hook_resid_pre) the top-PC probe reads {pre:.3f} (mean). "
+               "Patch success is chance-corrected (_patch_gain: hit rate minus the unpatched "
+               "model's hit rate on the same targets; raw _patch_success beside it). Label "
+               "shuffle: every prompt relabelled at random, the same in train and test. "
+               "Held-out-subject ICL prompts, all types, by-prompt split fixed before "
+               "fitting. "
                "eta^2 = share of variance explained by the type; rise = value at the "
-               "largest K (lam) minus the smallest. lam trend from small PT + finetune runs "
-               "on every seed (docs/taskvec.md). " + notes).strip(),
+               "largest K (lam) minus the smallest; trends over the valid (non-NaN) points "
+               "only. lam trend from the lam runs (docs/taskvec.md). " + notes).strip(),
         figure=figure, details=dict(details or {}))
 
 
@@ -324,9 +350,11 @@ def cr4_claim(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
         claim.notes += f" Errors: {errors}."
         claim.details["errors"] = {str(k): v for k, v in errors.items()}
     keys = ("ft_acc_pc", "ft_output_type_acc", "ft_final_resid_acc_pc", "ft_transfer_acc_pc",
-            "ft_acc_pc_by_subject", "ft_patch_success", "ft_random_patch_success",
-            "ft_final_patch_success", "ft_rho_k", "ft_rise_k", "ft_rho_lam", "ft_rise_lam",
-            "pt_acc_pc", "pt_rise_k", "pt_patch_success", "ft_shuffle_gap", "ft_random_dir",
+            "ft_acc_pc_by_subject", "ft_patch_gain", "ft_patch_success",
+            "ft_random_patch_gain", "ft_final_patch_gain", "ft_rho_k", "ft_rise_k",
+            "ft_rho_lam", "ft_rise_lam", "ft_hook_lens_type_acc", "ft_pre_attn_acc_pc",
+            "pt_acc_pc", "pt_rise_k", "pt_patch_gain", "pt_patch_success",
+            "pt_patch_unpatched_hit", "ft_shuffle_gap", "ft_random_dir",
             "ft_pc_minus_random", "ft_eta2", "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc")
     summ = {}
     for k in keys:
@@ -362,9 +390,12 @@ def cr4_tables(results: list[dict[str, Any]]) -> dict[str, Any]:
                         for r in results for ph, rows in r["k_sweep"].items() for row in rows],
         "cr4_lam_sweep": [row for r in results for row in r.get("lam_sweep", [])],
         "cr4_patch": [{"seed": r["seed"], "phase": ph, "hook": v["hook"],
-                       **{k: v[k] for k in ("patch_success", "random_patch_success",
-                                            "final_patch_success", "patch_kept_original",
-                                            "output_type_acc", "acc_pc")}}
+                       **{k: v.get(k) for k in ("patch_gain", "patch_success",
+                                                "patch_unpatched_hit", "random_patch_gain",
+                                                "random_patch_success", "final_patch_gain",
+                                                "final_patch_success", "patch_kept_original",
+                                                "output_type_acc", "hook_lens_type_acc",
+                                                "acc_pc", "pre_attn_acc_pc")}}
                       for r in results for ph, v in r["phases"].items()],
         "cr4_curve": [{"seed": r["seed"], **row} for r in results for row in r["curve"]],
     }

@@ -77,7 +77,11 @@ def cr5_claim_from_metrics(per_seed: dict[str, dict[str, Any]], figure: str | No
               "already gave it (chance-corrected; the normalised logit-difference recovery "
               "is reported beside it as relation_recovery / subject_recovery). Margin = the "
               "role head's score / max(the other head's, 0.05). The 2-layer model's roles "
-              "(two_layer_*) are reported beside, not deciding.",
+              "(two_layer_*) are reported beside, not deciding. The mechanism model's "
+              "embeddings are construction-matched and frozen; the variant with learned "
+              "embeddings (not run here: it needs its own PT per seed) has the Subject role "
+              "split with the direct path W_E W_U (moved 0.39-0.62 on seeds 0-2, below 0.5 "
+              "on seed 2; docs/interp.md).",
         figure=figure, details=dict(details or {}))
 
 
@@ -112,7 +116,12 @@ def cr6_claim(cr6: dict, figure: str | None) -> Claim:
         notes="Constructed weights loaded into a real 1-layer 2-head HookedTransformer "
               "(orthonormal one-hot embeddings, separate output block); own format = the "
               "one-token-relation PT format for the PT construction, held-out ICL for the ICL "
-              "construction; see docs/interp.md.",
+              "construction; see docs/interp.md. ICL accuracies share ties at the top logit "
+              "(a prompt scores 1/n when the answer is one of n tied tokens): with the "
+              "Relation OV zeroed, and for the PT construction on ICL, about 83 tokens tie "
+              "at the top and a plain argmax picks [PAD]; the plain argmax "
+              "(*_exact_argmax), attribute-restricted accuracy (*_restricted, chance 1/L) "
+              "and the tie count (*_n_top) are reported beside.",
         figure=figure)
 
 
@@ -127,9 +136,12 @@ def lr_name(lr: float) -> str:
 
 def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[str, Any]:
     """One seed's CR-7 metrics: per finetuning lr ``ov_first_lr_<lr>`` and the onsets, and the
-    placebo's two readings."""
+    placebo's four readings."""
     m: dict[str, Any] = {"placebo_ov_first": placebo["placebo_ov_first"],
                          "placebo_kq_first": placebo["placebo_kq_first"],
+                         "placebo_simultaneous_ov_first":
+                             placebo.get("placebo_simultaneous_ov_first"),
+                         "placebo_kq_leads_ov_first": placebo.get("placebo_kq_leads_ov_first"),
                          "pt_typed": cascade.get("pt_typed")}
     for lr, r in cascade["by_lr"].items():
         n = lr_name(float(lr))
@@ -144,15 +156,22 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
                            figure: str | None = None, details: dict | None = None) -> Claim:
     """CR-7 from per-seed metrics (:func:`cr7_seed_metrics`)."""
     names = {"placebo: OV-first synthetic schedule read as OV first": "placebo_ov_first",
-             "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first"}
+             "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first",
+             "placebo: simultaneous schedule read as OV first":
+                 "placebo_simultaneous_ov_first",
+             "placebo: KQ one checkpoint ahead read as OV first": "placebo_kq_leads_ov_first"}
     return Claim.from_spec(
         spec("CR-7"), per_seed, controls=_ctrls("CR-7", names, per_seed),
-        notes=("Continuous probes of the Relation head: OV = same-type minus other-type mean "
-               "OV logit over attribute tokens, in units of the block's spread (ov_contrast); "
-               "KQ = the query's attention mass on the "
-               "in-context attributes. Total gain at the plateau (mean of the last 10% of "
-               "the logged steps), onset = first logged step with 10% of it; OV first = OV "
-               "onset strictly earlier. " + notes).strip(),
+        notes=("Continuous probes of the Relation head, both raw pre-softmax logits (linear in "
+               "the weights they read, so weights moving together rise together): OV = "
+               "same-type minus other-type mean OV logit over attribute tokens (ov_margin); "
+               "KQ = the query's mean attention score on the in-context attributes minus "
+               "that on the other visible tokens (kq_logit). Total gain at the plateau (mean "
+               "of the last 10% of the logged steps), onset = first logged step with 10% of "
+               "it; OV first = OV onset strictly earlier (a tie is not OV first). Placebo: "
+               "OV-first and KQ-first synthetic schedules must be read correctly, a "
+               "simultaneous one and one with KQ a checkpoint ahead must not be read as OV "
+               "first. " + notes).strip(),
         figure=figure, details=dict(details or {}))
 
 
@@ -163,7 +182,8 @@ def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
     details = {str(s): {"by_lr": {lr: {k: v[k] for k in ("steps", "ov", "kq", "t_onset_ov",
                                                          "t_onset_kq", "icl_curve",
                                                          "relation_head", "ov_precision",
-                                                         "kq_top_attr", "ov_margin")}
+                                                         "kq_top_attr", "ov_contrast",
+                                                         "kq_mass")}
                                   for lr, v in r["by_lr"].items()},
                         "placebo": placebo[s]["schedules"]} for s, r in cr7.items()}
     notes = (f"Mechanism model ({ccfg.embedding} embeddings) pretrained {ccfg.pt_steps} steps "

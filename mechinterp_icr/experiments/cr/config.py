@@ -73,6 +73,10 @@ class TaskvecConfig:
     n_per_k: int = 600
     lams: tuple = (0.0, 0.3, 0.6, 0.9)  # eta^2 vs lam: at least 4 values (SPEC)
     lam_seeds: int = 0  # the lam sweep runs on the first this-many seeds; 0: every seed
+    # "main": each lam run is the main run's config (model, pretrain, finetune) with only
+    # task.lam changed, the main lam reusing the main run (SPEC 0, one configuration);
+    # "small": the first build's small runs sized by the lam_* fields below (tests, probes/)
+    lam_model: str = "main"
     lam_d_model: int = 32
     lam_d_mlp: int = 128
     lam_pt_steps: int = 400
@@ -104,6 +108,7 @@ class TaskvecConfig:
               "a list of numbers in [0, 1] (empty: no lam sweep)")
         object.__setattr__(self, "lams", tuple(float(x) for x in lams))
         _check_count("taskvec.lam_seeds", self.lam_seeds, 0, 1000)  # 0: every seed
+        check_choice("taskvec.lam_model", self.lam_model, ["main", "small"])
         _check_count("taskvec.lam_d_model", self.lam_d_model, 1, 8192)
         _check_count("taskvec.lam_d_mlp", self.lam_d_mlp, 1, 65536)
         _check_count("taskvec.lam_pt_steps", self.lam_pt_steps, 0, 10_000_000)
@@ -203,6 +208,7 @@ class CRConfig:
     allweights_trainable: str = "all"
     mixed_controls: bool = True  # the mixed-type-demo control branches (CR-2, CR-3)
     eval_n: int = 512  # sequences per evaluation cell at the end of each phase
+    eval_n_by_k: int = 2048  # ... held-out ICL at every K (nested prompts; CR-2's K condition)
     eval_ks: tuple = (1, 2, 3, 4, 5, 6, 7, 8)  # K of held-out ICL at the end (CR-2 by K)
     ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
     sweep: tuple = ()  # CR-3 sweep settings: "label|task.k=v,finetune.k=v"
@@ -218,6 +224,7 @@ class CRConfig:
         check(isinstance(self.allweights_trainable, str) and self.allweights_trainable != "",
               "allweights_trainable", self.allweights_trainable, "a trainable preset")
         _check_count("eval_n", self.eval_n)
+        _check_count("eval_n_by_k", self.eval_n_by_k)
         _check_count("ckpt_eval_n", self.ckpt_eval_n)
         ks = tuple(self.eval_ks)
         object.__setattr__(self, "eval_ks", ks)
@@ -361,12 +368,13 @@ def quick() -> CRConfig:
 
 
 def paper() -> CRConfig:
-    """The prototype's sizes and a larger sweep."""
-    return _base(ft_steps=300, pt_steps=3000, pt_lr=1e-3, sweep=PAPER_SWEEP, eval_n=1024,
+    """A larger sweep and more reported-only detail. Every step budget, lr and n a CR-4..7
+    verdict depends on is quick's (SPEC 0; 2026-12-01, docs/registry.md): PT 500 steps at
+    2e-3, finetuning 200 steps, the taskvec sample sizes, 64 patching pairs."""
+    return _base(ft_steps=200, pt_steps=500, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=1024,
                  sweep_seeds=3,
-                 taskvec=TaskvecConfig(n_heldout=2400, n_finetune=1600, n_subject_split=1200,
-                                       n_per_k=1200, curve_max_checkpoints=16),
-                 mechanism=MechanismConfig(n_pairs=256, role_checkpoints=12),
+                 taskvec=TaskvecConfig(curve_max_checkpoints=16),
+                 mechanism=MechanismConfig(n_pairs=64, role_checkpoints=12),
                  cascade=MECH_CASCADE)
 
 

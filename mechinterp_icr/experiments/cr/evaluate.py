@@ -46,23 +46,27 @@ def checkpoint_eval(task: CRTask, seed: int, n: int):
     return fn
 
 
-def full_eval(model, task: CRTask, seed: int, ks, n: int) -> list[dict[str, Any]]:
+def full_eval(model, task: CRTask, seed: int, ks, n: int, n_by_k: int | None = None
+              ) -> list[dict[str, Any]]:
     """Rows (split, format, K, exact, type, restricted, typed, restricted_type): PT recall
-    on both splits, held-out plain ICL at every K of ``ks`` (CR-2's K condition), and the
-    other cells (finetune-subject ICL, ICL+Grm) at the default K and the largest K only."""
+    on both splits, held-out plain ICL at every K of ``ks`` on ``n_by_k`` nested prompts
+    (CR-2's K condition; ``n`` when None), and the other cells (finetune-subject ICL,
+    ICL+Grm) at the default K and the largest K only, ``n`` prompts each."""
     rows = []
     splits = {"heldout": task.heldout_subjects, "finetune": task.finetune_subjects}
     few = sorted({task.cfg.n_demos, max(ks)})
-    nested = nested_prompts(task, [seed, 310], task.heldout_subjects, max(ks), n)
+    n_k = n if n_by_k is None else n_by_k
+    nested = nested_prompts(task, [seed, 310], task.heldout_subjects, max(ks), n_k)
     for si, (split, subs) in enumerate(splits.items()):
         r = evaluate_pt(model, task, [seed, 200, si], subs, max(64, n // 2))
         rows.append({"split": split, "format": "pt", "K": None, **r})
         for gi, fmt in enumerate(("icl", "iclgrm")):
             for K in (ks if (split, fmt) == ("heldout", "icl") else few):
-                fixed = None
+                fixed, m = None, n
                 if (split, fmt) == ("heldout", "icl"):  # the same prompts at every K
                     fixed = {**nested, "demo_subjects": nested["demo_subjects"][:, :K]}
-                r = evaluate_icl(model, task, [seed, 300, si, gi, K], subs, K, n,
+                    m = n_k
+                r = evaluate_icl(model, task, [seed, 300, si, gi, K], subs, K, m,
                                  grammar=fmt == "iclgrm", fixed=fixed)
                 rows.append({"split": split, "format": fmt, "K": K, **r})
     return rows

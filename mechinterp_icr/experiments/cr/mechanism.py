@@ -40,12 +40,12 @@ from mechinterp_icr.interp.roles import role_margins, role_verdict, subject_same
 from mechinterp_icr.models.construction import (
     RELATION_HEAD,
     build_construction,
+    evaluate_icl_ties,
     evaluate_pt_relation,
     zero_head_ov,
 )
 from mechinterp_icr.pipeline import load_run_model
 from mechinterp_icr.store.rundir import RunDir
-from mechinterp_icr.tasks.cr import evaluate_icl
 from mechinterp_icr.viz.cr_figures import write_cr5_figure, write_cr6_figure, write_cr7_figure
 
 __all__ = ["add_mechanism", "add_mechanism_claims", "cascade_seed", "construction_numbers",
@@ -95,23 +95,32 @@ def head_roles(run_dir: Path, seed: int, n: int, n_ckpts: int) -> dict:
 
 def construction_numbers(task, seed: int) -> dict:
     """CR-6 on one task: exact accuracy of the PT and ICL constructions in both formats
-    (held-out and finetune subjects for ICL), and ``own_format_min``."""
+    (held-out and finetune subjects for ICL; ICL with ties at the top logit shared, the
+    plain argmax, attribute-restricted accuracy and the tie count beside the two that tie),
+    and ``own_format_min``."""
     pt = build_construction(task, "pt")
     icl = build_construction(task, "icl")
+    ho = task.heldout_subjects
+    # ICL numbers with ties shared (models.construction.tie_aware_scores): a zeroed head
+    # leaves many tokens tied at the top, and a plain argmax would pick [PAD] there
+    pt_icl = evaluate_icl_ties(pt, task, seed + 1, ho)
+    zeroed = evaluate_icl_ties(zero_head_ov(build_construction(task, "icl"), RELATION_HEAD),
+                               task, seed + 2, ho)
     r = {
         "pt_construction_pt_exact": evaluate_pt_relation(pt, task, seed)["exact"],
-        "pt_construction_icl_heldout_exact": evaluate_icl(
-            pt, task, seed + 1, subjects=task.heldout_subjects, n=512)["exact"],
-        "icl_construction_icl_heldout_exact": evaluate_icl(
-            icl, task, seed + 2, subjects=task.heldout_subjects, n=512)["exact"],
-        "icl_construction_icl_finetune_exact": evaluate_icl(
-            icl, task, seed + 3, subjects=task.finetune_subjects, n=512)["exact"],
+        "pt_construction_icl_heldout_exact": pt_icl["exact"],
+        "icl_construction_icl_heldout_exact": evaluate_icl_ties(icl, task, seed + 2,
+                                                                ho)["exact"],
+        "icl_construction_icl_finetune_exact": evaluate_icl_ties(
+            icl, task, seed + 3, task.finetune_subjects)["exact"],
         "icl_construction_pt_exact": evaluate_pt_relation(icl, task, seed)["exact"],
         # the negative control: the ICL construction without its Relation head's OV
-        "zeroed_relation_ov_icl_exact": evaluate_icl(
-            zero_head_ov(build_construction(task, "icl"), RELATION_HEAD), task, seed + 2,
-            subjects=task.heldout_subjects, n=512)["exact"],
+        "zeroed_relation_ov_icl_exact": zeroed["exact"],
     }
+    for key, v in (("pt_construction_icl", pt_icl), ("zeroed_relation_ov_icl", zeroed)):
+        r.update({f"{key}_exact_argmax": v["exact_argmax"],
+                  f"{key}_restricted": v["restricted"], f"{key}_n_top": v["n_top"],
+                  f"{key}_tied": v["tied"]})
     r["own_format_min"] = min(r["pt_construction_pt_exact"],
                               r["icl_construction_icl_heldout_exact"])
     return r

@@ -121,9 +121,15 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     tasks += [sweep(st, s) for s in sweep_seeds for st in settings if st["pt_from"] == "self"]
     for s in lam_seeds(cfg, seeds):
         base = run_config_for(cfg, s, f"seed{s}")[0]  # the config the seed's run holds
+        # the main run's config with only task.lam changed; the main lam reads the main run
+        # (so it waits for the seed's training)
+        main = cfg.taskvec.lam_model == "main"
         tasks += [Task(f"cr4-lam/{lam:g}/seed{s}", lam_task,
                        {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
-                        "P": cfg.taskvec}) for lam in cfg.taskvec.lams]
+                        "P": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
+                        "main_run": seed_run_path(out_dir, s) if main else None},
+                       (f"seed{s}/train",) if main and lam == cfg.task.lam else ())
+                  for lam in cfg.taskvec.lams]
     tasks += [Task(f"seed{s}/cascade", cascade_seed,
                    {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
                     "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",

@@ -18,8 +18,9 @@ stream, which is the model's own prediction):
 - geometry: eta^2 (type variance share), silhouette, within/between cosine, participation;
 - the additive causal patch: mean[l'] - mean[l] added at the hook of a type-l prompt;
 - eta^2 vs K (numbers of demos) on the same checkpoints, and vs the pretraining ``lam``
-  on small extra PT + finetune runs trained here for every seed
-  (``<out>/runs/cr-taskvec/lam<lam>/seed<N>``).
+  on extra PT + finetune runs trained here for every seed: the main run's config with only
+  ``task.lam`` changed (``taskvec.lam_model = 'main'``; the main lam is the main run
+  itself), in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``.
 
 Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
 is a pure function of the seeds; the claim (``claims.cr4_claim``) goes into the Summary as
@@ -66,6 +67,7 @@ __all__ = [
     "lam_sweep",
     "lam_sweep_wanted",
     "lam_task",
+    "logit_lens_type",
     "pca_points",
     "probe_curve",
     "probe_run",
@@ -107,9 +109,30 @@ def _patch(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
     tgt_ans = task.answer_id(H.query_subject[rows], tgt)
     toks = torch.as_tensor(H.tokens[rows])
     qp = torch.as_tensor(H.query_pos[rows])
-    return tv.transplant_accuracy(model, toks, qp, src, tgt, tgt_ans, means, H.layer_names[b],
-                                  mode=mode, scale=scale, original_answers=H.answer[rows],
-                                  random_seed=_rng_seed(seed, 0x2A))
+    out = tv.transplant_accuracy(model, toks, qp, src, tgt, tgt_ans, means, H.layer_names[b],
+                                 mode=mode, scale=scale, original_answers=H.answer[rows],
+                                 random_seed=_rng_seed(seed, 0x2A))
+    # chance correction (as CR-5's moved_gain): the unpatched model's hit rate on the same
+    # targets, subtracted (a PT model that already emits a_{l'}(s_q) is not moved by a patch)
+    out["unpatched_hit"] = float((H.pred[rows] == tgt_ans).mean())
+    out["gain"] = out["transplant_success"] - out["unpatched_hit"]
+    return out
+
+
+@torch.no_grad()
+def logit_lens_type(model, task, X: np.ndarray, types: np.ndarray) -> dict[str, float]:
+    """Direct-to-vocabulary read of residual vectors ``X`` (N, d_model): the final norm (if
+    any) and the unembedding applied as if the rest of the network were skipped. Returns the
+    type accuracy of the full-vocabulary argmax (``lens_type_acc``) and of the best attribute
+    (``lens_attr_type_acc``)."""
+    x = torch.as_tensor(np.asarray(X), dtype=torch.float32)
+    if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
+        x = model.ln_final(x[:, None, :])[:, 0]
+    lg = x @ model.W_U.detach().cpu() + model.b_U.detach().cpu()
+    V, L = task.cfg.n_values, task.cfg.n_types
+    attr = lg[:, task.attr_base:task.attr_base + L * V]
+    return {"lens_type_acc": tv.output_type_accuracy(task, lg.argmax(-1).numpy(), types),
+            "lens_attr_type_acc": float(((attr.argmax(-1).numpy() // V) == types).mean())}
 
 
 def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = True
@@ -135,12 +158,21 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
                           "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed),
                           "type_variance_fraction": tv.type_variance_fraction(X, H.types)})
     te = split.test
+    # the read-out hook's own direct-to-vocabulary read (it already holds most of the
+    # prediction in a 2-layer model), and the probe before the last attention layer
+    # (blocks.{n-1}.hook_resid_pre = the boundary just before the read-out hook)
+    lens = logit_lens_type(model, task, H.at(b)[te], H.types[te])
     out: dict[str, Any] = {
         "hook": names[b], "boundary": b, "boundary_label": labels[b],
         "icl_exact": float((H.pred[te] == H.answer[te]).mean()),
         "output_type_acc": tv.output_type_accuracy(task, H.pred[te], H.types[te]),
         "acc_pc": test_rows[b]["acc_pc"], "acc_full": test_rows[b]["acc_full"],
         "eta2": test_rows[b]["type_variance_fraction"],
+        "hook_lens_type_acc": lens["lens_type_acc"],
+        "hook_lens_attr_type_acc": lens["lens_attr_type_acc"],
+        "pre_attn_hook": f"blocks.{model.cfg.n_layers - 1}.hook_resid_pre",
+        "pre_attn_acc_pc": test_rows[b - 1]["acc_pc"],
+        "pre_attn_eta2": test_rows[b - 1]["type_variance_fraction"],
         "final_acc_pc": test_rows[-1]["acc_pc"], "final_label": labels[-1],
         "layers": test_rows, "split_sizes": split.sizes(),
     }
@@ -149,7 +181,7 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
         return out
     Xb = H.at(b)
     ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles,
-                              n_random=P.n_random_dirs)
+                              n_random=P.n_random_dirs, prompt_ids=ids)
     out.update({"acc_shuffle_pc": ctrl["acc_shuffle_pc"],
                 "acc_shuffle_full": ctrl["acc_shuffle_full"],
                 "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"],
@@ -179,10 +211,13 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     pa = _patch(model, task, H, split, b, seed, P.transplant_scale, te)
     pz = _patch(model, task, H, split, b, seed, P.transplant_scale, te, mode="random")
     pf = _patch(model, task, H, split, len(names) - 1, seed, P.transplant_scale, te)
-    out.update({"patch_success": pa["transplant_success"],
+    out.update({"patch_gain": pa["gain"], "patch_success": pa["transplant_success"],
+                "patch_unpatched_hit": pa["unpatched_hit"],
                 "patch_kept_original": pa["kept_original"],
+                "random_patch_gain": pz["gain"],
                 "random_patch_success": pz["transplant_success"],
                 "random_patch_kept_original": pz["kept_original"],
+                "final_patch_gain": pf["gain"],
                 "final_patch_success": pf["transplant_success"],
                 "patch_chance": 1.0 / (L * task.cfg.n_values)})
     out["seconds"] = time.perf_counter() - t0
@@ -226,8 +261,12 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
 # Small PT + finetune runs at several lam (the lam sweep)
 # --------------------------------------------------------------------------------------------
 def lam_run_config(base: RunConfig, lam: float, P: TaskvecConfig) -> RunConfig:
-    """The main run's task with ``lam`` replaced, on a small model (same layout)."""
+    """The main run's config with ``task.lam`` replaced. ``P.lam_model == 'main'``: nothing
+    else changes (SPEC 0: one configuration); ``'small'``: the first build's small model
+    (``P.lam_d_model``, ``P.lam_d_mlp``, ``P.lam_pt_steps`` at ``P.lam_pt_lr``)."""
     task_cfg = replace(base.task, lam=float(lam))
+    if P.lam_model == "main":
+        return replace(base, name=f"lam{lam:g}-seed{base.seed}", task=task_cfg)
     model = replace(base.model, d_model=P.lam_d_model, d_head=P.lam_d_model,
                     d_mlp=P.lam_d_mlp)
     pt = TrainConfig(steps=P.lam_pt_steps, batch_size=64, lr=P.lam_pt_lr, eval_every=0,
@@ -236,20 +275,47 @@ def lam_run_config(base: RunConfig, lam: float, P: TaskvecConfig) -> RunConfig:
                      model=model, train=pt)
 
 
-def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig) -> Path:
-    """Pretrain (all subjects, PT format) then finetune attention on ICL (finetune subjects);
-    checkpoints ``pretrain`` and ``ft-icl`` (start and end only) in ``run_path``. Resumes."""
-    rc = lam_run_config(base, lam, P)
+def _lam_train_configs(P: TaskvecConfig, pretrain: TrainConfig | None,
+                       finetune: TrainConfig | None) -> tuple[TrainConfig, TrainConfig]:
+    """(pretrain, finetune) of a lam run: the main run's (``'main'``; start and end
+    checkpoints only, which does not change training) or the small ones (``'small'``)."""
+    if P.lam_model == "small":
+        return (TrainConfig(steps=P.lam_pt_steps, batch_size=64, lr=P.lam_pt_lr, eval_every=0,
+                            checkpoint_schedule="none", progress=False),
+                TrainConfig(steps=P.lam_ft_steps, batch_size=128, lr=1e-3,
+                            trainable="attention", eval_every=0, checkpoint_schedule="none",
+                            progress=False))
+    if pretrain is None or finetune is None:
+        raise ConfigError("taskvec.lam_model = 'main' is not allowed without the main run's "
+                          "pretrain and finetune configs; pass them (or use 'small')")
+    return (replace(pretrain, eval_every=0, checkpoint_schedule="none", progress=False),
+            replace(finetune, eval_every=0, checkpoint_schedule="none", progress=False))
+
+
+def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig,
+                  pretrain: TrainConfig | None = None, finetune: TrainConfig | None = None
+                  ) -> Path:
+    """Pretrain (all subjects, PT format) then finetune on ICL (finetune subjects; in
+    ``'main'`` mode with the main pipeline's finetuning data, K drawn per batch from
+    ``task.finetune_ks``); checkpoints ``pretrain`` and ``ft-icl`` (start and end only) in
+    ``run_path``. Resumes."""
+    pt, ft = _lam_train_configs(P, pretrain, finetune)
+    rc = replace(lam_run_config(base, lam, P), train=pt)
     run = RunDir.open_for(run_path, rc)
     task = rc.task.build(rc.seed)
     model = build_model(rc.model, seed=rc.seed)
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), rc.train, run, PHASE_PT,
                 rc.seed, run_config=rc, phase_order=0)
-    ft = TrainConfig(steps=P.lam_ft_steps, batch_size=128, lr=1e-3, trainable="attention",
-                     eval_every=0, checkpoint_schedule="none", progress=False)
     subs = task.finetune_subjects
-    train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=subs), ft, run,
-                PHASE_FT, rc.seed, run_config=replace(rc, train=ft), phase_order=1)
+    if P.lam_model == "main":
+        def sample(rng, bs):
+            return task.sample_finetune(rng, bs, subjects=subs, grammar=False,
+                                        mixed_types=False)
+    else:
+        def sample(rng, bs):
+            return task.sample_icl(rng, bs, subjects=subs)
+    train_phase(model, sample, ft, run, PHASE_FT, rc.seed, run_config=replace(rc, train=ft),
+                phase_order=1)
     return run.path
 
 
@@ -274,14 +340,24 @@ def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
 
 
 def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
-              log=print) -> dict[str, Any]:
-    """One lam of the sweep: the small PT + ICL-finetune run at ``lam`` for ``seed`` (in
-    ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``, resumed) and its separation numbers."""
+              log=print, pretrain: TrainConfig | None = None,
+              finetune: TrainConfig | None = None, main_run: Path | None = None
+              ) -> dict[str, Any]:
+    """One lam of the sweep for ``seed``: at the main run's lam (``P.lam_model == 'main'``
+    and ``main_run`` given) the main run itself; otherwise a PT + ICL-finetune run at
+    ``lam`` (in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``, resumed); and its separation
+    numbers."""
     t = time.perf_counter()
-    path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
-    train_lam_run(base, lam, path, P)
+    reuse = (P.lam_model == "main" and main_run is not None
+             and abs(float(lam) - float(base.task.lam)) < 1e-12)
+    if reuse:
+        path = Path(main_run)
+    else:
+        path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
+        train_lam_run(base, lam, path, P, pretrain, finetune)
     row = _lam_metrics(path, seed, P)
-    row["seconds"] = time.perf_counter() - t
+    row.update({"seconds": time.perf_counter() - t, "lam_model": P.lam_model,
+                "reused_main_run": reuse})
     if log:
         log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft eta^2 {row['ft_eta2']:.3f} at "
             f"{row['hook']}, ft top-PC probe {row['ft_acc_pc']:.3f} ({row['seconds']:.1f}s)")
@@ -289,9 +365,12 @@ def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecC
 
 
 def lam_sweep(base: RunConfig, out_dir: Path, seed: int, P: TaskvecConfig,
-              log=print) -> list[dict[str, Any]]:
-    """Small PT + ICL-finetune runs at every ``P.lams`` for one seed, and their separation."""
-    return [lam_point(base, lam, out_dir, seed, P, log=log) for lam in P.lams]
+              log=print, pretrain: TrainConfig | None = None,
+              finetune: TrainConfig | None = None, main_run: Path | None = None
+              ) -> list[dict[str, Any]]:
+    """PT + ICL-finetune runs at every ``P.lams`` for one seed, and their separation."""
+    return [lam_point(base, lam, out_dir, seed, P, log, pretrain, finetune, main_run)
+            for lam in P.lams]
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,13 +458,17 @@ def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
 
 
 def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
-             log=print) -> dict[str, Any]:
+             log=print, pretrain: TrainConfig | None = None,
+             finetune: TrainConfig | None = None, main_run: Path | None = None
+             ) -> dict[str, Any]:
     """Task ``cr4-lam/<lam>/seed<N>``: :func:`lam_point` of the seed whose main run config is
-    ``base``. Record ``{row}`` or ``{error}`` (an analysis error, reported in the claim), and
-    ``timings``."""
+    ``base`` (trained with the main run's ``pretrain`` / ``finetune``; the main lam reads
+    ``main_run``). Record ``{row}`` or ``{error}`` (an analysis error, reported in the
+    claim), and ``timings``."""
     t = time.perf_counter()
     try:
-        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, P, log=log)}
+        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, P, log, pretrain,
+                                                finetune, main_run)}
     except ANALYSIS_ERRORS as e:
         out = {"error": f"{type(e).__name__}: {e}"}
     out["timings"] = {"cr4_lam_sweep": time.perf_counter() - t}
@@ -428,7 +511,9 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
 
 
 def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
-                      seeds: list[int], P: TaskvecConfig, log=print) -> None:
+                      seeds: list[int], P: TaskvecConfig, log=print,
+                      pretrain: TrainConfig | None = None,
+                      finetune: TrainConfig | None = None) -> None:
     """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
     process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on every seed
     with a result (or the first ``P.lam_seeds``), then :func:`add_cr4`.
@@ -452,7 +537,8 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
             with summary.stage("cr4_lam_sweep"):
                 lam_records[seed] = []
                 for lam in P.lams:
-                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, P, log=log))
+                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, P, log,
+                                                      pretrain, finetune, path))
                     if "error" in lam_records[seed][-1]:
                         break  # as one sweep: the first error stops it
         n_ok += 1

@@ -196,7 +196,8 @@ def train_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:
     result["seconds"]["pretrain"] = timings["pretrain"] = time.perf_counter() - t
     pt_state = copy_state(model)
     t = time.perf_counter()
-    result["phases"]["pretrain"] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n)
+    result["phases"]["pretrain"] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n,
+                                             cfg.eval_n_by_k)
     timings["evaluate"] += time.perf_counter() - t
     for phase in branch_phases(cfg):
         t = time.perf_counter()
@@ -204,7 +205,8 @@ def train_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:
         result["seconds"][phase] = time.perf_counter() - t
         timings["finetune"] += result["seconds"][phase]
         t = time.perf_counter()
-        result["phases"][phase] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n)
+        result["phases"][phase] = full_eval(model, task, seed, cfg.eval_ks, cfg.eval_n,
+                                            cfg.eval_n_by_k)
         timings["evaluate"] += time.perf_counter() - t
     result["curves"] = curve_points(run.path)
     result["timings"] = timings
