@@ -46,7 +46,8 @@ CR_SPECS = (
         ),
         controls=(_neg("ICL-finetuned model", "ft_heldout_icl_best_attr_type", "<=",
                        TYPE_BOUND),),
-        hyperparameters={"task.n_types": N_TYPES, "task.n_demos": 4},
+        hyperparameters={"task.n_types": N_TYPES, "task.n_demos": 4, "eval_n": 512,
+                         "eval_n_by_k": 2048},
     ),
     ClaimSpec(
         "CR-2",
@@ -62,7 +63,7 @@ CR_SPECS = (
         # ICL evaluated at every K of eval_ks (the K condition uses K >= 2)
         hyperparameters={"task.n_demos": 4, "task.max_demos": 8, "task.finetune_k_min": 1,
                          "task.finetune_k_max": 0, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
-                         "eval_n_by_k": 2048,
+                         "eval_n": 512, "eval_n_by_k": 2048,
                          "finetune.trainable": "attention", "mixed_controls": True},
     ),
     ClaimSpec(

@@ -14,9 +14,29 @@ from mechinterp_icr.claims.cr_registry import CR_SPECS
 from mechinterp_icr.claims.ir_registry import IR_SPECS
 from mechinterp_icr.claims.protocol import ClaimSpec
 
-__all__ = ["REGISTRY", "spec"]
+__all__ = ["REGISTRY", "REPORT_ONLY", "spec"]
 
 REGISTRY: dict[str, ClaimSpec] = {s.id: s for s in (*CR_SPECS, *IR_SPECS)}
+
+# Config keys that may differ between the quick and the paper profile because no verdict reads
+# them (SPEC 0: everything a verdict depends on is identical in both profiles unless SPEC says
+# otherwise). Key -> what it feeds. tests/unit/test_registry.py fails on any other difference.
+REPORT_ONLY: dict[str, dict[str, str]] = {
+    "cr": {
+        "allweights_iclgrm": "the all-weights ICL+Grm arm, reported beside CR-3",
+        "sweep": "the CR-3 design-space variants, reported beside CR-3",
+        "ckpt_eval_n": "held-out accuracy curves during finetuning (figures)",
+        "mechanism.role_checkpoints": "the CR-5 head-role trajectory figure",
+        "taskvec.curve_max_checkpoints": "the CR-4 probe-over-checkpoints figure",
+    },
+    "ir": {
+        "ht_N": "HookedTransformer runs: causal row-overwrite table and attention views",
+        "ht_dense": "HookedTransformer runs: checkpoint density for the views",
+        "ht_eval": "HookedTransformer runs: evaluation size of the overwrite table",
+        "ht_steps": "HookedTransformer runs: training length for the overwrite table",
+        "ow_n": "sequences per row in the causal row-overwrite table (IR-3/IR-4 details)",
+    },
+}
 
 
 def spec(claim_id: str) -> ClaimSpec:

@@ -91,3 +91,18 @@ def test_profiles_use_the_registered_hyperparameters(target):
                 got = list(got) if isinstance(got, tuple) else got
                 assert got == want, f"{cid}: {name} profile has {key} = {got!r}, registered " \
                                     f"{want!r}"
+
+
+@pytest.mark.parametrize("target", ["cr", "ir"])
+def test_profiles_differ_only_where_no_verdict_reads_the_key(target):
+    """SPEC 0: what a verdict depends on is identical in quick and paper unless SPEC says
+    otherwise; any other difference must be a registered report-only key."""
+    from mechinterp_icr.claims.registry import REPORT_ONLY
+
+    quick, paper = _profile_values(target, "quick"), _profile_values(target, "paper")
+    allowed = set(REPORT_ONLY[target])
+    for s in REGISTRY.values():
+        if s.id.startswith(target.upper() + "-"):
+            allowed |= set(s.profile_specific)
+    differ = sorted(k for k in set(quick) | set(paper) if quick.get(k) != paper.get(k))
+    assert [k for k in differ if k not in allowed] == []

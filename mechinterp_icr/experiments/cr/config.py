@@ -371,7 +371,7 @@ def paper() -> CRConfig:
     """A larger sweep and more reported-only detail. Every step budget, lr and n a CR-4..7
     verdict depends on is quick's (SPEC 0; 2026-12-01, docs/registry.md): PT 500 steps at
     2e-3, finetuning 200 steps, the taskvec sample sizes, 64 patching pairs."""
-    return _base(ft_steps=200, pt_steps=500, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=1024,
+    return _base(ft_steps=200, pt_steps=500, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=512,
                  sweep_seeds=3,
                  taskvec=TaskvecConfig(curve_max_checkpoints=16),
                  mechanism=MechanismConfig(n_pairs=64, role_checkpoints=12),
