@@ -49,6 +49,7 @@ HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 VERDICTS = (HOLDS, NOT_HOLD, INCONCLUSIVE)
 _OPS = (">=", "<=", ">", "<")
 _RULES = ("every_seed", "mean", "fraction")
+_EPS = 1e-9  # a Spearman of exactly 0.8 over 4 points computes as 0.7999999999999998
 MIN_SEEDS = 5  # SPEC 0: at least 5 seeds per claim; fewer can never give ``holds``
 
 
@@ -62,8 +63,9 @@ def compare(value: Any, op: str, threshold: float) -> bool:
         return False
     if math.isnan(v):
         return False
-    return {">=": v >= threshold, "<=": v <= threshold, ">": v > threshold,
-            "<": v < threshold}[op]
+    eps = _EPS * max(1.0, abs(threshold))  # floating-point slack, far below any reported digit
+    return {">=": v >= threshold - eps, "<=": v <= threshold + eps, ">": v > threshold + eps,
+            "<": v < threshold - eps}[op]
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,11 @@ def test_a_requested_seed_missing_from_per_seed_fails_the_rule():
     five = dict(four, **{"4": GOOD["4"]})
     c.per_seed = five
     assert s.to_dict()["claims"]["T-1"]["verdict"] == HOLDS
+
+
+def test_a_value_equal_to_the_threshold_up_to_rounding_meets_it():
+    from mechinterp_icr.claims.protocol import compare
+
+    assert compare(0.7999999999999998, ">=", 0.8) and not compare(0.79, ">=", 0.8)
+    assert compare(0.02 + 1e-12, "<=", 0.02) and not compare(0.0201, "<=", 0.02)
+    assert not compare(0.5 + 1e-12, ">", 0.5) and compare(0.51, ">", 0.5)
