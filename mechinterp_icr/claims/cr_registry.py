@@ -4,7 +4,10 @@ bound 1/L + 0.05 is 0.30."""
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.protocol import ClaimSpec, Condition, ControlSpec
+from mechinterp_icr.claims.protocol import ClaimSpec
+from mechinterp_icr.claims.protocol import condition as _c
+from mechinterp_icr.claims.protocol import negative as _neg
+from mechinterp_icr.claims.protocol import positive as _pos
 
 __all__ = ["CR_SPECS", "TYPE_BOUND"]
 
@@ -19,18 +22,6 @@ MECH_MODEL = {"cascade.d_head": 32, "cascade.embedding": "orthonormal",
               "cascade.ft_lr": 3e-3, "cascade.ft_trainable": "all",
               "cascade.dense_until": 40, "cascade.checkpoint_every": 10,
               "cascade.probe_batch": 128}
-
-
-def _c(metric, op, threshold, rule="every_seed", text="", min_fraction=1.0):
-    return Condition(metric, op, threshold, rule, min_fraction, text)
-
-
-def _neg(name, metric, op, threshold, rule="every_seed"):
-    return ControlSpec(name, "negative", _c(metric, op, threshold, rule))
-
-
-def _pos(name, metric, op, threshold, rule="every_seed"):
-    return ControlSpec(name, "positive", _c(metric, op, threshold, rule))
 
 
 CR_SPECS = (

@@ -6,21 +6,12 @@ entries in docs/registry.md, heading "IR-1..IR-8"."""
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.protocol import ClaimSpec, Condition, ControlSpec
+from mechinterp_icr.claims.protocol import ClaimSpec, Condition
+from mechinterp_icr.claims.protocol import condition as _c
+from mechinterp_icr.claims.protocol import negative as _neg
+from mechinterp_icr.claims.protocol import positive as _pos
 
 __all__ = ["IR4_PERTURBATION_ROLE", "IR_SPECS"]
-
-
-def _c(metric, op, threshold, rule="every_seed", text="", min_fraction=1.0):
-    return Condition(metric, op, threshold, rule, min_fraction, text)
-
-
-def _neg(name, metric, op, threshold, rule="every_seed"):
-    return ControlSpec(name, "negative", _c(metric, op, threshold, rule))
-
-
-def _pos(name, metric, op, threshold, rule="every_seed"):
-    return ControlSpec(name, "positive", _c(metric, op, threshold, rule))
 
 
 # what every finetuning verdict depends on (the task, the memory, PGD and IR-3's stopping rule)

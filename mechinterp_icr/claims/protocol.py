@@ -131,6 +131,24 @@ class ClaimSpec:
                        f"{[c.name for c in self.controls]}")
 
 
+def condition(metric: str, op: str, threshold: float, rule: str = "every_seed", text: str = "",
+              min_fraction: float = 1.0) -> Condition:
+    """Shorthand for the registries: ``Condition`` with positional metric, op, threshold."""
+    return Condition(metric, op, threshold, rule, min_fraction, text)
+
+
+def negative(name: str, metric: str, op: str, threshold: float,
+             rule: str = "every_seed") -> ControlSpec:
+    """A negative control whose effect condition is ``metric op threshold``."""
+    return ControlSpec(name, "negative", condition(metric, op, threshold, rule))
+
+
+def positive(name: str, metric: str, op: str, threshold: float,
+             rule: str = "every_seed") -> ControlSpec:
+    """A positive control that must meet ``metric op threshold``."""
+    return ControlSpec(name, "positive", condition(metric, op, threshold, rule))
+
+
 def _values(per_seed: Mapping[str, Any], metric: str) -> dict[str, Any]:
     return {str(s): (m.get(metric) if isinstance(m, Mapping) else m)
             for s, m in per_seed.items()}
