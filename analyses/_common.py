@@ -134,9 +134,6 @@ def print_table(rows: list[dict], cols: list[str], labels: dict[str, str] | None
                 csv: str | None = None) -> None:
     """Print the columns ``cols`` of ``rows`` with full names (``labels`` renames headers)
     and, with ``csv``, write them (full precision) to that CSV file."""
-    import csv as csvmod
-    import io
-
     heads = [(labels or {}).get(c, c) for c in cols]
     cells = [[_text(r.get(c)) for c in cols] for r in rows]
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
@@ -144,15 +141,9 @@ def print_table(rows: list[dict], cols: list[str], labels: dict[str, str] | None
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
     if csv:
-        from mechinterp_icr.store.io import atomic_write_text
+        from mechinterp_icr.store.io import atomic_write_csv
 
-        buf = io.StringIO()
-        wr = csvmod.writer(buf)
-        wr.writerow(heads)
-        for r in rows:
-            wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
-        Path(csv).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(Path(csv), buf.getvalue())
+        atomic_write_csv(csv, rows, cols, heads)
         print(f"wrote {csv}")
 
 

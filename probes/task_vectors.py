@@ -81,15 +81,9 @@ def main(argv=None) -> int:
 
 def write_csv(path, rows) -> None:
     """The rows' scalar columns (numbers, strings, booleans) as CSV."""
-    import csv
+    from mechinterp_icr.store.io import atomic_write_csv
 
-    cols = [k for k in rows[0] if isinstance(rows[0][k], (int, float, str, bool))]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        for r in rows:
-            w.writerow([r.get(c) for c in cols])
+    atomic_write_csv(path, rows)
     print(f"wrote {path}")
 
 

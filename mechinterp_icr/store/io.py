@@ -19,7 +19,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "json_default",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_csv",
+           "json_default",
            "UnsafeFileError", "read_regular_file", "stale_temp_files",
            "remove_stale_temp_files", "target_of_temp"]
 
@@ -132,6 +133,24 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_csv(path: str | Path, rows: list[dict], cols: list[str] | None = None,
+                     heads: list[str] | None = None) -> Path:
+    """Write the columns ``cols`` of ``rows`` (default: the first row's scalar columns) as CSV,
+    atomically, creating the parent folder; ``heads`` renames the header; None is empty."""
+    import csv
+    import io
+
+    if cols is None:
+        cols = [k for k in rows[0] if isinstance(rows[0][k], (int, float, str, bool))]
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow(heads or cols)
+    for r in rows:
+        wr.writerow(["" if r.get(c) is None else r.get(c) for c in cols])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write_text(path, buf.getvalue())
 
 
 def json_default(o: Any) -> Any:

@@ -314,3 +314,16 @@ def test_report_escapes_every_summary_string(tmp_path):
     page = render_report(summary, tmp_path)
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert 'id="&lt;script&gt;' in page and 'href="#&lt;script&gt;' in page
+
+
+def test_atomic_write_csv_writes_scalar_columns_and_leaves_no_temp(tmp_path):
+    from mechinterp_icr.store.io import atomic_write_csv, stale_temp_files
+
+    rows = [{"a": 1, "b": None, "c": [1, 2], "d": "x"}, {"a": 2.5, "d": "y", "e": None}]
+    atomic_write_csv(tmp_path / "sub" / "n.csv", rows, ["a", "e"])
+    assert (tmp_path / "sub" / "n.csv").read_text().splitlines() == ["a,e", "1,", "2.5,"]
+    out = atomic_write_csv(tmp_path / "sub" / "t.csv", rows)
+    assert out.read_text().splitlines() == ["a,d", "1,x", "2.5,y"]  # first row decides
+    atomic_write_csv(out, rows, ["d"], ["name"])
+    assert out.read_text().splitlines() == ["name", "x", "y"]
+    assert not stale_temp_files(tmp_path / "sub")
