@@ -12,7 +12,7 @@ PROFILE ?= quick
 SEEDS ?= 0,1,2,3,4
 WORKERS ?=
 
-.PHONY: reproduce test test-slow chromium figures lint clean-venv
+.PHONY: reproduce paper test test-slow chromium figures lint clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ test-slow: $(STAMP) chromium
 # Regenerate the committed figures/ from the default reproduction.
 figures: reproduce
 	$(PY) -m mechinterp_icr.viz.publish $(OUT) figures
+
+# The paper profile end to end (about half an hour on 2 idle cores; run it in the background:
+# `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished tasks.
+# Then figures/paper/ gets its summary, report and PNG figures.
+PAPER_OUT ?= out-paper
+paper: $(STAMP) chromium
+	$(VENV)/bin/icr reproduce all --profile paper --out $(PAPER_OUT) --seeds $(SEEDS) $(if $(WORKERS),--workers $(WORKERS))
+	$(PY) -m mechinterp_icr.viz.publish $(PAPER_OUT) figures/paper
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check mechinterp_icr tests

@@ -355,8 +355,8 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     except ConfigError as e:
         _fail(str(e))
     from mechinterp_icr.claims import format_claim_table
-    from mechinterp_icr.jobs import TaskFailed, ray_session
-    from mechinterp_icr.runner import run_target
+    from mechinterp_icr.jobs import TaskFailed
+    from mechinterp_icr.runner import run_targets
     from mechinterp_icr.viz.report import write_report
 
     out_dir = Path(out)
@@ -364,10 +364,8 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
         (out_dir / "summary.json").unlink()  # a full run starts a fresh summary
     t0 = time.perf_counter()
     try:
-        with ray_session(workers, ray_address):
-            for t, cfg in resolved:
-                run_target(t, cfg, out_dir, seed_list, profile, workers=workers,
-                           ray_address=ray_address, threads=threads)
+        run_targets(resolved, out_dir, seed_list, profile, workers=workers,
+                    ray_address=ray_address, threads=threads)
     except TaskFailed as e:
         _fail(f"{e} -- finished tasks are kept in {out_dir / 'tasks'}; rerun the same "
               "command to run only the rest")

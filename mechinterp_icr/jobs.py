@@ -28,7 +28,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,7 @@ from mechinterp_icr.store.provenance import code_state
 
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
-__all__ = ["Task", "TaskFailed", "run_tasks", "record_path", "set_threads", "fingerprint",
-           "ray_session"]
+__all__ = ["Task", "TaskFailed", "run_tasks", "record_path", "set_threads", "fingerprint"]
 
 
 @dataclass(frozen=True)
@@ -266,18 +264,6 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False)
     return True
-
-
-@contextmanager
-def ray_session(workers: int, ray_address: str | None = None):
-    """Keep one Ray session for several :func:`run_tasks` calls (nothing for one worker)."""
-    started = workers > 1 or ray_address is not None
-    started = started and _start_ray(workers, ray_address)
-    try:
-        yield
-    finally:
-        if started:
-            _import_ray().shutdown()
 
 
 def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:

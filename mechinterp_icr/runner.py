@@ -14,22 +14,29 @@ Every target is a package under ``mechinterp_icr.experiments`` with the same sma
   with :func:`mechinterp_icr.jobs.run_tasks` (in-process for one worker, else on Ray) and
   summarises; a rerun skips the tasks whose records exist.
 
+:func:`run_targets` (what ``icr reproduce`` calls) puts the plans of all requested targets in
+one pool of tasks, named ``<target>/<task>`` (records in ``OUT/tasks/<target>/<task>.json``,
+the same files a single target's ``reproduce`` writes), so the workers never wait for one
+target's last tasks before the next target starts; then it summarises each target.
+
 ``--set KEY=VALUE`` edits any field of that config (``apply_overrides``). With the target
 ``all`` a key names its target first (``cr.task.lam=0.5``, ``ir.n=256``).
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
 from mechinterp_icr.experiments import cr, ir
-from mechinterp_icr.jobs import code_states
+from mechinterp_icr.jobs import Task, code_states, run_tasks
 
-__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "config_keys",
-           "default_workers"]
+__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "run_targets",
+           "pooled_plan", "config_keys", "default_workers"]
 
 TARGETS = {"cr": cr, "ir": ir}
 
@@ -93,16 +100,51 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def pooled_plan(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int]
+                ) -> list[Task]:
+    """Every task of every ``(target, config)`` in one list, named ``<target>/<task>`` (their
+    dependencies renamed alike). Each target's plan keeps its order (its long training tasks
+    first); the targets follow one another, so the other target's many short tasks fill the
+    workers while the first one's last tasks run."""
+    pool: list[Task] = []
+    for target, cfg in targets:
+        pool += [replace(t, name=f"{target}/{t.name}",
+                         after=tuple(f"{target}/{a}" for a in t.after))
+                 for t in _module(target).plan(cfg, Path(out_dir), list(seeds))]
+    return pool
+
+
+def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int], profile: str,
+                workers: int = 1, ray_address: str | None = None, threads: int = 1
+                ) -> dict[str, Summary]:
+    """Run the tasks of every ``(target, config)`` in one pool (:func:`pooled_plan`; tasks
+    with a stored record are skipped), then summarise each target from its records with a
+    fresh summary and write it (merging with the claims of other targets already in
+    ``out_dir/summary.json``). Raises ``TaskFailed`` when a task failed."""
+    out_dir, seeds = Path(out_dir), list(seeds)
+    t0 = time.perf_counter()
+    records = run_tasks(pooled_plan(targets, out_dir, seeds), out_dir / "tasks", workers,
+                        ray_address, threads)
+    wall = time.perf_counter() - t0
+    summaries = {}
+    for target, cfg in targets:
+        prefix = f"{target}/"
+        summary = Summary(target, profile, seeds)
+        summary.config = to_dict(cfg)
+        summary.timings["tasks (wall, all targets)"] = wall
+        _module(target).summarise(cfg, out_dir, seeds,
+                                  {k[len(prefix):]: v for k, v in records.items()
+                                   if k.startswith(prefix)}, summary)
+        states = code_states(out_dir / "tasks" / target)
+        summary.tables[f"{target}: code revision of each task result"] = [
+            {"code": k, "tasks": len(v)} for k, v in sorted(states.items())]
+        summary.write(out_dir)
+        summaries[target] = summary
+    return summaries
+
+
 def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str,
                workers: int = 1, ray_address: str | None = None, threads: int = 1) -> Summary:
-    """Run one target's ``reproduce`` with a fresh summary and write it (merging with the
-    claims of other targets already in ``out_dir/summary.json``)."""
-    summary = Summary(target, profile, seeds)
-    summary.config = to_dict(cfg)
-    _module(target).reproduce(cfg, Path(out_dir), list(seeds), summary, workers=workers,
-                              ray_address=ray_address, threads=threads)
-    states = code_states(Path(out_dir) / "tasks" / target)
-    summary.tables[f"{target}: code revision of each task result"] = [
-        {"code": k, "tasks": len(v)} for k, v in sorted(states.items())]
-    summary.write(out_dir)
-    return summary
+    """:func:`run_targets` for one target."""
+    return run_targets([(target, cfg)], out_dir, seeds, profile, workers, ray_address,
+                       threads)[target]

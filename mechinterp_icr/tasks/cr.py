@@ -51,7 +51,7 @@ from mechinterp_icr.config import (
     check_range,
     register_task,
 )
-from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab
+from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab, logits_at
 
 __all__ = ["BOS", "PAD", "ROLES", "SEP", "CRTask", "CRTaskConfig", "evaluate_icl", "evaluate_pt"]
 
@@ -523,11 +523,11 @@ def _check_ctx(model, T: int) -> None:
 @torch.no_grad()
 def _answer_logits(model, batch: Batch, pos: torch.Tensor) -> torch.Tensor:
     dev = next(model.parameters()).device
-    logits = model(batch.tokens.to(dev))  # (B, T, V)
-    B = logits.shape[0]
-    if pos.ndim == 1:
-        return logits[torch.arange(B, device=dev), pos.to(dev)].float().cpu()  # (B, V)
-    return logits[torch.arange(B, device=dev)[:, None], pos.to(dev)].float().cpu()  # (B, n, V)
+    B = batch.tokens.shape[0]
+    rows = torch.arange(B)[:, None].expand(pos.shape) if pos.ndim > 1 else torch.arange(B)
+    out = logits_at(model, batch.tokens.to(dev), rows.reshape(-1).to(dev),
+                    pos.reshape(-1).to(dev)).float().cpu()
+    return out.reshape(*pos.shape, out.shape[-1])
 
 
 def _scores(task: CRTask, logits: torch.Tensor, answer: torch.Tensor, types: torch.Tensor):

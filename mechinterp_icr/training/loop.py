@@ -34,9 +34,10 @@ import torch.nn.functional as F
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, to_dict
 from mechinterp_icr.store.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from mechinterp_icr.store.rundir import RunDir, check_phase_name
-from mechinterp_icr.tasks.base import IGNORE, Batch
+from mechinterp_icr.tasks.base import IGNORE, Batch, logits_at
 
 __all__ = ["TRAINABLE_PRESETS", "resolve_trainable", "masked_loss", "masked_accuracy",
+           "target_logits",
            "checkpoint_steps", "lr_at", "train_phase", "PhaseResult", "batch_rng"]
 
 TRAINABLE_PRESETS: dict[str, list[str]] = {
@@ -74,6 +75,14 @@ def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     # logits (B, T, V), targets (B, T)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
                            ignore_index=IGNORE)
+
+
+def target_logits(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, targets)`` at the positions of ``batch`` that carry a target only, ``(N, V)``
+    and ``(N,)`` (:func:`~mechinterp_icr.tasks.base.logits_at`: the unembedding runs on those
+    positions alone)."""
+    rows, cols = (batch.targets != IGNORE).nonzero(as_tuple=True)
+    return logits_at(model, batch.tokens, rows, cols), batch.targets[rows, cols]
 
 
 @torch.no_grad()
@@ -275,8 +284,8 @@ def train_phase(
         batch = sample(batch_rng(seed, phase, step), cfg.batch_size).to(device)
         for g in opt.param_groups:
             g["lr"] = lr_at(cfg, step)
-        logits = model(batch.tokens)  # (B, T, V)
-        loss = masked_loss(logits, batch.targets)
+        logits, targets = target_logits(model, batch)  # (N, V), (N,): target positions only
+        loss = masked_loss(logits, targets)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         for n, m in masks.items():
@@ -291,7 +300,7 @@ def train_phase(
         is_eval = cfg.eval_every > 0 and done % cfg.eval_every == 0
         show = bar is not None and done % 20 == 0
         if is_ck or is_eval or done == cfg.steps or show:  # accuracy only where it is used
-            acc_v = masked_accuracy(logits.detach(), batch.targets)
+            acc_v = masked_accuracy(logits.detach(), targets)
         if is_ck or is_eval or done == cfg.steps:
             metrics = {"train_loss": loss_v, "train_acc": acc_v, "lr": lr_at(cfg, step)}
             if is_eval or done == cfg.steps or (is_ck and eval_fn is not None):

@@ -330,7 +330,7 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
     shown = {resolve_figure(c["figure"], out_dir).name for _, c in items if c.get("figure")}
     tparts = []
     for name, t in tables.items():
-        if name == "attention views":
+        if name.endswith("attention views"):  # listed below, from views/
             continue
         if isinstance(t, dict) and "fixed_rows_mean" in t:
             body = _overwrite_html(t, out_dir)

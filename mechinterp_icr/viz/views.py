@@ -174,9 +174,10 @@ def view_run(run: str | Path, checkpoint: str = "last", prompt: str | None = Non
 
 
 def _record_views(summary, out_dir: str | Path, written: list[Path]) -> None:
-    """List the written views (relative to the output folder) in the summary's tables."""
+    """List the written views (relative to the output folder) in the summary's table
+    ``"<TARGET> attention views"`` (one per target, so a merged summary keeps both)."""
     if summary is not None:
-        summary.tables.setdefault("attention views", []).extend(
+        summary.tables.setdefault(f"{summary.target.upper()} attention views", []).extend(
             {"view": str(p.relative_to(out_dir))} for p in written)
 
 

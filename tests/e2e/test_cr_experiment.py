@@ -121,7 +121,7 @@ def test_tiny_end_to_end(tmp_path):
     assert (tmp_path / "runs" / "cr-mech" / "seed0" / "metrics.jsonl").exists()
     for stem in ("cr_icl_by_k", "cr3_sweep", "cr4_overview", "cr7_cascade"):
         assert (tmp_path / "figures" / f"{stem}.html").exists(), stem
-    assert data["tables"]["attention views"]
+    assert data["tables"]["CR attention views"]
     # the run directory is readable by the toolkit: config + phases in order
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.store.rundir import RunDir

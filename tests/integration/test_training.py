@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 from helpers import build_model_cfg, build_train_cfg
 
@@ -119,3 +120,32 @@ def test_batches_are_pure_functions_of_seed_phase_step(induction_task):
     c = induction_task.sample(batch_rng(0, "p", 8), 4)
     assert torch.equal(a.tokens, b.tokens) and not torch.equal(a.tokens, c.tokens)
     assert isinstance(a, Batch) and np.all((a.targets == IGNORE).numpy()[:, :9])
+
+
+@pytest.mark.parametrize("norm,cap", [(None, 0.0), ("LN", 0.0), ("LNPre", 5.0)])
+def test_logits_at_equals_the_full_forward_and_its_gradients(norm, cap):
+    """The training loss unembeds only the target positions (tasks.base.logits_at); its
+    logits and the gradients of the loss equal those of a full forward indexed there."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from mechinterp_icr.training.loop import target_logits
+
+    torch.manual_seed(0)
+    cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_ctx=12, d_head=4, n_heads=4,
+                                  d_vocab=30, act_fn="relu", normalization_type=norm,
+                                  output_logits_soft_cap=cap)
+    model = HookedTransformer(cfg)
+    tokens = torch.randint(0, 30, (3, 12))
+    targets = torch.full((3, 12), IGNORE)
+    targets[:, 2::4] = torch.randint(0, 30, (3, 3))
+    targets[1, 0] = 7
+    logits, tgt = target_logits(model, Batch(tokens, targets))
+    mask = targets != IGNORE
+    full = model(tokens)
+    assert logits.shape == (int(mask.sum()), 30)
+    torch.testing.assert_close(logits, full[mask], rtol=0, atol=1e-6)
+    assert torch.equal(tgt, targets[mask])
+    g_sel = torch.autograd.grad(masked_loss(logits, tgt), list(model.parameters()))
+    g_full = torch.autograd.grad(masked_loss(model(tokens), targets), list(model.parameters()))
+    for a, b in zip(g_sel, g_full):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -206,6 +206,6 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                   {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade)
 
     # attention views
-    summary.tables.setdefault("attention views", []).extend(
+    summary.tables.setdefault("CR attention views", []).extend(
         {"view": v} for v in records["views"]["views"])
     summary.write(out_dir)
