@@ -30,7 +30,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -50,7 +49,6 @@ __all__ = [
     "ir_model_config",
     "memory_retrieval",
     "pos_block_mask",
-    "pretrain_memory",
     "resolve_theta",
     "set_pos_block",
     "token_embeddings",
@@ -338,10 +336,6 @@ class FastIR(torch.nn.Module):
             self.register_buffer("W_posm", memory.W_in[L.pos].clone(), persistent=False)
             self.register_buffer("b_in", memory.b_in.clone(), persistent=False)
             self.register_buffer("W_out", memory.W_out.clone(), persistent=False)
-        elif not self.onehot:
-            self.register_buffer("K_rel", (E[s_tok] + E[a_tok]).T.contiguous(), persistent=False)
-            self.register_buffer("K_s", E[s_tok].T.contiguous(), persistent=False)
-            self.register_buffer("K_r", E[r_tok].T.contiguous(), persistent=False)
         self.B = torch.nn.Parameter(torch.zeros(T, T, dtype=torch.float64))
 
     def attention(self, positions=None) -> torch.Tensor:
@@ -367,40 +361,52 @@ class FastIR(torch.nn.Module):
         return self.memory_out(copy, cur, pos)
 
     def cot_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits (B, 2, V) at the two CoT positions, equal to ``forward(tokens, [2K, 2K+1])``.
-
-        For the constructed memory the gate makes the answer units exactly 0 at the step-1
-        position and the relation units exactly 0 at the step-2 position, so each position
-        evaluates only the units that can be non-zero there (half the work).
-        """
+        """Logits (B, 2, V) at the two CoT positions, equal to ``forward(tokens, [2K, 2K+1])``:
+        for the constructed memory, :meth:`cot_blocks` placed in zeros (the step-1 logits
+        outside the relation tokens and the step-2 ones outside the answers are exactly 0)."""
         q1 = self.task.step1_pos
         if self.dense:
             return self.forward(tokens, [q1, q1 + 1])
+        b1, b2 = self.cot_blocks(tokens)
+        n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
+        out = torch.zeros(tokens.shape[0], 2, self.V, dtype=b1.dtype)
+        out[:, 0, n: n + R] = b1
+        out[:, 1, n + R:] = b2
+        return out
+
+    def cot_blocks(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Constructed memory: the step-1 logits of the relation tokens (B, R) and the step-2
+        logits of the answer tokens (B, m); every other CoT logit is exactly 0 (the gate makes
+        the answer units 0 at the step-1 position and the relation units 0 at step 2, so each
+        position evaluates only the units that can be non-zero there)."""
         if self.onehot and self.spec.theta_ans >= 1.0 and self.spec.theta_rel > 0:
-            return self._cot_logits_sparse(tokens)
-        spec, T, V = self.spec, self.T, self.V
+            return self._cot_blocks_sparse(tokens)
+        spec, T = self.spec, self.T
+        q1 = self.task.step1_pos
+        n, R, m = self.task.cfg.n_subjects, self.task.cfg.n_relations, self.task.cfg.m
         A = self.attention([q1, q1 + 1])  # (2, T)
         Bn = tokens.shape[0]
         if self.onehot:
-            copy = torch.zeros(Bn, 2, V, dtype=A.dtype)
+            copy = torch.zeros(Bn, 2, self.V, dtype=A.dtype)
             copy.scatter_add_(2, tokens[:, None, :].expand(Bn, 2, T).contiguous(),
                               A[None].expand(Bn, -1, -1).contiguous())
             rel_in = copy[:, 0, self.s_tok] + copy[:, 0, self.a_tok]
             ans_in = copy[:, 1, self.s_tok] + (tokens[:, q1 + 1, None] == self.r_tok).to(A.dtype)
         else:
             copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])
-            rel_in = copy[:, 0] @ self.K_rel
-            ans_in = copy[:, 1] @ self.K_s + self.E[tokens[:, q1 + 1]] @ self.K_r
+            rel_in = self.rel_input(copy[:, 0])
+            ans_in = self.ans_input(copy[:, 1], self.E[tokens[:, q1 + 1]])
         ty = self.ttype[tokens[:, q1: q1 + 2]].to(A.dtype)
         g_rel = spec.gate * (ty[:, 0] != SUBJ).to(A.dtype)[:, None]
         g_ans = spec.gate * (ty[:, 1] != REL).to(A.dtype)[:, None]
         rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
         ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
-        l1 = torch.zeros(Bn, V, dtype=A.dtype).index_add(1, self.r_tok, rel_act)
-        l2 = torch.zeros(Bn, V, dtype=A.dtype).index_add(1, self.a_tok, ans_act)
-        return torch.stack([l1, l2], 1) * (spec.lam2 / self.task.cfg.temperature)
+        l1 = torch.zeros(Bn, R, dtype=A.dtype).index_add(1, self.r_tok - n, rel_act)
+        l2 = torch.zeros(Bn, m, dtype=A.dtype).index_add(1, self.a_tok - n - R, ans_act)
+        scale = spec.lam2 / self.task.cfg.temperature
+        return l1 * scale, l2 * scale
 
-    def _cot_logits_sparse(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _cot_blocks_sparse(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Exact CoT logits for one-hot embeddings touching only units that can fire.
 
         Valid for task sequences (subjects at even context positions, answers at odd ones),
@@ -433,18 +439,32 @@ class FastIR(torch.nn.Module):
         g1b = spec.gate * (ty1 != SUBJ).to(A.dtype)[:, None]
         phi_a = F.relu(ca[None, :] - spec.theta_rel - g1b).pow(2)  # (B, K)
         term2 = ((cnt - in_ctx) * phi_a[:, None, :]).sum(-1)  # (B, R)
-        l1 = torch.zeros(Bn, self.V, dtype=A.dtype)
-        l1[:, n: n + R] = term1 + term2
+        l1 = term1 + term2  # (B, R)
         rs = tokens[:, q1 + 1] - n  # (B,) r*
         ds = A[1, ps]  # (K+1,)
         ty2 = self.ttype[tokens[:, q1 + 1]]
         g2 = spec.gate * (ty2 != REL).to(A.dtype)[:, None]
         act = F.relu(ds[None, :] + 1.0 - spec.theta_ans - g2).pow(2)  # (B, K+1)
-        a_star = n + R + fS.gather(2, rs.clamp(0, R - 1)[:, None, None].expand(-1, K + 1, 1)
+        a_star = fS.gather(2, rs.clamp(0, R - 1)[:, None, None].expand(-1, K + 1, 1)
                                    ).squeeze(-1)  # (B, K+1)
         act = act * ((rs >= 0) & (rs < R)).to(A.dtype)[:, None]
-        l2 = torch.zeros(Bn, self.V, dtype=A.dtype).scatter_add(1, a_star, act)
-        return torch.stack([l1, l2], 1) * (spec.lam2 / task.cfg.temperature)
+        l2 = torch.zeros(Bn, task.cfg.m, dtype=A.dtype).scatter_add(1, a_star, act)
+        scale = spec.lam2 / task.cfg.temperature
+        return l1 * scale, l2 * scale
+
+
+    def rel_input(self, c: torch.Tensor) -> torch.Tensor:
+        """Random embeddings: every relation unit's input ``c . (E_s + E_a)`` (..., triples),
+        from the products with the n subject and m answer embeddings (R times fewer than one
+        column per triple; the units follow ``a_tok``, which IR-1's shuffle control permutes)."""
+        n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
+        return (c @ self.E[:n].T)[..., self.s_tok] + (c @ self.E[n + R:].T)[..., self.a_tok - n - R]
+
+    def ans_input(self, c: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
+        """Random embeddings: every answer unit's input ``c . E_s + cur . E_r`` (..., triples)
+        for the copy block ``c`` and the current token's embedding ``cur``."""
+        n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
+        return (c @ self.E[:n].T)[..., self.s_tok] + (cur @ self.E[n: n + R].T)[..., self.r_tok - n]
 
     def memory_out(self, copy: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
         """Logits from the copy block ``copy`` (..., d_e), the current token ids ``cur`` (...)
@@ -460,8 +480,8 @@ class FastIR(torch.nn.Module):
             rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
             ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)
         else:
-            rel_in = copy @ self.K_rel
-            ans_in = copy @ self.K_s + self.E[cur] @ self.K_r
+            rel_in = self.rel_input(copy)
+            ans_in = self.ans_input(copy, self.E[cur])
         g_rel = (spec.gate * (ty != SUBJ).to(copy.dtype))[..., None]
         g_ans = (spec.gate * (ty != REL).to(copy.dtype))[..., None]
         rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
@@ -470,85 +490,6 @@ class FastIR(torch.nn.Module):
         d = logits.dim() - 1
         logits = logits.index_add(d, self.r_tok, rel_act).index_add(d, self.a_tok, ans_act)
         return logits * (spec.lam2 / self.task.cfg.temperature)
-
-
-# --------------------------------------------------------------------------------------------
-# Pretrained memory (IR-6)
-# --------------------------------------------------------------------------------------------
-def _pretrain_inputs(task: IRTask, E: torch.Tensor, rng: np.random.Generator, B: int,
-                     jitter: float = 0.0):
-    """Residual-stream inputs of triple completion: (s, a) -> r and (s, r) -> a, each mixed
-    with random distractor mass as attention would leave it."""
-    V, T = task.d_vocab, task.n_ctx
-    L = IRLayout(V, T, E.shape[1])
-    n, R = task.cfg.n_subjects, task.cfg.n_relations
-    tr = task.triples[rng.integers(0, len(task.triples), B)]
-    s_tok, r_tok, a_tok = tr[:, 0], n + tr[:, 1], n + R + tr[:, 2]
-    x = torch.zeros(B, L.d_model, dtype=torch.float64)
-    half = B // 2
-    # relation completion at a subject position: copy = al (E_s + E_a) + the rest spread
-    # (Dirichlet weights) over three random tokens, as attention would leave it; the current
-    # token q is a random subject
-    al = torch.from_numpy(rng.uniform(0.2, 0.5, half))
-    q = torch.from_numpy(rng.integers(0, n, half))
-    others = torch.from_numpy(rng.integers(0, V, (half, 3)))
-    w = torch.from_numpy(rng.dirichlet(np.ones(3), half)) * (1 - 2 * al)[:, None]
-    if jitter > 0:
-        u = torch.from_numpy(rng.uniform(-jitter, jitter, half))
-        al_s, al_a = al * (1 + u), al * (1 - u)
-    else:
-        al_s = al_a = al
-    x[:half, L.copy] = al_s[:, None] * E[s_tok[:half]] + al_a[:, None] * E[a_tok[:half]] + \
-        torch.einsum("bk,bkd->bd", w, E[others])
-    x[:half, L.tok] = E[q]
-    x[:half, L.type.start + SUBJ] = 1.0
-    # answer completion at a relation position: copy = be E_s + rest on a random token
-    be = torch.from_numpy(rng.uniform(0.6, 1.0, B - half))
-    o = torch.from_numpy(rng.integers(0, V, B - half))
-    x[half:, L.copy] = be[:, None] * E[s_tok[half:]] + (1 - be)[:, None] * E[o]
-    x[half:, L.tok] = E[r_tok[half:]]
-    x[half:, L.type.start + REL] = 1.0
-    y = torch.from_numpy(np.concatenate([r_tok[:half], a_tok[half:]]))
-    return x, y
-
-
-def pretrain_memory(task: IRTask, spec: IRModelSpec, E: torch.Tensor, seed: int = 0,
-                    log: list | None = None) -> Memory:
-    """A relu^2 MLP trained (AdamW, float64) on triple completion, then returned frozen.
-
-    Inputs are residual vectors (tok, type and copy blocks; position and out blocks are not
-    read), targets the missing element of the triple; the loss is cross-entropy of
-    ``out / T`` over the whole vocabulary, as in finetuning.
-    """
-    V, T = task.d_vocab, task.n_ctx
-    L = IRLayout(V, T, E.shape[1])
-    H = spec.pretrain_hidden or 2 * len(task.triples)
-    gen = torch.Generator().manual_seed(int(seed) * 7919 + zlib.crc32(b"ir-pretrain"))
-    W_in = (torch.randn(L.d_model, H, generator=gen, dtype=torch.float64) /
-            math.sqrt(2 * E.shape[1]))
-    W_in[L.pos] = 0
-    W_in[L.out] = 0
-    W_in.requires_grad_(True)
-    b_in = torch.zeros(H, dtype=torch.float64, requires_grad=True)
-    W_out = (torch.randn(H, V, generator=gen, dtype=torch.float64) / math.sqrt(H))
-    W_out.requires_grad_(True)
-    read = torch.zeros(L.d_model, 1, dtype=torch.float64)
-    read[L.tok] = read[L.type] = read[L.copy] = 1.0
-    opt = torch.optim.AdamW([W_in, b_in, W_out], lr=spec.pretrain_lr, weight_decay=0.0)
-    rng = np.random.default_rng([int(seed), zlib.crc32(b"ir-pretrain-data")])
-    for step in range(spec.pretrain_steps):
-        x, y = _pretrain_inputs(task, E, rng, spec.pretrain_batch, spec.pretrain_pair_jitter)
-        logits = F.relu(x @ (W_in * read) + b_in).pow(2) @ W_out / task.cfg.temperature
-        loss = F.cross_entropy(logits, y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if log is not None and (step % 100 == 0 or step == spec.pretrain_steps - 1):
-            acc = float((logits.argmax(-1) == y).double().mean())
-            log.append({"step": step, "loss": float(loss.detach()), "acc": acc})
-    with torch.no_grad():
-        return Memory("pretrained", (W_in * read).detach().clone(), b_in.detach().clone(),
-                      W_out.detach().clone())
 
 
 @torch.no_grad()
@@ -567,8 +508,6 @@ def memory_retrieval(task: IRTask, spec: IRModelSpec, memory: Memory | None,
     if shuffle_seed is not None:
         gen = torch.Generator().manual_seed(int(shuffle_seed) + zlib.crc32(b"ir-shuffle"))
         fast.a_tok = a_tok[torch.randperm(len(a_tok), generator=gen)].clone()
-        if not fast.onehot:
-            fast.K_rel = (E[s_tok] + E[fast.a_tok]).T.contiguous()
     idx = torch.arange(len(s_tok))
     if 0 < max_triples < len(idx):
         gen = torch.Generator().manual_seed(zlib.crc32(b"ir-retrieval-sample"))

@@ -13,10 +13,10 @@ from mechinterp_icr.models.ir import (
     get_pos_block,
     memory_retrieval,
     pos_block_mask,
-    pretrain_memory,
     set_pos_block,
     token_embeddings,
 )
+from mechinterp_icr.models.ir_memory import pretrain_memory
 from mechinterp_icr.tasks.base import IGNORE
 from mechinterp_icr.tasks.ir import IRTaskConfig, check_assumption1, make_kb
 from mechinterp_icr.training.pgd import PGDConfig, fast_loss, pgd_fast, pgd_hooked
@@ -103,13 +103,17 @@ def test_ir1_constructed_memory_retrieval_is_perfect():
 
 
 # ------------------------------------------------------------------------------ fast == HT
-@pytest.mark.parametrize("embedding,memory", [("onehot", "constructed"),
-                                              ("random", "constructed"),
-                                              ("onehot", "pretrained")])
-def test_fast_path_equals_hooked_transformer(embedding, memory):
+@pytest.mark.parametrize("embedding,memory,theta_ans", [("onehot", "constructed", 1.1),
+                                                        ("onehot", "constructed", 0.9),
+                                                        ("random", "constructed", 1.1),
+                                                        ("onehot", "pretrained", 1.1)])
+def test_fast_path_equals_hooked_transformer(embedding, memory, theta_ans):
+    """Logits and the CoT loss's gradient (fast_loss: block cross-entropy for the constructed
+    memory, through the sparse one-hot path at theta_ans >= 1 and the gathered one below it)
+    equal the HookedTransformer's."""
     task = _task(n=12)
     spec = IRModelSpec(embedding=embedding, d_embed=10, memory=memory, pretrain_steps=20,
-                       pretrain_batch=64)
+                       pretrain_batch=64, theta_ans=theta_ans)
     E = token_embeddings(task, spec, 0)
     mem = pretrain_memory(task, spec, E, 0) if memory == "pretrained" else None
     B = torch.randn(7, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -210,7 +214,8 @@ def test_pretrain_pair_jitter_validates_and_unbalances_pairs():
     import numpy as np
 
     from mechinterp_icr.config import ConfigError
-    from mechinterp_icr.models.ir import IRLayout, _pretrain_inputs
+    from mechinterp_icr.models.ir import IRLayout
+    from mechinterp_icr.models.ir_memory import _pretrain_inputs
 
     with pytest.raises(ConfigError, match="pretrain_pair_jitter"):
         IRModelSpec(pretrain_pair_jitter=1.5)

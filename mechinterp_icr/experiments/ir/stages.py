@@ -33,9 +33,9 @@ from mechinterp_icr.models.ir import (
     Memory,
     ideal_pos_block,
     memory_retrieval,
-    pretrain_memory,
     token_embeddings,
 )
+from mechinterp_icr.models.ir_memory import pretrain_memory
 from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.tasks.base import Batch
 from mechinterp_icr.training.pgd import PGDConfig, perturbation

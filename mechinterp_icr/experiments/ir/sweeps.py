@@ -127,7 +127,7 @@ def step1_expected(fast: FastIR, batch) -> float:
     A = fast.attention([q1])
     copy = torch.einsum("pt,btd->bpd", A, fast.E[batch.tokens])[:, 0]
     gate = sp.gate * (fast.ttype[batch.tokens[:, q1]] != SUBJ).to(A.dtype)[:, None]
-    act = torch.relu(copy @ fast.K_rel - sp.theta_rel - gate).pow(2)
+    act = torch.relu(fast.rel_input(copy) - sp.theta_rel - gate).pow(2)
     logits = torch.zeros(len(batch), fast.V, dtype=A.dtype).index_add(1, fast.r_tok, act)
     logits = logits * (sp.lam2 / task.cfg.temperature)
     t1 = batch.targets[:, q1]
