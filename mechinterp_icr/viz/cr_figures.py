@@ -88,24 +88,41 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
                           yaxis_title="exact accuracy", yaxis_range=[-0.02, 1.02])
         out["cr_finetune_curves"] = save_figure(fig, fig_dir / "cr_finetune_curves")
     if sweep:
-        fig = go.Figure()
-        labels = [r["setting"] for r in sweep]
-        for key, name in (("heldout_icl_exact", "held-out plain ICL"),
-                          ("heldout_iclgrm_exact", "held-out ICL+Grm")):
-            means = [r[f"{key}_mean"] for r in sweep]
-            pts = [r[f"{key}_per_seed"] for r in sweep]
-            fig.add_trace(go.Bar(x=labels, y=means, name=name, offsetgroup=key))
-            fig.add_trace(go.Scatter(x=[lab for lab, p in zip(labels, pts) for _ in p],
-                                     y=[v for p in pts for v in p], mode="markers",
-                                     offsetgroup=key, name=f"{name} (per seed)",
-                                     marker={"size": 7, "color": "black"}, showlegend=False))
-        fig.add_hline(y=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
-        fig.update_layout(title="CR-3 sweep: ICL+Grm finetuning, held-out accuracy "
-                                "(bars: mean; dots: seeds)",
-                          barmode="group", scattermode="group", yaxis_title="exact accuracy",
-                          yaxis_range=[-0.02, 1.05])
-        out["cr3_sweep"] = save_figure(fig, fig_dir / "cr3_sweep", width=1100)
+        out["cr3_sweep"] = _sweep_figure(sweep, fig_dir / "cr3_sweep")
     return out
+
+
+def _sweep_figure(sweep: list[dict], stem) -> dict[str, str]:
+    """CR-3 sweep bars (mean) with the seeds as dots; vertical bars for a few settings,
+    horizontal ones (a row per setting, readable labels) for the paper profile's many."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    labels = [r["setting"] for r in sweep]
+    flip = len(labels) > 4
+    for key, name in (("heldout_icl_exact", "held-out plain ICL"),
+                      ("heldout_iclgrm_exact", "held-out ICL+Grm")):
+        means = [r[f"{key}_mean"] for r in sweep]
+        pts = [r[f"{key}_per_seed"] for r in sweep]
+        cats = [lab for lab, p in zip(labels, pts) for _ in p]
+        vals = [v for p in pts for v in p]
+        bar = dict(x=means, y=labels, orientation="h") if flip else dict(x=labels, y=means)
+        dots = dict(x=vals, y=cats, orientation="h") if flip else dict(x=cats, y=vals)
+        fig.add_trace(go.Bar(name=name, offsetgroup=key, **bar))
+        fig.add_trace(go.Scatter(mode="markers", offsetgroup=key, name=f"{name} (per seed)",
+                                 marker={"size": 7, "color": "black"}, showlegend=False,
+                                 **dots))
+    title = "CR-3 sweep: ICL+Grm finetuning, held-out accuracy (bars: mean; dots: seeds)"
+    acc = {"title": "exact accuracy", "range": [-0.02, 1.05]}
+    if flip:
+        fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
+        fig.update_layout(title=title, barmode="group", scattermode="group", xaxis=acc,
+                          yaxis={"autorange": "reversed", "automargin": True},
+                          legend={"orientation": "h", "y": -0.08})
+        return save_figure(fig, stem, width=1100, height=160 + 46 * len(labels))
+    fig.add_hline(y=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
+    fig.update_layout(title=title, barmode="group", scattermode="group", yaxis=acc)
+    return save_figure(fig, stem, width=1100)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ another folder links nothing outside it; the git revision it is written at is re
 import json
 import re
 
+import pytest
+
 from mechinterp_icr.viz.publish import publish
 from mechinterp_icr.viz.report import render_report, resolve_figure, write_report
 
@@ -82,3 +84,20 @@ def test_published_report_links_nothing_outside_its_folder(tmp_path):
     # in the output directory itself the interactive files are linked
     own = write_report(out).read_text()
     assert 'href="figures/cr_icl_by_k.html"' in own and 'href="views/v.html"' in own
+
+
+@pytest.mark.parametrize("n", [2, 6])
+def test_cr3_sweep_figure_turns_horizontal_for_many_settings(tmp_path, monkeypatch, n):
+    """The paper profile's 17 sweep settings get a row each (readable labels); a few stay
+    vertical bars. Every setting's mean and seeds are drawn."""
+    from mechinterp_icr.viz.cr_figures import _sweep_figure
+
+    monkeypatch.setenv("MECHINTERP_ICR_NO_PNG", "1")
+    rows = [{"setting": f"setting {i}", "heldout_icl_exact_mean": 0.5,
+             "heldout_icl_exact_per_seed": [0.4, 0.6], "heldout_iclgrm_exact_mean": 0.9,
+             "heldout_iclgrm_exact_per_seed": [0.9, 0.9]} for i in range(n)]
+    out = _sweep_figure(rows, tmp_path / "cr3_sweep")
+    html = (tmp_path / "cr3_sweep.html").read_text()
+    assert out["html"].endswith("cr3_sweep.html") and "png" not in out
+    assert ('"orientation":"h"' in html) == (n > 4)
+    assert all(f"setting {i}" in html for i in range(n))
