@@ -115,7 +115,8 @@ def _sweep_figure(sweep: list[dict], stem) -> dict[str, str]:
     title = "CR-3 sweep: ICL+Grm finetuning, held-out accuracy (bars: mean; dots: seeds)"
     acc = {"title": "exact accuracy", "range": [-0.02, 1.05]}
     if flip:
-        fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
+        fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80",
+                      annotation_position="bottom left")
         fig.update_layout(title=title, barmode="group", scattermode="group", xaxis=acc,
                           yaxis={"autorange": "reversed", "automargin": True},
                           legend={"orientation": "h", "y": -0.08})
