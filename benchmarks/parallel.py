@@ -50,12 +50,13 @@ def _reproduce(target: str, seeds: str, workers: int, out: Path) -> float:
 
 
 def _comparable(summary: dict) -> dict:
-    """The parts of a summary that must not depend on scheduling."""
+    """The parts of a summary that must not depend on scheduling (not the provenance table
+    of code revisions either: a checkout edited between the runs marks one of them dirty)."""
     def strip(x):
         if isinstance(x, dict):
             return {k: strip(v) for k, v in x.items()
                     if not any(s in k for s in ("seconds", "timing", "wall", "cpu", "path",
-                                                "file", "figure"))}
+                                                "file", "figure", "code revision"))}
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x
