@@ -452,7 +452,6 @@ class FastIR(torch.nn.Module):
         scale = spec.lam2 / task.cfg.temperature
         return l1 * scale, l2 * scale
 
-
     def rel_input(self, c: torch.Tensor) -> torch.Tensor:
         """Random embeddings: every relation unit's input ``c . (E_s + E_a)`` (..., triples),
         from the products with the n subject and m answer embeddings (R times fewer than one

@@ -23,11 +23,12 @@ __all__ = ["IGNORE", "Batch", "Task", "Vocab", "logits_at"]
 def logits_at(model: torch.nn.Module, tokens: torch.Tensor, rows: torch.Tensor,
               cols: torch.Tensor) -> torch.Tensor:
     """The model's logits at positions ``(rows[i], cols[i])`` of ``tokens``: ``(N, V)``, the
-    same numbers as ``model(tokens)[rows, cols]``. For a HookedTransformer the final norm and
-    the unembedding run on those positions alone (the residual stream and every hook before
-    them as in a full forward), which saves their forward and backward at every other position:
-    10-25% of a training step of this project's small models, whose formats read a few
-    positions of each sequence. Another module is run whole and indexed."""
+    same numbers as ``model(tokens)[rows, cols]``. For a HookedTransformer with a final norm
+    (``ln_final``) the norm and the unembedding run on those positions alone (the residual
+    stream and every hook before them as in a full forward). Any other module, including a
+    HookedTransformer built with ``normalization_type=None`` (TransformerLens gives it no
+    ``ln_final``; every model of the CR and IR reproductions is one), is run whole and
+    indexed, so for those models this saves nothing."""
     cfg = getattr(model, "cfg", None)
     if cfg is None or not all(hasattr(model, a) for a in ("blocks", "unembed", "ln_final")):
         return model(tokens)[rows, cols]

@@ -79,8 +79,8 @@ def masked_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def target_logits(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, targets)`` at the positions of ``batch`` that carry a target only, ``(N, V)``
-    and ``(N,)`` (:func:`~mechinterp_icr.tasks.base.logits_at`: the unembedding runs on those
-    positions alone)."""
+    and ``(N,)`` (:func:`~mechinterp_icr.tasks.base.logits_at`: for a model with a final norm
+    the unembedding runs on those positions alone)."""
     rows, cols = (batch.targets != IGNORE).nonzero(as_tuple=True)
     return logits_at(model, batch.tokens, rows, cols), batch.targets[rows, cols]
 

@@ -8,6 +8,7 @@ which fails offline). PNG export can be switched off with ``MECHINTERP_ICR_NO_PN
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -37,17 +38,12 @@ def png_available() -> bool:
     return chromium_path() is not None
 
 
-_SERVER: list[bool] = []  # [started?] once per process
-
-
+@functools.cache
 def _png_server() -> None:
-    """Keep one Chromium for every PNG this process writes (kaleido's sync server): a figure
-    then takes about 0.15 s instead of about 2 s for a browser started per figure (measured
-    2026-12-01 on the 2-core machine; a reproduction writes about 15). Stopped at exit; when it
-    cannot start, each figure starts its own browser as before."""
-    if _SERVER:
-        return
-    _SERVER.append(False)
+    """Keep one Chromium for every PNG this process writes (kaleido's sync server; tried once
+    per process): a figure then takes about 0.15 s instead of about 2 s for a browser started
+    per figure (measured 2026-12-01 on the 2-core machine; a reproduction writes about 15).
+    Stopped at exit; when it cannot start, each figure starts its own browser as before."""
     try:
         import atexit
         import warnings
@@ -57,7 +53,6 @@ def _png_server() -> None:
         kaleido.start_sync_server(silence_warnings=True)
         atexit.register(kaleido.stop_sync_server, silence_warnings=True)
         warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-        _SERVER[0] = True
     except Exception:  # noqa: BLE001 - an older kaleido or no server: per-figure browsers
         pass
 
