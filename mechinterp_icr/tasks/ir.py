@@ -11,8 +11,11 @@ loss is taken only at these two positions (``targets`` is IGNORE elsewhere).
 
 Confusions (both are planted in the knowledge base and mixed into the data at set rates):
 - single-pair: one in-context pair fits a second relation, ``f(s, r') = f(s, r*)``;
-- swap (re-pairing): the two pairs fit another relation once re-paired,
-  ``f(s_1, r') = a_2`` and ``f(s_2, r') = a_1``.
+- swap (re-pairing): the pairs fit another relation once re-paired,
+  ``f(s_1, r') = a_2`` and ``f(s_2, r') = a_1``. With K >= 3 pairs the planted re-pairing is
+  a K-cycle over all the pairs, ``f(s_i, r') = a_{i+1 mod K}``: a re-pairing of only two of
+  three pairs does not tie under uniform attention (r* keeps three reads against two), so
+  only the full re-pairing makes K >= 3 sequences that a pairwise row must resolve.
 
 Assumption 1 (for two distinct subjects exactly one relation is consistent with both pairs) is
 equivalent to: no relation pair ``(r, r')`` has ``f(s, r) = f(s, r')`` for two different
@@ -119,7 +122,14 @@ class IRTaskConfig:
 class KnowledgeBase:
     f: np.ndarray  # (n, R) answer index in [0, m)
     singles: np.ndarray  # (k, 3): subject, r, r' with f[s, r] == f[s, r'] (planted)
-    swaps: np.ndarray  # (k, 4): s, s', r, r' with f[s', r'] == f[s, r], f[s, r'] == f[s', r]
+    swaps: np.ndarray  # (k, L + 2): L subjects s_1..s_L, then r, r', with
+    # f[s_i, r'] == f[s_{i+1 mod L}, r]; L = max(2, K) (L = 2: the swap f[s', r'] == f[s, r],
+    # f[s, r'] == f[s', r])
+
+    @property
+    def cycle_len(self) -> int:
+        """L, the number of subjects in each planted re-pairing."""
+        return self.swaps.shape[1] - 2
 
 
 def check_assumption1(f: np.ndarray) -> list[tuple[int, int, list[int]]]:
@@ -160,22 +170,26 @@ def make_kb(cfg: IRTaskConfig, seed: int) -> KnowledgeBase:
     f = np.argsort(rng.random((n, m)), axis=1)[:, :R].astype(np.int64)
     used = np.zeros(n, bool)
     allowed: dict[int, set[tuple[int, int]]] = {s: set() for s in range(n)}
-    # planted swaps: pairs of subjects (s, s') and relations r != r'
-    n_swap_subj = int(cfg.kb_swap_frac * n) // 2 * 2
+    # planted re-pairings: L = max(2, K) subjects and relations r != r', f[s_i, r'] =
+    # f[s_{i+1}, r] (L = 2: a swap of two subjects' answers)
+    L = max(2, cfg.n_pairs)
+    n_swap_subj = int(cfg.kb_swap_frac * n) // L * L
     swaps = []
     order = rng.permutation(n)
     cand = list(order[:n_swap_subj])
-    for i in range(0, len(cand) - 1, 2):
-        s, s2 = int(cand[i]), int(cand[i + 1])
+    for i in range(0, len(cand) - L + 1, L):
+        subj = [int(x) for x in cand[i: i + L]]
         for _ in range(20):
             r, r2 = rng.choice(R, 2, replace=False)
-            old = f[[s, s2]].copy()
-            f[s2, r2], f[s, r2] = f[s, r], f[s2, r]
-            if _row_ok(f[s], allowed[s]) and _row_ok(f[s2], allowed[s2]) and f[s, r] != f[s2, r]:
-                swaps.append((s, s2, int(r), int(r2)))
-                used[[s, s2]] = True
+            old = f[subj].copy()
+            vals = f[subj, r].copy()
+            f[subj, r2] = np.roll(vals, -1)
+            if (all(_row_ok(f[s], allowed[s]) for s in subj)
+                    and len(set(vals.tolist())) == L):
+                swaps.append((*subj, int(r), int(r2)))
+                used[subj] = True
                 break
-            f[[s, s2]] = old
+            f[subj] = old
     # planted single-pair collisions: at most one subject per relation pair (Assumption 1)
     pairs = [(r, r2) for r in range(R) for r2 in range(r + 1, R)]
     n_single = len(pairs) if cfg.kb_single < 0 else cfg.kb_single
@@ -197,7 +211,7 @@ def make_kb(cfg: IRTaskConfig, seed: int) -> KnowledgeBase:
     if bad:  # cannot happen by construction; kept as a guard
         raise ConfigError(f"knowledge base violates Assumption 1 on {bad[:3]}")
     return KnowledgeBase(f, np.array(singles, np.int64).reshape(-1, 3),
-                         np.array(swaps, np.int64).reshape(-1, 4))
+                         np.array(swaps, np.int64).reshape(-1, L + 2))
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,9 +285,10 @@ class IRTask:
                 fixed = pick[:, :1]
                 rel[idx] = np.where(rng.random(len(idx)) < 0.5, pick[:, 1], pick[:, 2])
             else:
+                L = kb.cycle_len
                 pick = kb.swaps[rng.integers(0, len(kb.swaps), len(idx))]
-                fixed = pick[:, :2]
-                rel[idx] = np.where(rng.random(len(idx)) < 0.5, pick[:, 2], pick[:, 3])
+                fixed = pick[:, :L]
+                rel[idx] = np.where(rng.random(len(idx)) < 0.5, pick[:, L], pick[:, L + 1])
             subj[idx] = self._distinct_subjects(rng, len(idx), K + 1, fixed)
         # context answers must be distinct (a1 != a2): redraw the free subjects of bad rows
         for _ in range(1000):
@@ -283,7 +298,7 @@ class IRTask:
             if not bad.any():
                 break
             for i in np.nonzero(bad)[0]:
-                nfix = {KIND_PLAIN: 0, KIND_SINGLE: 1, KIND_SWAP: 2}[int(kind[i])]
+                nfix = {KIND_PLAIN: 0, KIND_SINGLE: 1, KIND_SWAP: kb.cycle_len}[int(kind[i])]
                 subj[i] = self._distinct_subjects(rng, 1, K + 1, subj[i: i + 1, :nfix])[0]
         # the planted pairs sit in random context slots
         perm = np.argsort(rng.random((B, K)), axis=1)
@@ -319,11 +334,14 @@ class IRTask:
         ans = f[subj[:, :K], rel[:, None]]  # (B, K)
         fs = f[subj[:, :K]]  # (B, K, R)
         single = ((fs == ans[:, :, None]) & other[:, None, :]).any((1, 2))
+        # swap: another relation r' fits every pair once re-paired, i.e. {f(s_i, r')} equals
+        # {a_i} as sets (a_i are distinct); with two pairs exactly the swap f(s_1, r') = a_2,
+        # f(s_2, r') = a_1 (the identity re-pairing would break Assumption 1)
         swap = np.zeros(len(rel), bool)
-        for i in range(K):
-            for j in range(i + 1, K):
-                swap |= ((fs[:, i] == ans[:, j, None]) & (fs[:, j] == ans[:, i, None])
-                         & other).any(1)
+        if K >= 2:
+            eq = fs[:, :, :, None] == ans[:, None, None, :]  # (B, K pairs, R, K answers)
+            onto = eq.any(1).all(2) & eq.any(3).all(1)  # (B, R): {f(s_i, r')} == {a_i}
+            swap = (onto & other).any(1)
         return {"single": single, "swap": swap, "confusing": single | swap}
 
     def sample(self, rng: np.random.Generator, batch_size: int, split: str = "train") -> Batch:

@@ -62,6 +62,45 @@ def test_gap_stop_rule_stops_once_the_gap_stops_falling():
     assert not stop({"step": 15, "row1": row(0.2)})
     assert not stop({"step": 21, "row1": row(0.1)})  # fell by 0.1
     assert stop({"step": 31, "row1": row(0.098)})  # gap 2g fell by 0.004 < 0.01
+    # a gap still growing is not settled: the rule keeps the run going
+    checks, stop = gap_stop_rule(cfg)
+    assert not stop({"step": 11, "row1": row(0.01)})
+    assert not stop({"step": 21, "row1": row(0.05)})  # grew by 0.08
+    assert stop({"step": 31, "row1": row(0.052)})  # moved by 0.004 < 0.01
+
+
+def test_run_fast_reads_the_final_accuracies_on_the_final_batch():
+    from dataclasses import replace as _replace
+
+    from mechinterp_icr.experiments.ir.config import model_spec, task_config
+    from mechinterp_icr.experiments.ir.train import (
+        FINAL_KEYS,
+        batch_accuracy,
+        final_batch,
+        final_record,
+        run_fast,
+    )
+    from mechinterp_icr.training.pgd import PGDConfig
+
+    cfg = apply_overrides(profile("quick"), ["final_eval=300"])
+    tk = task_config(cfg, 32).build(0)
+    ev = tk.sample(tagged_rng(0, "eval", 32), 100)
+    train = tk.sample(tagged_rng(0, "train", 32), 64)
+    big = final_batch(cfg, tk, 0, "t")
+    assert len(big.tokens) == 300
+    pgd = PGDConfig(big_lr=1.0, sigma=0.01, lr=0.05, steps=5)
+    fast, recs = run_fast(tk, model_spec(cfg), train, ev, pgd, 0, final_ev=big)
+    last = final_record(recs)
+    assert last["final_eval"] == 300 and last["step"] == 6
+    # the final record holds the big batch's accuracies of the final state, the small batch's
+    # are kept beside them
+    acc_big, acc_ev = batch_accuracy(fast, big, chunk=128), batch_accuracy(fast, ev)
+    for k in FINAL_KEYS:
+        if k in acc_big:
+            assert last[k] == pytest.approx(acc_big[k], abs=1e-12)
+            assert last[f"ev_{k}"] == pytest.approx(acc_ev[k], abs=1e-12)
+    _, plain = run_fast(tk, model_spec(cfg), train, ev, _replace(pgd), 0)
+    assert "final_eval" not in final_record(plain)
 
 
 def test_induction_task_of_varying_period_and_offset():
@@ -102,21 +141,21 @@ UNIFORM_CTX = (0.25, 0.25, 0.25, 0.25, 0.0)
 PAIRWISE = (0.2, 0.2, 0.3, 0.3, 0.0)
 
 
-def test_k3_metrics_control_is_the_row_conditions_of_the_large_step_only():
+def test_k3_metrics_control_is_the_swap_bound_of_the_large_step():
     from mechinterp_icr.experiments.ir.stages import k3_metrics
 
     row3 = (1 / 6,) * 6 + (0.0,)
-    # large step: rows met (gap 0, s3 0) but argmax 0.99 < 0.999 -> control still meets its
-    # condition (the argmax is an unrelated condition, SPEC 0)
-    recs = [_rec(0, (1 / 7,) * 7), _rec(1, row3, acc=0.99), _rec(50, row3)]
+    # large step: uniform rows meet gap and s3 whatever happens, so the control is the swap
+    # bound at the tie (0.5 < 0.90); the final state solves the swaps
+    recs = [_rec(0, (1 / 7,) * 7), _rec(1, row3, swap=0.5), _rec(50, row3)]
     m = k3_metrics(recs)
-    assert m["large_step_rows_met"] == 1.0 and m["large_step_solved"] == 0.0
+    assert m["large_step_rows_met"] == 1.0 and m["large_step_swap_expected_acc"] == 0.5
+    assert m["large_step_solved"] == 0.0
     assert m["rows_met"] == 1.0 and m["solved"] == 1.0 and m["small_steps"] == 49
     gap = (0.2, 0.1333, 1 / 6, 1 / 6, 1 / 6, 1 / 6, 0.0)
     m = k3_metrics([recs[0], _rec(1, gap), recs[2]])
     assert m["large_step_rows_met"] == 0.0  # gap 0.067 > 0.02
-    m = k3_metrics([recs[0], _rec(1, row3[:-1] + (0.03,)), recs[2]])
-    assert m["large_step_rows_met"] == 0.0  # s3 0.03 > 0.02
+    assert m["large_step_swap_expected_acc"] == 0.95  # reaches the bound: the control fails
 
 
 def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():

@@ -82,6 +82,59 @@ def test_confusion_rates_and_pair_symmetric():
     assert torch.equal(bs.tokens[5:, 4:], bs.tokens[:5, 4:])
 
 
+def _two_swap_flags(task, b):
+    """The swap flag as it was defined for two pairs (before re-pairings of K pairs)."""
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    rel = (b.tokens[:, 5] - n).numpy()
+    s1, s2 = b.tokens[:, 0].numpy(), b.tokens[:, 2].numpy()
+    a1, a2 = b.tokens[:, 1].numpy() - n - R, b.tokens[:, 3].numpy() - n - R
+    f = task.kb.f
+    other = np.arange(R)[None, :] != rel[:, None]
+    return ((f[s1] == a2[:, None]) & (f[s2] == a1[:, None]) & other).any(1)
+
+
+def test_k_pair_re_pairings_are_cycles_that_tie_under_uniform_attention():
+    from mechinterp_icr.models.ir import ideal_pos_block
+
+    # two pairs: the flag is the two-subject swap, as before
+    t2 = _task(n=128)
+    b2 = t2.sample(np.random.default_rng(2), 2000)
+    assert np.array_equal(b2.meta["swap"].numpy(), _two_swap_flags(t2, b2))
+    # three pairs: each planted re-pairing is a 3-cycle f(s_i, r') = f(s_(i+1), r)
+    t3 = _task(n=128, n_pairs=3)
+    kb = t3.kb
+    assert kb.swaps.shape[1] == 5 and kb.cycle_len == 3 and check_assumption1(kb.f) == []
+    for *subj, r, r2 in kb.swaps:
+        assert len({kb.f[s, r] for s in subj}) == 3
+        for i in range(3):
+            assert kb.f[subj[i], r2] == kb.f[subj[(i + 1) % 3], r]
+    b3 = t3.sample(np.random.default_rng(0), 3000)
+    kind = b3.meta["kind"]
+    assert b3.meta["swap"][kind == 2].all() and not b3.meta["swap"][kind != 2].any()
+    # under uniform attention over the pairs r* and r' tie exactly on them (the saddle); a
+    # pairwise row with unequal pair masses resolves them
+    fast = FastIR(t3, IRModelSpec(), seed=0)
+    sw = kind == 2
+    tgt = b3.targets[sw][:, 6]
+    with torch.no_grad():
+        fast.B.copy_(ideal_pos_block(t3.n_ctx, 3, 1 / 6))
+        lg = fast.cot_logits(b3.tokens[sw])[:, 0]
+        B = ideal_pos_block(t3.n_ctx, 3, 1 / 6)
+        B[6, 0:2] += 0.6  # the first pair heavier
+        fast.B.copy_(B)
+        lg_pair = fast.cot_logits(b3.tokens[sw])[:, 0]
+    top2 = lg.topk(2)
+    assert torch.allclose(top2.values[:, 0], top2.values[:, 1], rtol=0, atol=1e-9)
+    assert (top2.indices == tgt[:, None]).any(1).all()
+    assert float((lg_pair.argmax(-1) == tgt).double().mean()) > 0.9
+
+
+def _sub(b, keep):
+    from mechinterp_icr.tasks.base import Batch
+    return Batch(b.tokens[keep], b.targets[keep],
+                 {k: v[keep] for k, v in b.meta.items()})
+
+
 def test_bad_config_names_field():
     with pytest.raises(ConfigError, match="task.n_pairs"):
         IRTaskConfig(n_subjects=8, n_pairs=8)

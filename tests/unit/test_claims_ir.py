@@ -30,7 +30,7 @@ GOOD = {
     "IR-6": {"within_pair_gap": 0.01, "pair_mass_diff": 0.1, "mass_s3": 0.03, "ir2_met": 1.0,
              "constructed_rows_met": 1.0, "large_step_pair_mass_diff": 0.01},
     "IR-7": {"within_pair_gap": 0.01, "mass_s3": 0.0, "solved": 1.0,
-             "large_step_rows_met": 0.0},
+             "large_step_swap_expected_acc": 0.5},
     "IR-8": {"induction_row_step1_acc": 0.2, "learned_row_step1_acc": 1.0,
              "ir_head_score_minus_baseline": -0.05,
              "induction_model_score_minus_baseline": 0.7,
@@ -48,7 +48,7 @@ BAD_CONTROLS = [
     ("IR-5", "zero_data_reaches", 1.0),
     ("IR-6", "constructed_rows_met", 0.0),
     ("IR-6", "large_step_pair_mass_diff", 0.08),
-    ("IR-7", "large_step_rows_met", 1.0),
+    ("IR-7", "large_step_swap_expected_acc", 0.93),
     ("IR-8", "induction_model_score_minus_baseline", 0.3),
     ("IR-8", "induction_model_tl_score_minus_baseline", 0.3),
 ]
@@ -169,9 +169,9 @@ def test_ir4_perturbation_role_is_registered_and_nan_is_not_shown():
         assert perturbation_role(per)["status"] == "not tested"
 
 
-def test_notes_say_why_ir6_and_ir7_cannot_be_decided():
-    c7 = _verdicts(_per({"IR-7": ("large_step_rows_met", 1.0)}))["IR-7"]
-    assert "no saddle" in c7["notes"]
+def test_notes_say_why_ir6_cannot_be_decided_and_what_ir7s_control_is():
+    c7 = _verdicts(_per())["IR-7"]
+    assert "3-cycle" in c7["notes"] and "swap bound" in c7["notes"]
     c6 = _verdicts(_per({"IR-6": ("constructed_rows_met", 0.0)}))["IR-6"]
     assert c6["notes"].startswith("undecidable at n = ")
 

@@ -43,9 +43,14 @@ class IRConfig:
     # evaluation sizes: the same in every profile (SPEC 0; the 0.999 argmax bar is <= 1 error
     # in eval_size = 1000)
     eval_size: int = 1000
+    # IR-2's accuracies of a run's final state (and IR-6's and IR-7's, which reuse them) are
+    # read on this many fresh sequences of the evaluation mix: argmax >= 0.999 then allows 10
+    # errors, where eval_size allowed 1, below the binomial noise of the error rates measured
+    # (0.0002-0.0006; docs/registry.md, 2026-12-01)
+    final_eval: int = 10000
     # IR-3 stopping rule: after `steps` small steps, every `stop_every` steps, stop once the
-    # within-pair gap fell by less than `stop_tol` over the last `stop_every` steps (or at
-    # `stop_max` small steps)
+    # within-pair gap moved by less than `stop_tol` (either way) over the last `stop_every`
+    # steps (or at `stop_max` small steps)
     stop_every: int = 100
     stop_tol: float = 0.0005
     stop_max: int = 1000

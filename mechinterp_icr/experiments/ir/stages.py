@@ -19,6 +19,7 @@ from mechinterp_icr.experiments.ir.train import (
     ceiling,
     escape_step,
     eval_steps,
+    final_batch,
     final_record,
     gap_stop_rule,
     hooked_run,
@@ -107,12 +108,16 @@ def swap_batch(cfg: IRConfig, task, seed: int):
 def ir2_metrics(rec: dict, swap_p: float | None) -> dict[str, Any]:
     """IR-2's accuracies from a run record: argmax and expected step 1, expected step 1 on
     swap-confusing sequences (``swap_p``, else the evaluation mix's swap subset) and expected
-    step 2; ``ir2_met`` = every IR-2 condition of the registry met by this record."""
+    step 2; ``ir2_met`` = every IR-2 condition of the registry met by this record. A final
+    record read on ``final_eval`` sequences (:func:`..train.run_fast`) also gives that size
+    and the argmax step 1 on the ``eval_size`` batch."""
     m = {"step1_argmax_acc": rec.get("step1_acc"), "step1_expected_acc": rec.get("step1_prob"),
          "swap_expected_acc": swap_p if swap_p is not None else rec.get("step1_prob_swap"),
          "step2_expected_acc": rec.get("step2_prob"), "step2_argmax_acc": rec.get("step2_acc")}
     m["ir2_met"] = float(all(compare(m.get(c.metric), c.op, c.threshold)
                              for c in spec("IR-2").conditions))
+    if rec.get("final_eval"):  # read on final_eval sequences; the eval_size batch's beside
+        m.update(final_eval=rec["final_eval"], eval_size_step1_argmax_acc=rec.get("ev_step1_acc"))
     return m
 
 
@@ -143,13 +148,15 @@ def gap_trace(recs: list[dict]) -> list[list[float]]:
 
 def stopped_run(cfg: IRConfig, task, spec_: IRModelSpec, train, ev, seed: int, *,
                 swap=None, memory=None, E=None, pgd: PGDConfig | None = None,
-                at_big_step: dict | None = None):
-    """A PGD run under IR-3's stopping rule (:func:`..train.gap_stop_rule`)."""
+                at_big_step: dict | None = None, final_ev=None):
+    """A PGD run under IR-3's stopping rule (:func:`..train.gap_stop_rule`); ``final_ev``: the
+    batch its final accuracies are read on (:func:`..train.final_batch`)."""
     checks, stop = gap_stop_rule(cfg)
     pgd = replace(main_pgd(cfg), steps=cfg.stop_max) if pgd is None else pgd
     return run_fast(task, spec_, train, ev, pgd, seed, memory=memory, E=E, swap=swap,
                     escape_at=cfg.escape_at,
-                    extra_eval=checks, stop_fn=stop, at_big_step=at_big_step)
+                    extra_eval=checks, stop_fn=stop, at_big_step=at_big_step,
+                    final_ev=final_ev)
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +214,8 @@ def pgd_vs_gd_runs(cfg: IRConfig, main: MainSetting, seed: int, seed_dir: Path) 
         base = replace(main_pgd(cfg), perturb=(alg == "pgd"))
         if (d, alg) == ("raw", "pgd"):
             fast, recs = stopped_run(cfg, main.task, main.spec, data[d], main.ev, seed,
-                                     swap=sw, at_big_step={"noswap": no_swap})
+                                     swap=sw, at_big_step={"noswap": no_swap},
+                                     final_ev=final_batch(cfg, main.task, seed, "main"))
         else:
             steps = cfg.gd_sym_steps if alg == "gd" and d != "raw" else cfg.steps
             esc = ((lambda r: r.get("swap_p", 0) >= cfg.escape_at) if d == "eps" else None)
@@ -320,7 +328,8 @@ def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, main: MainSetting, seed: int
 def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = None,
                pgd: PGDConfig | None = None) -> list[dict]:
     """PGD records of the K = 3 setting (n = ``k3_n``, N = ``k3_N``) under IR-3's stopping
-    rule (or the given ``pgd``, without it)."""
+    rule, the final accuracies read on ``final_eval`` sequences (or the given ``pgd``, without
+    either)."""
     n = cfg.k3_n if n is None else n
     tk = task_config(cfg, n, K=3).build(seed)
     ev3 = tk.sample(tagged_rng(seed, "eval3", n), cfg.eval_size)
@@ -328,15 +337,18 @@ def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = N
     spec_ = model_spec(cfg)
     if pgd is not None:
         return run_fast(tk, spec_, train, ev3, pgd, seed)[1]
-    return stopped_run(cfg, tk, spec_, train, ev3, seed)[1]
+    return stopped_run(cfg, tk, spec_, train, ev3, seed,
+                       final_ev=final_batch(cfg, tk, seed, "k3"))[1]
 
 
 def k3_metrics(recs: list[dict]) -> dict[str, Any]:
     """IR-7 per-seed metrics from :func:`k3_records`: the final row and accuracies (``solved``
     = IR-2's accuracies met), and the same right after the large step. The negative control
-    ``large_step_rows_met`` is IR-7's row conditions only (gap and s3), not the task: a
-    control that fails only through the argmax accuracy fails for an unrelated reason
-    (SPEC 0)."""
+    is ``large_step_swap_expected_acc``, the large-step state's expected step-1 accuracy on
+    the swap-confusing (3-cycle) sequences of the evaluation mix, which must stay below IR-2's
+    swap bound: at the tie of uniform attention the task is not solved. (Its rows are uniform,
+    so ``large_step_rows_met``, reported, is 1: gap and s3 alone cannot fail there. A control
+    failing only through the argmax accuracy would fail for an unrelated reason, SPEC 0.)"""
     out = {}
     for tag, r in (("", final_record(recs)), ("large_step_", recs[1])):
         m = {**row_metrics(r), **ir2_metrics(r, None)}
@@ -391,10 +403,13 @@ def pretrained_records(cfg: IRConfig, seed: int, pre: PretrainedSetting,
     n = tk.cfg.n_subjects
     ev6 = tk.sample(tagged_rng(seed, "eval6", n), cfg.eval_size)
     train = tk.sample(tagged_rng(seed, "train6", n), cfg.pre_N if N is None else N)
+    # the registered run reads its final accuracies on final_eval sequences (as IR-2)
+    final = final_batch(cfg, tk, seed, "pre") if (N is None and pgd is None) else None
     pgd = pretrained_pgd(cfg) if pgd is None else pgd
     if constructed:
-        return run_fast(tk, model_spec(cfg), train, ev6, pgd, seed)[1]
-    return run_fast(tk, pre.spec, train, ev6, pgd, seed, memory=pre.memory, E=pre.E)[1]
+        return run_fast(tk, model_spec(cfg), train, ev6, pgd, seed, final_ev=final)[1]
+    return run_fast(tk, pre.spec, train, ev6, pgd, seed, memory=pre.memory, E=pre.E,
+                    final_ev=final)[1]
 
 
 def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,

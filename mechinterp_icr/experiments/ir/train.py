@@ -37,7 +37,10 @@ from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.pgd import PGDConfig, pgd_fast, pgd_hooked
 
 __all__ = [
+    "FINAL_KEYS",
+    "batch_accuracy",
     "ceiling",
+    "final_batch",
     "escape_step",
     "eval_steps",
     "gap_stop_rule",
@@ -108,9 +111,10 @@ def spread_escape_step(recs: list[dict], spread: float) -> int | None:
 
 def gap_stop_rule(cfg: IRConfig) -> tuple[set[int], Callable[[dict], bool]]:
     """IR-3's registered stopping rule: after ``steps`` small steps, every ``stop_every``
-    steps, stop once the within-pair gap of the step-1 row fell by less than ``stop_tol``
-    since the last check (the run's length, ``stop_max`` small steps, bounds it). Returns the
-    record steps at which the rule is checked (record step = small steps + 1) and the
+    steps, stop once the within-pair gap of the step-1 row moved by less than ``stop_tol``
+    (either way) since the last check: a gap still growing is not settled (the run's length,
+    ``stop_max`` small steps, bounds it; before 2026-12-01 a growing gap stopped the run).
+    Returns the record steps at which the rule is checked (record step = small steps + 1) and the
     ``stop_fn`` for :func:`pgd_fast`."""
     checks = set(range(cfg.steps + 1, cfg.stop_max + 2, cfg.stop_every))
     seen: dict[int, float] = {}
@@ -122,23 +126,43 @@ def gap_stop_rule(cfg: IRConfig) -> tuple[set[int], Callable[[dict], bool]]:
         K = (len(rec["row1"]) - 1) // 2
         seen[t] = row_stats(rec["row1"], K)["within_pair_gap"]
         prev = seen.get(t - cfg.stop_every)
-        return prev is not None and prev - seen[t] < cfg.stop_tol
+        return prev is not None and abs(prev - seen[t]) < cfg.stop_tol
 
     return checks, stop
+
+
+FINAL_KEYS = ("step1_acc", "step1_prob", "step2_acc", "step2_prob", "step1_prob_swap",
+              "step1_acc_swap", "step1_prob_single", "step1_acc_single")
+
+
+def final_batch(cfg: IRConfig, task, seed: int, tag: str):
+    """``cfg.final_eval`` fresh sequences of ``task``'s evaluation mix (tagged ``tag``): where
+    a run's final accuracies are read (:func:`run_fast`'s ``final_ev``)."""
+    return task.sample(tagged_rng(seed, "final", tag, task.cfg.n_subjects), cfg.final_eval)
+
+
+@torch.no_grad()
+def batch_accuracy(fast: FastIR, batch, chunk: int = 2500) -> dict[str, float]:
+    """:func:`ir_accuracy` of ``fast`` on ``batch``, its logits computed in chunks."""
+    logits = torch.cat([fast.cot_logits(batch.tokens[i: i + chunk])
+                        for i in range(0, len(batch.tokens), chunk)])
+    return ir_accuracy(logits, batch)
 
 
 def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memory=None,
              E=None, *, swap=None, extra_eval: set[int] | None = None,
              stop_fn: Callable[[dict], bool] | None = None,
              at_big_step: dict | None = None,
-             escape_at: float | None = None) -> tuple[FastIR, list[dict]]:
+             escape_at: float | None = None, final_ev=None) -> tuple[FastIR, list[dict]]:
     """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps
     (and ``extra_eval``); with a swap-confusing batch ``swap``, ``swap_p`` (expected step-1
     accuracy on it) at every step until it first reaches ``escape_at`` (the registered escape
     threshold, required with ``swap``) and at the eval steps
     after; right after the large step (record 1) the expected step-1 accuracy on each batch
     of ``at_big_step`` (name -> batch) as ``prob_<name>``. ``stop_fn(record)`` may end the
-    run early."""
+    run early. With ``final_ev`` (:func:`final_batch`) the final record's accuracies
+    (:data:`FINAL_KEYS`) are read on it instead, the ``ev`` values kept as ``ev_<key>`` and
+    its size as ``final_eval``."""
     if swap is not None and escape_at is None:
         raise ValueError("run_fast: escape_at (the registered escape threshold) is required "
                          "with a swap batch")
@@ -157,6 +181,12 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
         return out
 
     recs = pgd_fast(fast, train, pgd, seed, eval_fn=ev_fn, stop_fn=stop_fn)
+    if final_ev is not None:
+        last = final_record(recs)
+        last.update({f"ev_{k}": last[k] for k in FINAL_KEYS if k in last})
+        acc = batch_accuracy(fast, final_ev)
+        last.update({k: acc[k] for k in FINAL_KEYS if k in acc})
+        last["final_eval"] = len(final_ev.tokens)
     return fast, recs
 
 
