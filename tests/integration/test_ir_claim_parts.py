@@ -95,10 +95,13 @@ def test_run_fast_reads_the_final_accuracies_on_the_final_batch():
     # the final record holds the big batch's accuracies of the final state, the small batch's
     # are kept beside them
     acc_big, acc_ev = batch_accuracy(fast, big, chunk=128), batch_accuracy(fast, ev)
-    for k in FINAL_KEYS:
-        if k in acc_big:
-            assert last[k] == pytest.approx(acc_big[k], abs=1e-12)
-            assert last[f"ev_{k}"] == pytest.approx(acc_ev[k], abs=1e-12)
+    assert set(FINAL_KEYS) <= set(acc_big)
+    for k in acc_big:  # every accuracy from the big batch, none left from the small one
+        assert last[k] == pytest.approx(acc_big[k], abs=1e-12)
+    for k in acc_ev:
+        assert last[f"ev_{k}"] == pytest.approx(acc_ev[k], abs=1e-12)
+    assert not [k for k in last if k.startswith("step") and k not in acc_big
+                and k not in ("step", "step2_mass_sq")]
     _, plain = run_fast(tk, model_spec(cfg), train, ev, _replace(pgd), 0)
     assert "final_eval" not in final_record(plain)
 

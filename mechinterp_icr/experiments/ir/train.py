@@ -160,9 +160,9 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
     threshold, required with ``swap``) and at the eval steps
     after; right after the large step (record 1) the expected step-1 accuracy on each batch
     of ``at_big_step`` (name -> batch) as ``prob_<name>``. ``stop_fn(record)`` may end the
-    run early. With ``final_ev`` (:func:`final_batch`) the final record's accuracies
-    (:data:`FINAL_KEYS`) are read on it instead, the ``ev`` values kept as ``ev_<key>`` and
-    its size as ``final_eval``."""
+    run early. With ``final_ev`` (:func:`final_batch`) every accuracy of the final record
+    (:func:`ir_accuracy`'s keys, :data:`FINAL_KEYS` among them) is read on it instead, the
+    ``ev`` values kept as ``ev_<key>`` and its size as ``final_eval``."""
     if swap is not None and escape_at is None:
         raise ValueError("run_fast: escape_at (the registered escape threshold) is required "
                          "with a swap batch")
@@ -181,11 +181,17 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
         return out
 
     recs = pgd_fast(fast, train, pgd, seed, eval_fn=ev_fn, stop_fn=stop_fn)
-    if final_ev is not None:
+    if final_ev is not None:  # every accuracy of the final record from the one big batch
         last = final_record(recs)
-        last.update({f"ev_{k}": last[k] for k in FINAL_KEYS if k in last})
         acc = batch_accuracy(fast, final_ev)
-        last.update({k: acc[k] for k in FINAL_KEYS if k in acc})
+        missing = [k for k in FINAL_KEYS if k not in acc]
+        if missing:
+            raise ValueError(f"run_fast: final_ev gives no {missing} (a batch without "
+                             "confusing sequences?)")
+        stale = [k for k in last if k in acc or k.startswith(("step1_acc_", "step1_prob_",
+                                                               "step2_acc_", "step2_prob_"))]
+        last.update({f"ev_{k}": last.pop(k) for k in stale})
+        last.update(acc)
         last["final_eval"] = len(final_ev.tokens)
     return fast, recs
 
