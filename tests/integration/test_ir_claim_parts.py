@@ -159,6 +159,15 @@ def test_k3_metrics_control_is_the_swap_bound_of_the_large_step():
     m = k3_metrics([recs[0], _rec(1, gap), recs[2]])
     assert m["large_step_rows_met"] == 0.0  # gap 0.067 > 0.02
     assert m["large_step_swap_expected_acc"] == 0.95  # reaches the bound: the control fails
+    # registered runs carry the large-step state's expected step 1 without swaps: the control
+    # counts only where that state is confident there (as IR-2's zero-data control)
+    conf = k3_metrics([recs[0], _rec(1, row3, swap=0.5, prob_noswap=0.999), recs[2]])
+    assert conf["large_step_swap_expected_acc"] == 0.5
+    assert conf["large_step_confident_without_swaps"] == 1.0
+    unsure = k3_metrics([recs[0], _rec(1, row3, swap=0.5, prob_noswap=0.6), recs[2]])
+    assert unsure["large_step_swap_expected_acc"] is None  # not measured: cannot hold
+    assert unsure["large_step_swap_expected_acc_measured"] == 0.5
+    assert unsure["large_step_confident_without_swaps"] == 0.0
 
 
 def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():

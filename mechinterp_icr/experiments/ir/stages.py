@@ -337,7 +337,11 @@ def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = N
     spec_ = model_spec(cfg)
     if pgd is not None:
         return run_fast(tk, spec_, train, ev3, pgd, seed)[1]
-    return stopped_run(cfg, tk, spec_, train, ev3, seed,
+    # the evaluation mix without swap-confusing sequences: where the large-step state must be
+    # confident for its swap failure to count (k3_metrics)
+    no_swap = kind_batch(tk, seed, "eval3-noswap", cfg.eval_size,
+                         cfg.p_single / (1 - cfg.p_swap) if cfg.p_swap < 1 else 0.0, 0.0)
+    return stopped_run(cfg, tk, spec_, train, ev3, seed, at_big_step={"noswap": no_swap},
                        final_ev=final_batch(cfg, tk, seed, "k3"))[1]
 
 
@@ -348,7 +352,11 @@ def k3_metrics(recs: list[dict]) -> dict[str, Any]:
     the swap-confusing (3-cycle) sequences of the evaluation mix, which must stay below IR-2's
     swap bound: at the tie of uniform attention the task is not solved. (Its rows are uniform,
     so ``large_step_rows_met``, reported, is 1: gap and s3 alone cannot fail there. A control
-    failing only through the argmax accuracy would fail for an unrelated reason, SPEC 0.)"""
+    failing only through the argmax accuracy would fail for an unrelated reason, SPEC 0.)
+    Like IR-2's zero-data control, it counts only where the large-step state is confident
+    without swaps (expected step 1 on the evaluation mix without swap-confusing sequences,
+    ``prob_noswap`` of the large-step record, and expected step 2 meet IR-2's thresholds):
+    elsewhere it is None (not measured, the claim cannot hold)."""
     out = {}
     for tag, r in (("", final_record(recs)), ("large_step_", recs[1])):
         m = {**row_metrics(r), **ir2_metrics(r, None)}
@@ -356,6 +364,16 @@ def k3_metrics(recs: list[dict]) -> dict[str, Any]:
         m["rows_met"] = rows_met(m, "IR-7", only=ROW_METRICS)
         out.update({f"{tag}{k}": v for k, v in m.items()})
     out["small_steps"] = final_record(recs)["step"] - 1
+    if "prob_noswap" in recs[1]:  # registered runs (k3_records without its own pgd)
+        other = {"step1_expected_acc": recs[1]["prob_noswap"],
+                 "step2_expected_acc": out["large_step_step2_expected_acc"]}
+        ok = all(compare(other[c.metric], c.op, c.threshold) for c in spec("IR-2").conditions
+                 if c.metric in ZERO_DATA_OTHER)
+        out["large_step_noswap_expected_acc"] = recs[1]["prob_noswap"]
+        out["large_step_swap_expected_acc_measured"] = out["large_step_swap_expected_acc"]
+        out["large_step_confident_without_swaps"] = float(ok)
+        if not ok:
+            out["large_step_swap_expected_acc"] = None
     return out
 
 
