@@ -48,6 +48,7 @@ __all__ = [
     "ROW_METRICS",
     "RUN_KINDS",
     "ZERO_DATA_OTHER",
+    "confident_without_swaps",
     "eps_batch",
     "hooked_run_named",
     "ir2_metrics",
@@ -250,6 +251,14 @@ def _without_swaps(batch) -> tuple[torch.Tensor, Batch]:
     return keep, Batch(batch.tokens[keep], batch.targets[keep], meta)
 
 
+def confident_without_swaps(no_swap: dict[str, Any]) -> bool:
+    """Whether a state meets IR-2's conditions :data:`ZERO_DATA_OTHER` on the sequences
+    without a swap confusion (``no_swap``: metric name -> value): the gate under which IR-2's
+    zero-data control and IR-7's large-step control count (SPEC 0)."""
+    return all(compare(no_swap[c.metric], c.op, c.threshold) for c in spec("IR-2").conditions
+               if c.metric in ZERO_DATA_OTHER)
+
+
 def zero_data_state(main: MainSetting, cfg: IRConfig, seed: int, sw) -> dict[str, Any]:
     """IR-2's second negative control: zero finetuning sequences from the hand-set
     uniform-context rows (step-1 row (1/4, 1/4, 1/4, 1/4, 0), step-2 row on s3; SPEC 2's
@@ -270,8 +279,7 @@ def zero_data_state(main: MainSetting, cfg: IRConfig, seed: int, sw) -> dict[str
         p = ir_accuracy(fast.cot_logits(sw.tokens), sw)["step1_prob"]
     other = {"step1_argmax_acc": ns["step1_acc"], "step1_expected_acc": ns["step1_prob"],
              "step2_expected_acc": ns["step2_prob"]}
-    ok = all(compare(other[c.metric], c.op, c.threshold) for c in spec("IR-2").conditions
-             if c.metric in ZERO_DATA_OTHER)
+    ok = confident_without_swaps(other)
     return {"zero_data_swap_expected_acc": p if ok else None,
             "zero_data_swap_expected_acc_measured": p,
             "zero_data_other_conditions_met": float(ok),
@@ -337,10 +345,9 @@ def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = N
     spec_ = model_spec(cfg)
     if pgd is not None:
         return run_fast(tk, spec_, train, ev3, pgd, seed)[1]
-    # the evaluation mix without swap-confusing sequences: where the large-step state must be
-    # confident for its swap failure to count (k3_metrics)
-    no_swap = kind_batch(tk, seed, "eval3-noswap", cfg.eval_size,
-                         cfg.p_single / (1 - cfg.p_swap) if cfg.p_swap < 1 else 0.0, 0.0)
+    # the evaluation batch without its swap-confusing sequences (as IR-2's zero-data control):
+    # where the large-step state must be confident for its swap failure to count (k3_metrics)
+    no_swap = _without_swaps(ev3)[1]
     return stopped_run(cfg, tk, spec_, train, ev3, seed, at_big_step={"noswap": no_swap},
                        final_ev=final_batch(cfg, tk, seed, "k3"))[1]
 
@@ -354,9 +361,10 @@ def k3_metrics(recs: list[dict]) -> dict[str, Any]:
     so ``large_step_rows_met``, reported, is 1: gap and s3 alone cannot fail there. A control
     failing only through the argmax accuracy would fail for an unrelated reason, SPEC 0.)
     Like IR-2's zero-data control, it counts only where the large-step state is confident
-    without swaps (expected step 1 on the evaluation mix without swap-confusing sequences,
-    ``prob_noswap`` of the large-step record, and expected step 2 meet IR-2's thresholds):
-    elsewhere it is None (not measured, the claim cannot hold)."""
+    without swaps (:func:`confident_without_swaps`: expected step 1 on the evaluation batch
+    without its swap-confusing sequences, ``prob_noswap`` of the large-step record, and
+    expected step 2 meet IR-2's thresholds): elsewhere it is None (not measured, the claim
+    cannot hold)."""
     out = {}
     for tag, r in (("", final_record(recs)), ("large_step_", recs[1])):
         m = {**row_metrics(r), **ir2_metrics(r, None)}
@@ -367,8 +375,7 @@ def k3_metrics(recs: list[dict]) -> dict[str, Any]:
     if "prob_noswap" in recs[1]:  # registered runs (k3_records without its own pgd)
         other = {"step1_expected_acc": recs[1]["prob_noswap"],
                  "step2_expected_acc": out["large_step_step2_expected_acc"]}
-        ok = all(compare(other[c.metric], c.op, c.threshold) for c in spec("IR-2").conditions
-                 if c.metric in ZERO_DATA_OTHER)
+        ok = confident_without_swaps(other)
         out["large_step_noswap_expected_acc"] = recs[1]["prob_noswap"]
         out["large_step_swap_expected_acc_measured"] = out["large_step_swap_expected_acc"]
         out["large_step_confident_without_swaps"] = float(ok)
