@@ -121,7 +121,7 @@ IR_SPECS = (
                        "constructed_rows_met", ">=", 1.0),
                   _neg("pretrained model right after the large step (pair masses differ)",
                        "large_step_pair_mass_diff", ">=", 0.05)),
-        hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "pre_n": 32, "pre_steps": 600,
+        hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "pre_n": 256, "pre_steps": 600,
                          "pre_N": 256, "pre_ft_steps": 1000, "pre_ft_lr": 0.25,
                          "pre_lr": 3e-3, "pre_batch": 512, "eval_size": 1000,
                          "final_eval": 10000},

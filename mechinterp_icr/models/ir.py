@@ -351,13 +351,17 @@ class FastIR(torch.nn.Module):
         pos = torch.arange(T) if positions is None else torch.as_tensor(positions)
         A = self.attention(pos)  # (P, T)
         Bn = tokens.shape[0]
+        cur = tokens[:, pos]  # (B, P)
+        if self.dense and self.onehot:  # copy @ W_copy as a gather: sum_t A[p, t] W[tok_t]
+            hc = sum(A[None, :, t, None] * self.W_copy[tokens[:, t]][:, None, :]
+                     for t in range(T) if bool((A[:, t] != 0).any().detach()))
+            return self._dense_out(hc, cur, pos)
         if self.onehot:
             copy = torch.zeros(Bn, len(pos), V, dtype=A.dtype)
             copy.scatter_add_(2, tokens[:, None, :].expand(Bn, len(pos), T).contiguous(),
                               A[None].expand(Bn, -1, -1).contiguous())
         else:
             copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])  # (B, P, d_e)
-        cur = tokens[:, pos]  # (B, P)
         return self.memory_out(copy, cur, pos)
 
     def cot_logits(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -465,6 +469,14 @@ class FastIR(torch.nn.Module):
         n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
         return (c @ self.E[:n].T)[..., self.s_tok] + (cur @ self.E[n: n + R].T)[..., self.r_tok - n]
 
+    def _dense_out(self, hc: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
+        """Dense (pretrained) memory: logits from the copy block's hidden contribution ``hc``
+        (..., H), the current token ids ``cur`` and the positions ``pos``."""
+        pos = torch.as_tensor(pos)
+        tok = self.W_tok[cur] if self.onehot else self.E[cur] @ self.W_tok
+        h = hc + tok + self.W_type[self.ttype[cur]] + self.W_posm[pos] + self.b_in
+        return F.relu(h).pow(2) @ self.W_out / self.task.cfg.temperature
+
     def memory_out(self, copy: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
         """Logits from the copy block ``copy`` (..., d_e), the current token ids ``cur`` (...)
         and the positions ``pos`` (broadcast against ``cur``)."""
@@ -472,9 +484,7 @@ class FastIR(torch.nn.Module):
         ty = self.ttype[cur]
         pos = torch.as_tensor(pos)
         if self.dense:
-            h = copy @ self.W_copy + self.E[cur] @ self.W_tok + self.W_type[ty] + \
-                self.W_posm[pos] + self.b_in
-            return F.relu(h).pow(2) @ self.W_out / self.task.cfg.temperature
+            return self._dense_out(copy @ self.W_copy, cur, pos)
         if self.onehot:
             rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
             ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)

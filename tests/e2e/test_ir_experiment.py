@@ -22,7 +22,7 @@ QUICK_NOW = {
     "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_d_div": 2,
     "sweep_Ns": [1, 2, 4, 8, 16, 32], "sweep_runs": 2, "sweep_steps": 50, "sweep_eval": 300,
     "sweep_checks": [1, 3, 10, 30], "sweep_retrieval_min": 0.99, "sweep_target_frac": 0.99,
-    "k3_n": 512, "k3_N": 1024, "pre_n": 32, "pre_steps": 600, "pre_N": 256,
+    "k3_n": 512, "k3_N": 1024, "pre_n": 256, "pre_steps": 600, "pre_N": 256,
     "pre_ft_steps": 1000, "pre_ft_lr": 0.25, "pre_lr": 3e-3, "pre_batch": 512,
     "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
     "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,

@@ -130,7 +130,7 @@ def test_failed_task_is_named_and_its_dependents_do_not_run(tmp_path):
     # the tasks that do not need the memory finished and kept their records
     for name in ("seed0/k3", "gap/n16/seed0"):
         assert (tmp_path / "tasks" / "ir" / f"{name}.json").exists(), name
-    assert not (tmp_path / "runs" / "ir" / "seed0" / "ir6_memory.pt").exists()
+    assert not (tmp_path / "runs" / "ir" / "seed0" / "ir6_memory.safetensors").exists()
 
 
 @pytest.mark.slow  # starting Ray costs 10-20 s

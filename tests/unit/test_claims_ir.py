@@ -8,7 +8,7 @@ import math
 import pytest
 
 from mechinterp_icr.claims import spec
-from mechinterp_icr.experiments.ir.claims import ir_claims, perturbation_role
+from mechinterp_icr.experiments.ir.claims import ir_claims, perturbation_role, ran_to_stop_max
 from mechinterp_icr.experiments.ir.config import QUICK
 
 SEEDS = ["0", "1", "2", "3", "4"]
@@ -197,3 +197,11 @@ def test_registered_hyperparameters_are_the_profiles_values():
             assert getattr(QUICK, key) == value, (cid, key)
             if key not in s.profile_specific:
                 assert getattr(PAPER, key) == value, (cid, key)
+
+
+def test_runs_cut_off_by_the_length_bound_are_named():
+    """A run that the length bound (``stop_max``) ended, not IR-3's stopping rule, is listed
+    in the claim's details, so a gap still moving is not read as settled."""
+    per = {"0": {"small_steps": 300}, "1": {"small_steps": QUICK.stop_max},
+           "2": {"small_steps": None}, "3": {}}
+    assert ran_to_stop_max(per, QUICK) == ["1"]

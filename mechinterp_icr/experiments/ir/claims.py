@@ -19,7 +19,7 @@ from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.sweeps import gap_fit, polylog_bound
 
 __all__ = ["CLAIM_IDS", "empty_per_seed", "ir5_not_measurable", "ir_claims",
-           "perturbation_role"]
+           "perturbation_role", "ran_to_stop_max"]
 
 CLAIM_IDS = tuple(f"IR-{i}" for i in range(1, 9))
 
@@ -88,6 +88,13 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     return "; ".join(why)
 
 
+def ran_to_stop_max(per_seed: dict[str, dict], cfg: IRConfig) -> list[str]:
+    """Seeds whose run the length bound ``stop_max`` ended, not IR-3's stopping rule (at the
+    last check the rule may or may not have been met: the gap may still have been moving)."""
+    return [k for k, m in per_seed.items()
+            if m.get("small_steps") is not None and m["small_steps"] >= cfg.stop_max]
+
+
 def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
               causal: dict | None = None, gap_rows: list[dict] | None = None) -> list[Claim]:
     """The claims IR-1..IR-8 from the per-seed metrics ``per[claim id][seed]``, the
@@ -135,7 +142,8 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
         "a_per_seed": {k: m.get("a") for k, m in per["IR-3"].items()},
         "small_steps_per_seed": {k: m.get("small_steps") for k, m in per["IR-3"].items()},
         "stopping_rule": f"after {cfg.steps} small steps, every {cfg.stop_every}: stop once "
-                         f"the gap fell by < {cfg.stop_tol} (at most {cfg.stop_max})",
+                         f"the gap moved by < {cfg.stop_tol} (at most {cfg.stop_max})",
+        "ran_to_stop_max": ran_to_stop_max(per["IR-3"], cfg),
         "gap_vs_n_fit": gap_fit(gap_rows) if gap_rows else None,
         "gap_after_large_step_per_seed": {k: m.get("large_step_within_pair_gap")
                                           for k, m in per["IR-3"].items()},
@@ -186,7 +194,8 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                                                    "noswap_expected_acc", "rows_met",
                                                    "solved")}
              for k, m in per["IR-7"].items()},
-             "pair_masses_per_seed": {k: m.get("pair_masses") for k, m in per["IR-7"].items()}})
+             "pair_masses_per_seed": {k: m.get("pair_masses") for k, m in per["IR-7"].items()},
+             "ran_to_stop_max": ran_to_stop_max(per["IR-7"], cfg)})
     make("IR-8", notes="(a) step-1 argmax accuracy with the learned row vs induction-style "
                        "rows (all attention on t-1 or t-2; the larger counts); (b) prefix-"
                        "matching scores on probes of the IR context's length minus one, "

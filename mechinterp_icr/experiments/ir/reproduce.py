@@ -10,8 +10,9 @@ records.
   fast run of ``seed<s>/main``).
 - ``seed<s>/induction``    IR-8 induction-head control.
 - ``seed<s>/k3``           IR-7 K = 3 in-context pairs.
-- ``seed<s>/ir6_memory``   IR-6: pretrain the memory, written to ``.../seed<s>/ir6_memory.pt``;
-  ``seed<s>/ir6`` reads it and finetunes with PGD.
+- ``seed<s>/ir6_memory``   IR-6: pretrain the memory, written to
+  ``.../seed<s>/ir6_memory.safetensors`` (+ ``.json``); ``seed<s>/ir6`` reads it
+  and finetunes with PGD.
 - ``gap/n<n>/seed<s>``     IR-3 within-pair gap, one per n of ``gap_n``.
 - ``sample/n<n>/seed<s>``  IR-5 sample complexity (random embeddings), one per n of
   ``sweep_n``.
@@ -67,7 +68,7 @@ def seed_dir(out_dir: Path, seed: int) -> Path:
 
 def memory_file(out_dir: Path, seed: int) -> Path:
     """The pretrained memory of IR-6 for ``seed`` (written by the ``ir6_memory`` task)."""
-    return seed_dir(out_dir, seed) / "ir6_memory.pt"
+    return seed_dir(out_dir, seed) / "ir6_memory.safetensors"
 
 
 def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:

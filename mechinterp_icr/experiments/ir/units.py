@@ -13,7 +13,6 @@ turns the records into claims, tables and figures.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Iterator
@@ -21,7 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import (
@@ -45,7 +45,12 @@ from mechinterp_icr.experiments.ir.stages import (
 from mechinterp_icr.experiments.ir.sweeps import gap_row, sample_complexity_row
 from mechinterp_icr.experiments.ir.train import final_record
 from mechinterp_icr.models.ir import Memory
-from mechinterp_icr.store.io import atomic_write_bytes, json_default
+from mechinterp_icr.store.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    json_default,
+    read_regular_file,
+)
 
 __all__ = [
     "STAGES",
@@ -145,17 +150,24 @@ def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
 
 
 def save_memory(path: Path, memory: Memory, log: list[dict]) -> Path:
-    """Write a pretrained memory and its pretraining log to ``path`` (atomically)."""
-    buf = io.BytesIO()
-    torch.save({"kind": memory.kind, "W_in": memory.W_in, "b_in": memory.b_in,
-                "W_out": memory.W_out, "log": log}, buf)
-    return atomic_write_bytes(path, buf.getvalue())
+    """Write a pretrained memory to ``path`` (safetensors: ``W_in``, ``b_in``, ``W_out``) and
+    its kind and pretraining log to the JSON sidecar ``path.with_suffix(".json")``; each file
+    atomically, weights first, so a memory whose sidecar exists is complete."""
+    path = Path(path)
+    atomic_write_bytes(path, st_save({"W_in": memory.W_in.contiguous(),
+                                      "b_in": memory.b_in.contiguous(),
+                                      "W_out": memory.W_out.contiguous()}))
+    atomic_write_json(path.with_suffix(".json"), {"kind": memory.kind, "log": log})
+    return path
 
 
 def load_memory(path: Path) -> tuple[Memory, list[dict]]:
-    """The memory and pretraining log written by :func:`save_memory` (bit-identical)."""
-    d = torch.load(Path(path), weights_only=True)
-    return Memory(d["kind"], d["W_in"], d["b_in"], d["W_out"]), d["log"]
+    """The memory and pretraining log written by :func:`save_memory` (bit-identical); no
+    pickle is read."""
+    path = Path(path)
+    side = json.loads(read_regular_file(path.with_suffix(".json"), 1 << 26))
+    w = st_load(read_regular_file(path, 1 << 34))
+    return Memory(side["kind"], w["W_in"], w["b_in"], w["W_out"]), side["log"]
 
 
 def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
