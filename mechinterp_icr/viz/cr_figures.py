@@ -335,11 +335,12 @@ def write_task_vector_views(views: list[tuple[str, dict[str, Any], np.ndarray, n
 # CR-5 .. CR-7
 # ------------------------------------------------------------------------------------------------
 def _save_quietly(fig, out_dir: Path, stem: str) -> str | None:
-    """Write ``<out_dir>/figures/<stem>``; the PNG path (else the HTML path), or None when
-    writing fails (a figure must never cost a claim)."""
+    """Write ``<out_dir>/figures/<stem>``; its path relative to ``out_dir``
+    (``figures/<stem>.html``, as every other claim's figure), or None when writing fails (a
+    figure must never cost a claim)."""
     try:
-        paths = save_figure(fig, Path(out_dir) / "figures" / stem)
-        return paths.get("png") or paths.get("html")
+        save_figure(fig, Path(out_dir) / "figures" / stem)
+        return f"figures/{stem}.html"
     except Exception:  # noqa: BLE001 - a figure must never cost a claim
         return None
 

@@ -55,6 +55,7 @@ from mechinterp_icr.experiments.ir.units import (
     sample_task,
 )
 from mechinterp_icr.jobs import Task, run_tasks
+from mechinterp_icr.viz.claim_figures import write_verdict_figures
 from mechinterp_icr.viz.ir_figures import write_ir_figures
 from mechinterp_icr.viz.views import write_ir_views
 
@@ -162,7 +163,11 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     summary.tables["IR-8 prefix-matching scores"] = ir8_detail
     causal = causal_table(ow_seed, ow_runs, cfg)
     summary.tables["IR-3/IR-4 causal: attention-row overwrite"] = causal
-    for claim in ir_claims(per, cfg, causal, gap_rows):
+    claims = ir_claims(per, cfg, causal, gap_rows)
+    # a claim without a figure of its own gets its verdict figure (per-seed values of every
+    # condition and control against the registered thresholds)
+    write_verdict_figures(claims, out_dir / "figures")
+    for claim in claims:
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},

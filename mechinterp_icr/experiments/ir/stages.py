@@ -452,7 +452,7 @@ def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,
             "constructed_rows_met": rows_met(cm, "IR-3"),
             "constructed": {k: cm[k] for k in ("within_pair_gap", "pair_mass_diff", "mass_s3",
                                                "ir2_met", "step1_argmax_acc",
-                                               "swap_expected_acc")},
+                                               "swap_expected_acc", "row1")},
             "memory_relation_acc": mem6["relation_acc"],
             "memory_answer_acc": mem6["answer_acc"],
             "pretrain_final": log[-1] if log else None}

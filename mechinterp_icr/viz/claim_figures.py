@@ -1,0 +1,150 @@
+"""The verdict figure of a claim: every registered condition and control, per seed, against
+its threshold.
+
+A claim whose experiment draws no figure of its own (IR-1, IR-2, IR-6, IR-7, IR-8) gets this
+one, so that every claim in a reproduction has a figure that shows what decided it: one panel
+per condition (dots = seeds, dashed line = the registered threshold, title "met" / "NOT met")
+and one per control (title "as expected" / "MISBEHAVES" / "not measured"). A seed without a
+number is drawn as an open marker at the panel's floor, never left out silently.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims.protocol import compare, evaluate_condition
+from mechinterp_icr.viz.figures import save_figure
+
+__all__ = ["verdict_figure", "verdict_panels", "write_verdict_figures"]
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def verdict_panels(claim: Claim) -> list[dict[str, Any]]:
+    """One dict per panel: ``title``, ``values`` (seed -> float or None), ``threshold``,
+    ``op``, ``ok`` (met / behaved as expected; None = not measured) and ``kind``
+    ("condition", "negative control" or "positive control")."""
+    panels = []
+    for c in claim.conditions:
+        ev = evaluate_condition(c, claim.per_seed)
+        panels.append({"title": c.text or c.metric, "metric": c.metric, "op": c.op,
+                       "threshold": c.threshold, "kind": "condition", "ok": ev["met"],
+                       "values": {s: _num(v) for s, v in ev["per_seed"].items()}})
+    registered = {c.name: c for c in spec(claim.id).controls} if claim.registered else {}
+    for cr in claim.controls:
+        cs = registered.get(cr.name)
+        if cs is None:
+            continue
+        panels.append({"title": cr.name, "metric": cs.condition.metric, "op": cs.condition.op,
+                       "threshold": cs.condition.threshold, "kind": f"{cr.kind} control",
+                       "ok": None if cr.meets_rule is None else cr.ok,
+                       "values": {s: _num(v) for s, v in cr.per_seed.items()}})
+    return panels
+
+
+def _status(p: dict[str, Any]) -> str:
+    if p["kind"] == "condition":
+        return "met" if p["ok"] else "NOT met"
+    if p["ok"] is None:
+        return "not measured"
+    return "as expected" if p["ok"] else "MISBEHAVES"
+
+
+def _seed_color(p: dict[str, Any], v: float | None) -> str:
+    """Green where the seed meets the condition (a positive control: passes; a negative
+    control: fails the condition it names, as expected), red elsewhere, grey without a value."""
+    if v is None:
+        return "#7f7f7f"
+    good = compare(v, p["op"], p["threshold"])
+    if p["kind"] == "negative control":
+        good = not good
+    return "#2ca02c" if good else "#d62728"
+
+
+def _wrap(text: str, width: int = 46) -> str:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}".strip()
+    lines.append(cur)
+    return "<br>".join(lines[:3])
+
+
+def verdict_figure(claim: Claim, cols: int = 3):
+    """The plotly figure of :func:`verdict_panels` for ``claim`` (None without panels)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    panels = verdict_panels(claim)
+    if not panels:
+        return None
+    cols = min(cols, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    titles = [f"{_wrap(p['kind'] + ': ' + p['title'])}<br><b>{p['metric']} {p['op']} "
+              f"{p['threshold']:g}: {_status(p)}</b>" for p in panels]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles,
+                        vertical_spacing=min(0.3, 0.9 / rows), horizontal_spacing=0.09)
+    for i, p in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        seeds = list(p["values"])
+        got = [v for v in p["values"].values() if v is not None]
+        lo = min(got + [p["threshold"]])
+        hi = max(got + [p["threshold"]])
+        pad = 0.1 * (hi - lo) if hi > lo else max(0.05, 0.1 * abs(hi))
+        color = [_seed_color(p, v) for v in p["values"].values()]
+        fig.add_trace(go.Scatter(
+            x=[f"seed {s}" for s in seeds],
+            y=[v if v is not None else lo - pad for v in p["values"].values()],
+            mode="markers", showlegend=False,
+            marker={"size": 11, "color": color,
+                    "symbol": ["circle" if v is not None else "circle-open"
+                               for v in p["values"].values()]},
+            hovertemplate="%{x}: %{y:.4g}<extra></extra>"), row=r, col=c)
+        fig.add_hline(y=p["threshold"], line_dash="dash", line_color="#444", row=r, col=c)
+        fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad], row=r, col=c)
+    verdict = claim.evaluate()[0]
+    fig.update_layout(title=f"{claim.id}: {verdict}<br><sup>dots = seeds; dashed = "
+                            "registered threshold; green = the seed meets the condition, "
+                            "or the control behaves as expected there</sup>",
+                      margin={"t": 150 if rows == 1 else 130})
+    fig.update_annotations(font_size=11)
+    return fig
+
+
+def write_verdict_figures(claims: list[Claim], fig_dir: str | Path) -> dict[str, str]:
+    """Give every claim without a figure its verdict figure ``<fig_dir>/<id>_verdict``
+    (``claim.figure`` set to ``figures/<stem>.html``); returns the stems written by claim id.
+    A figure that fails to draw leaves the claim without one (a figure never costs a claim)."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:  # pragma: no cover
+        return {}
+    out = {}
+    for claim in claims:
+        if claim.figure:
+            continue
+        stem = claim.id.lower().replace("-", "_") + "_verdict"
+        try:
+            fig = verdict_figure(claim)
+            if fig is None:
+                continue
+            n = len(verdict_panels(claim))
+            rows = math.ceil(n / min(3, n))
+            save_figure(fig, Path(fig_dir) / stem, width=1200, height=170 + 300 * rows)
+        except Exception:  # noqa: BLE001 - a figure must never cost a claim
+            continue
+        claim.figure = f"figures/{stem}.html"
+        out[claim.id] = stem
+    return out
