@@ -86,14 +86,17 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     for s in seeds:
         add(f"seed{s}/ir6_memory", memory_task, cfg=cfg, seed=s,
             memory_file=memory_file(out_dir, s))
+    # the finetuning on a pretrained memory is the longest IR task (about 3 CPU-minutes at
+    # pre_n = 256): listed next, a worker takes it as soon as its memory is written
+    for s in seeds:
+        add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
+            memory_file=memory_file(out_dir, s))
     for s in seeds:
         add(f"seed{s}/main", main_task, cfg=cfg, seed=s, run_dir=seed_dir(out_dir, s))
     for name in HOOKED_RUNS:
         add(f"seed{first}/ht/{name}", hooked_task, cfg=cfg, seed=first,
             run_dir=seed_dir(out_dir, first), name=name)
     for s in seeds:
-        add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
-            memory_file=memory_file(out_dir, s))
         add(f"seed{s}/induction", induction_task, cfg=cfg, seed=s)
         add(f"seed{s}/k3", k3_task, cfg=cfg, seed=s)
         add(f"seed{s}/overwrite", overwrite_task, (f"seed{s}/main",), cfg=cfg, seed=s,
