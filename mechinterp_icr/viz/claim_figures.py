@@ -5,7 +5,10 @@ A claim whose experiment draws no figure of its own (IR-1, IR-2, IR-6, IR-7, IR-
 one, so that every claim in a reproduction has a figure that shows what decided it: one panel
 per condition (dots = seeds, dashed line = the registered threshold, title "met" / "NOT met")
 and one per control (title "as expected" / "MISBEHAVES" / "not measured"). A seed without a
-number is drawn as an open marker at the panel's floor, never left out silently.
+number is drawn as an open marker at the panel's floor (hover: "no value"), never left out
+silently. Under a rule over all seeds (mean, fraction) the dots take the panel's colour: one
+seed decides nothing there. Extra checks and a "not measurable" reason are not drawn; the
+report shows them beside the figure.
 """
 
 from __future__ import annotations
@@ -29,25 +32,31 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(x) else x
 
 
-def verdict_panels(claim: Claim) -> list[dict[str, Any]]:
-    """One dict per panel: ``title``, ``values`` (seed -> float or None), ``threshold``,
-    ``op``, ``ok`` (met / behaved as expected; None = not measured) and ``kind``
-    ("condition", "negative control" or "positive control")."""
+def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, Any]]:
+    """One dict per panel: ``title``, ``values`` (seed -> float or None; a seed of ``seeds``
+    without a ``per_seed`` entry is None), ``threshold``, ``op``, ``rule``, ``ok`` (met /
+    behaved as expected; None = not measured) and ``kind`` ("condition", "negative control"
+    or "positive control")."""
+    want = [str(s) for s in (seeds if seeds is not None else claim.per_seed)]
+    full = {**{s: {} for s in want}, **{str(k): v for k, v in claim.per_seed.items()}}
     panels = []
     for c in claim.conditions:
-        ev = evaluate_condition(c, claim.per_seed)
+        ev = evaluate_condition(c, full)
         panels.append({"title": c.text or c.metric, "metric": c.metric, "op": c.op,
-                       "threshold": c.threshold, "kind": "condition", "ok": ev["met"],
+                       "threshold": c.threshold, "rule": c.rule, "kind": "condition",
+                       "ok": ev["met"],
                        "values": {s: _num(v) for s, v in ev["per_seed"].items()}})
     registered = {c.name: c for c in spec(claim.id).controls} if claim.registered else {}
     for cr in claim.controls:
         cs = registered.get(cr.name)
         if cs is None:
             continue
+        vals = {s: None for s in want}
+        vals.update({str(s): _num(v) for s, v in cr.per_seed.items()})
         panels.append({"title": cr.name, "metric": cs.condition.metric, "op": cs.condition.op,
-                       "threshold": cs.condition.threshold, "kind": f"{cr.kind} control",
-                       "ok": None if cr.meets_rule is None else cr.ok,
-                       "values": {s: _num(v) for s, v in cr.per_seed.items()}})
+                       "threshold": cs.condition.threshold, "rule": cs.condition.rule,
+                       "kind": f"{cr.kind} control",
+                       "ok": None if cr.meets_rule is None else cr.ok, "values": vals})
     return panels
 
 
@@ -55,15 +64,19 @@ def _status(p: dict[str, Any]) -> str:
     if p["kind"] == "condition":
         return "met" if p["ok"] else "NOT met"
     if p["ok"] is None:
-        return "not measured"
+        return "not measured (the claim cannot hold)"
     return "as expected" if p["ok"] else "MISBEHAVES"
 
 
 def _seed_color(p: dict[str, Any], v: float | None) -> str:
     """Green where the seed meets the condition (a positive control: passes; a negative
-    control: fails the condition it names, as expected), red elsewhere, grey without a value."""
+    control: fails the condition it names, as expected), red elsewhere, grey without a value.
+    Under a rule over all seeds (mean, fraction) a single seed decides nothing: every dot takes
+    the panel's colour."""
     if v is None:
         return "#7f7f7f"
+    if p.get("rule", "every_seed") != "every_seed":
+        return {True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}[p["ok"]]
     good = compare(v, p["op"], p["threshold"])
     if p["kind"] == "negative control":
         good = not good
@@ -82,18 +95,22 @@ def _wrap(text: str, width: int = 46) -> str:
     return "<br>".join(lines[:3])
 
 
-def verdict_figure(claim: Claim, cols: int = 3):
+_RULE = {"every_seed": "every seed", "mean": "mean over seeds", "fraction": "share of seeds"}
+
+
+def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
     """The plotly figure of :func:`verdict_panels` for ``claim`` (None without panels)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    panels = verdict_panels(claim)
+    panels = verdict_panels(claim, seeds)
     if not panels:
         return None
     cols = min(cols, len(panels))
     rows = math.ceil(len(panels) / cols)
     titles = [f"{_wrap(p['kind'] + ': ' + p['title'])}<br><b>{p['metric']} {p['op']} "
-              f"{p['threshold']:g}: {_status(p)}</b>" for p in panels]
+              f"{p['threshold']:g} ({_RULE.get(p['rule'], p['rule'])}): {_status(p)}</b>"
+              for p in panels]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles,
                         vertical_spacing=min(0.3, 0.9 / rows), horizontal_spacing=0.09)
     for i, p in enumerate(panels):
@@ -108,13 +125,15 @@ def verdict_figure(claim: Claim, cols: int = 3):
             x=[f"seed {s}" for s in seeds],
             y=[v if v is not None else lo - pad for v in p["values"].values()],
             mode="markers", showlegend=False,
+            customdata=[f"{v:.4g}" if v is not None else "no value"
+                        for v in p["values"].values()],
             marker={"size": 11, "color": color,
                     "symbol": ["circle" if v is not None else "circle-open"
                                for v in p["values"].values()]},
-            hovertemplate="%{x}: %{y:.4g}<extra></extra>"), row=r, col=c)
+            hovertemplate="%{x}: %{customdata}<extra></extra>"), row=r, col=c)
         fig.add_hline(y=p["threshold"], line_dash="dash", line_color="#444", row=r, col=c)
         fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad], row=r, col=c)
-    verdict = claim.evaluate()[0]
+    verdict = claim.evaluate(seeds)[0]
     fig.update_layout(title=f"{claim.id}: {verdict}<br><sup>dots = seeds; dashed = "
                             "registered threshold; green = the seed meets the condition, "
                             "or the control behaves as expected there</sup>",
@@ -123,10 +142,12 @@ def verdict_figure(claim: Claim, cols: int = 3):
     return fig
 
 
-def write_verdict_figures(claims: list[Claim], fig_dir: str | Path) -> dict[str, str]:
+def write_verdict_figures(claims: list[Claim], fig_dir: str | Path,
+                          seeds: list | None = None) -> dict[str, str]:
     """Give every claim without a figure its verdict figure ``<fig_dir>/<id>_verdict``
-    (``claim.figure`` set to ``figures/<stem>.html``); returns the stems written by claim id.
-    A figure that fails to draw leaves the claim without one (a figure never costs a claim)."""
+    (``claim.figure`` set to ``figures/<stem>.html``) over the run's ``seeds``; returns the
+    stems written by claim id. A figure that fails to draw leaves the claim without one (a
+    figure never costs a claim)."""
     try:
         import plotly  # noqa: F401
     except ImportError:  # pragma: no cover
@@ -137,10 +158,10 @@ def write_verdict_figures(claims: list[Claim], fig_dir: str | Path) -> dict[str,
             continue
         stem = claim.id.lower().replace("-", "_") + "_verdict"
         try:
-            fig = verdict_figure(claim)
+            fig = verdict_figure(claim, seeds=seeds)
             if fig is None:
                 continue
-            n = len(verdict_panels(claim))
+            n = len(verdict_panels(claim, seeds))
             rows = math.ceil(n / min(3, n))
             save_figure(fig, Path(fig_dir) / stem, width=1200, height=170 + 300 * rows)
         except Exception:  # noqa: BLE001 - a figure must never cost a claim

@@ -317,3 +317,43 @@ def test_pretrained_memory_reaches_the_planted_collision_ceiling_and_round_trips
     assert back.kind == mem.kind and log2 == log
     for a, b in ((mem.W_in, back.W_in), (mem.b_in, back.b_in), (mem.W_out, back.W_out)):
         assert torch.equal(a, b)
+
+
+def test_a_broken_or_foreign_memory_file_is_refused_with_its_name(tmp_path):
+    """IR-6 must never run on a memory it did not pretrain: a sidecar that claims another kind
+    (it would silently run the constructed comparator), weights that do not match the
+    sidecar's hash, a truncated or missing file each raise MemoryFileError naming the file."""
+    import json
+
+    from mechinterp_icr.experiments.ir.units import MemoryFileError, load_memory, save_memory
+    from mechinterp_icr.models.ir import Memory
+
+    g = torch.Generator().manual_seed(0)
+    mem = Memory("pretrained", torch.randn(6, 4, generator=g, dtype=torch.float64),
+                 torch.randn(4, generator=g, dtype=torch.float64),
+                 torch.randn(4, 5, generator=g, dtype=torch.float64))
+    path = save_memory(tmp_path / "m.safetensors", mem, [])
+    side = path.with_suffix(".json")
+    good_side, good_w = side.read_text(), path.read_bytes()
+    assert load_memory(path)[0].kind == "pretrained"
+
+    def refused(match):
+        with pytest.raises(MemoryFileError, match=match) as e:
+            load_memory(path)
+        assert str(path) in str(e.value)
+        side.write_text(good_side)
+        path.write_bytes(good_w)
+
+    side.write_text(json.dumps({**json.loads(good_side), "kind": "constructed"}))
+    refused("kind 'pretrained'")
+    path.write_bytes(good_w[:-7])
+    refused("sha256")
+    side.write_text("{not json")
+    refused("Expecting")
+    side.unlink()
+    refused("No such file")
+    other = save_memory(tmp_path / "o.safetensors",
+                        Memory("pretrained", mem.W_in.float(), mem.b_in, mem.W_out), [])
+    with pytest.raises(MemoryFileError, match="float64"):
+        load_memory(other)
+

@@ -59,3 +59,13 @@ def test_only_claims_without_a_figure_get_one(tmp_path, monkeypatch):
     assert out == {"IR-6": "ir_6_verdict"}
     assert a.figure == "figures/ir_6_verdict.html" and b.figure == "figures/own.html"
     assert (tmp_path / "ir_6_verdict.html").exists()
+
+
+def test_a_seed_of_the_run_without_numbers_is_shown_and_a_mean_rule_colours_the_panel():
+    claim = _ir6(gap_seed1=0.05, comparator_seed2=1.0)
+    panels = verdict_panels(claim, seeds=[0, 1, 2, 3, 4, 5])
+    assert all(list(p["values"]) == ["0", "1", "2", "3", "4", "5"] for p in panels)
+    assert panels[0]["values"]["5"] is None and panels[0]["ok"] is False
+    mean_panel = {**panels[1], "rule": "mean", "ok": True}
+    assert _seed_color(mean_panel, -1.0) == GREEN  # below the bar, but the mean decides
+    assert _seed_color({**mean_panel, "ok": False}, 1.0) == RED

@@ -169,7 +169,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     claims = ir_claims(per, cfg, causal, gap_rows)
     # a claim without a figure of its own gets its verdict figure (per-seed values of every
     # condition and control against the registered thresholds)
-    write_verdict_figures(claims, out_dir / "figures")
+    write_verdict_figures(claims, out_dir / "figures", seeds)
     for claim in claims:
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(

@@ -13,6 +13,7 @@ turns the records into claims, tables and figures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
@@ -53,6 +56,7 @@ from mechinterp_icr.store.io import (
 )
 
 __all__ = [
+    "MemoryFileError",
     "STAGES",
     "StageTimer",
     "gap_task",
@@ -149,25 +153,57 @@ def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     return plain({"IR-7": m, "timings": t.timings})
 
 
+class MemoryFileError(ValueError):
+    """IR-6's pretrained memory file is missing, corrupt, or not a pretrained memory."""
+
+
 def save_memory(path: Path, memory: Memory, log: list[dict]) -> Path:
     """Write a pretrained memory to ``path`` (safetensors: ``W_in``, ``b_in``, ``W_out``) and
-    its kind and pretraining log to the JSON sidecar ``path.with_suffix(".json")``; each file
-    atomically, weights first, so a memory whose sidecar exists is complete."""
+    its kind, pretraining log and the weights' SHA-256 to the JSON sidecar
+    ``path.with_suffix(".json")``; each file atomically, weights first (a sidecar left from an
+    earlier run does not match new weights: :func:`load_memory` checks the hash)."""
     path = Path(path)
-    atomic_write_bytes(path, st_save({"W_in": memory.W_in.contiguous(),
-                                      "b_in": memory.b_in.contiguous(),
-                                      "W_out": memory.W_out.contiguous()}))
-    atomic_write_json(path.with_suffix(".json"), {"kind": memory.kind, "log": log})
+    data = st_save({"W_in": memory.W_in.contiguous(), "b_in": memory.b_in.contiguous(),
+                    "W_out": memory.W_out.contiguous()})
+    atomic_write_bytes(path, data)
+    atomic_write_json(path.with_suffix(".json"), {"kind": memory.kind, "log": log,
+                                                  "sha256": hashlib.sha256(data).hexdigest()})
     return path
+
+
+def _checked_memory(side: Any, raw: bytes) -> tuple[Memory, list[dict]]:
+    if not isinstance(side, dict) or side.get("kind") != "pretrained" or \
+            not isinstance(side.get("log"), list):
+        raise ValueError("the sidecar must hold kind 'pretrained' and a log list, it holds "
+                         f"kind {side.get('kind') if isinstance(side, dict) else side!r}")
+    if side.get("sha256") != hashlib.sha256(raw).hexdigest():
+        raise ValueError("the weights do not match the sidecar's sha256 (truncated, replaced "
+                         "or written by another run)")
+    w = st_load(raw)
+    missing = sorted({"W_in", "b_in", "W_out"} - set(w))
+    if missing:
+        raise ValueError(f"the weights lack {missing}")
+    if any(t.dtype != torch.float64 for t in w.values()) or w["W_in"].dim() != 2 or \
+            not w["W_in"].shape[1] == w["b_in"].numel() == w["W_out"].shape[0]:
+        raise ValueError("W_in, b_in, W_out must be float64 with W_in (d, H), b_in (H,), "
+                         "W_out (H, V), got " + ", ".join(
+                             f"{k} {tuple(t.shape)} {t.dtype}" for k, t in sorted(w.items())))
+    return Memory("pretrained", w["W_in"], w["b_in"], w["W_out"]), side["log"]
 
 
 def load_memory(path: Path) -> tuple[Memory, list[dict]]:
     """The memory and pretraining log written by :func:`save_memory` (bit-identical); no
-    pickle is read."""
+    pickle is read. A missing, corrupt or foreign file raises :class:`MemoryFileError` naming
+    the file and how to pretrain it again."""
     path = Path(path)
-    side = json.loads(read_regular_file(path.with_suffix(".json"), 1 << 26))
-    w = st_load(read_regular_file(path, 1 << 34))
-    return Memory(side["kind"], w["W_in"], w["b_in"], w["W_out"]), side["log"]
+    try:
+        side = json.loads(read_regular_file(path.with_suffix(".json"), 1 << 26))
+        return _checked_memory(side, read_regular_file(path, 1 << 34))
+    except (OSError, ValueError, KeyError, SafetensorError) as e:
+        raise MemoryFileError(
+            f"IR-6 memory {path} (and its .json sidecar): {e}. Delete both and the record "
+            "tasks/ir/seed<s>/ir6_memory.json in the output folder, then rerun to pretrain "
+            "it again") from None
 
 
 def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
