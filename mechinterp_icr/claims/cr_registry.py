@@ -24,6 +24,12 @@ MECH_MODEL = {"cascade.d_head": 32, "cascade.embedding": "orthonormal",
               "cascade.probe_batch": 128}
 
 
+# The main run's step budgets (CR-1..CR-4 read it). PT 2000 steps (500 until 2026-12-01,
+# session 7: not converged, docs/registry.md).
+MAIN_RUN = {"pretrain.steps": 2000, "pretrain.lr": 2e-3, "pretrain.batch_size": 64,
+            "finetune.steps": 200, "finetune.lr": 1e-3, "finetune.batch_size": 128}
+
+
 CR_SPECS = (
     ClaimSpec(
         "CR-1",
@@ -38,7 +44,7 @@ CR_SPECS = (
         controls=(_neg("ICL-finetuned model", "ft_heldout_icl_best_attr_type", "<=",
                        TYPE_BOUND),),
         hyperparameters={"task.n_types": N_TYPES, "task.n_demos": 4, "eval_n": 512,
-                         "eval_n_by_k": 2048},
+                         "eval_n_by_k": 2048, **MAIN_RUN},
     ),
     ClaimSpec(
         "CR-2",
@@ -55,7 +61,7 @@ CR_SPECS = (
         hyperparameters={"task.n_demos": 4, "task.max_demos": 8, "task.finetune_k_min": 1,
                          "task.finetune_k_max": 0, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
                          "eval_n": 512, "eval_n_by_k": 2048,
-                         "finetune.trainable": "attention", "mixed_controls": True},
+                         "finetune.trainable": "attention", "mixed_controls": True, **MAIN_RUN},
     ),
     ClaimSpec(
         "CR-3",
@@ -71,7 +77,7 @@ CR_SPECS = (
                          "task.iclgrm_query_grammar": False, "task.n_demos": 4,
                          "task.max_demos": 8, "task.finetune_k_min": 1,
                          "task.finetune_k_max": 0, "finetune.trainable": "attention",
-                         "mixed_controls": True},
+                         "mixed_controls": True, **MAIN_RUN},
     ),
     ClaimSpec(
         "CR-4",
@@ -106,10 +112,7 @@ CR_SPECS = (
                          "taskvec.n_heldout": 1200, "taskvec.n_finetune": 800,
                          "taskvec.n_subject_split": 600, "taskvec.n_per_k": 600,
                          # the main run CR-4 reads (shared with CR-1..3)
-                         "pretrain.steps": 500, "pretrain.lr": 2e-3,
-                         "pretrain.batch_size": 64, "finetune.steps": 200,
-                         "finetune.lr": 1e-3, "finetune.batch_size": 128,
-                         "finetune.trainable": "attention"},
+                         **MAIN_RUN, "finetune.trainable": "attention"},
     ),
     ClaimSpec(
         "CR-5",

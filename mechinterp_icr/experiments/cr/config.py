@@ -364,7 +364,7 @@ def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
 
 def quick() -> CRConfig:
     """Three seeds in minutes on two CPU cores."""
-    return _base(ft_steps=200, pt_steps=500, pt_lr=2e-3, sweep=QUICK_SWEEP, eval_n=512,
+    return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=QUICK_SWEEP, eval_n=512,
                  ckpt_eval_n=128, sweep_seeds=3, allweights_iclgrm=False,
                  taskvec=TaskvecConfig(), mechanism=MechanismConfig(n_pairs=64,
                                                                     role_checkpoints=4),
@@ -373,9 +373,9 @@ def quick() -> CRConfig:
 
 def paper() -> CRConfig:
     """A larger sweep and more reported-only detail. Every step budget, lr and n a CR-4..7
-    verdict depends on is quick's (SPEC 0; 2026-12-01, docs/registry.md): PT 500 steps at
+    verdict depends on is quick's (SPEC 0; 2026-12-01, docs/registry.md): PT 2000 steps at
     2e-3, finetuning 200 steps, the taskvec sample sizes, 64 patching pairs."""
-    return _base(ft_steps=200, pt_steps=500, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=512,
+    return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=512,
                  sweep_seeds=3,
                  taskvec=TaskvecConfig(curve_max_checkpoints=16),
                  mechanism=MechanismConfig(n_pairs=64, role_checkpoints=12),
