@@ -328,7 +328,8 @@ class FastIR(torch.nn.Module):
                        accumulate=True)
         self.register_buffer("cnt_table", cnt, persistent=False)  # (R, m) #subjects with f=a
         self.dense = memory is not None and memory.kind != "constructed"
-        if self.dense and self.onehot and not torch.equal(E, torch.eye(V, dtype=E.dtype)):
+        if self.dense and self.onehot and not torch.equal(
+                E, torch.eye(V, dtype=E.dtype, device=E.device)):
             raise ValueError("FastIR: a dense memory with one-hot embeddings is read by "
                              "gathers that need E to be the identity; got another E")
         if self.dense:

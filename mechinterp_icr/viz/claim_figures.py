@@ -99,7 +99,8 @@ _RULE = {"every_seed": "every seed", "mean": "mean over seeds", "fraction": "sha
 
 
 def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
-    """The plotly figure of :func:`verdict_panels` for ``claim`` (None without panels)."""
+    """The plotly figure of :func:`verdict_panels` for ``claim`` (None without panels), its
+    layout height sized to its rows of panels."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -137,7 +138,7 @@ def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
     fig.update_layout(title=f"{claim.id}: {verdict}<br><sup>dots = seeds; dashed = "
                             "registered threshold; green = the seed meets the condition, "
                             "or the control behaves as expected there</sup>",
-                      margin={"t": 150 if rows == 1 else 130})
+                      margin={"t": 150 if rows == 1 else 130}, height=170 + 300 * rows)
     fig.update_annotations(font_size=11)
     return fig
 
@@ -161,9 +162,7 @@ def write_verdict_figures(claims: list[Claim], fig_dir: str | Path,
             fig = verdict_figure(claim, seeds=seeds)
             if fig is None:
                 continue
-            n = len(verdict_panels(claim, seeds))
-            rows = math.ceil(n / min(3, n))
-            save_figure(fig, Path(fig_dir) / stem, width=1200, height=170 + 300 * rows)
+            save_figure(fig, Path(fig_dir) / stem, width=1200, height=fig.layout.height)
         except Exception:  # noqa: BLE001 - a figure must never cost a claim
             continue
         claim.figure = f"figures/{stem}.html"
