@@ -361,3 +361,31 @@ def test_cr6_ties_are_shared_not_won_by_the_lowest_id():
     assert sc["exact"].tolist() == pytest.approx([0.2, 0.0])
     assert sc["n_top"].tolist() == [5.0, 1.0]
     assert sc["restricted"].tolist() == pytest.approx([1.0, 0.0])  # only the answer among attrs
+
+
+def test_mechanism_pt_weight_decay_reaches_the_optimizer():
+    """``cascade.pt_weight_decay`` (registered for CR-5 / CR-7) is the PT's AdamW decay: the
+    same seed and data with a large decay end with smaller attention weights, and the frozen
+    embeddings are untouched by it."""
+    from dataclasses import replace
+
+    import torch
+    from helpers import CR_TINY
+
+    from mechinterp_icr.config import apply_overrides
+    from mechinterp_icr.experiments import cr
+    from mechinterp_icr.experiments.cr.cascade import train_mechanism_model
+
+    torch.set_num_threads(1)
+    cfg = apply_overrides(cr.profile("quick"), CR_TINY)
+    task = cfg.task.build(0)
+    norms, embeds = {}, {}
+    for wd in (0.0, 5.0):
+        cc = replace(cfg.cascade, pt_steps=20, pt_weight_decay=wd, ft_steps=1, ft_lrs=(6e-3,),
+                     ft_lr=6e-3, embedding="orthonormal")
+        pt, _, _, _ = train_mechanism_model(task, 0, cc, None)
+        norms[wd] = float(sum(p.norm() ** 2 for n, p in pt.named_parameters()
+                              if n.startswith("blocks.")))
+        embeds[wd] = pt.embed.W_E.detach().clone()
+    assert norms[5.0] < 0.8 * norms[0.0]
+    assert torch.equal(embeds[0.0], embeds[5.0])

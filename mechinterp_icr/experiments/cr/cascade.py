@@ -98,7 +98,8 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
         run.write_config(RunConfig(name=f"cr-mech-seed{seed}", seed=seed, task=task_cfg,
                                    model=mc, train=TrainConfig(steps=cfg.ft_steps,
                                                                progress=False)))
-    pt = TrainConfig(steps=cfg.pt_steps, batch_size=cfg.pt_batch, lr=cfg.pt_lr, eval_every=0,
+    pt = TrainConfig(steps=cfg.pt_steps, batch_size=cfg.pt_batch, lr=cfg.pt_lr,
+                     weight_decay=cfg.pt_weight_decay, eval_every=0,
                      checkpoint_schedule="none", progress=False)
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), pt, run, "pretrain", seed,
                 phase_order=0)

@@ -187,7 +187,8 @@ def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
                                   for lr, v in r["by_lr"].items()},
                         "placebo": placebo[s]["schedules"]} for s, r in cr7.items()}
     notes = (f"Mechanism model ({ccfg.embedding} embeddings) pretrained {ccfg.pt_steps} steps "
-             f"at lr {ccfg.pt_lr:g}, finetuned '{ccfg.ft_trainable}' for {ccfg.ft_steps} steps "
+             f"at lr {ccfg.pt_lr:g} (weight decay {ccfg.pt_weight_decay:g}), finetuned "
+             f"'{ccfg.ft_trainable}' for {ccfg.ft_steps} steps "
              f"at each lr {[lr_name(x) for x in ccfg.ft_lrs]} from the same PT state; probes "
              f"every {ccfg.checkpoint_every} steps.")
     return cr7_claim_from_metrics(per, notes, figure, details)

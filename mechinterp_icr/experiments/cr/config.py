@@ -146,6 +146,7 @@ class CascadeConfig:
     pt_steps: int = 1500
     pt_batch: int = 64
     pt_lr: float = 3e-3
+    pt_weight_decay: float = 0.0  # AdamW weight decay of the PT (the finetunes have none)
     ft_steps: int = 300
     ft_batch: int = 128
     ft_lr: float = 3e-3  # the finetune whose head roles CR-5 reads
@@ -168,6 +169,7 @@ class CascadeConfig:
         _check_count("cascade.pt_steps", self.pt_steps, 0, 10_000_000)
         _check_count("cascade.pt_batch", self.pt_batch, 1, 1_000_000)
         check_range("cascade.pt_lr", self.pt_lr, 0, 1e4, lo_open=True)
+        check_range("cascade.pt_weight_decay", self.pt_weight_decay, 0, 10)
         _check_count("cascade.ft_steps", self.ft_steps, 1, 10_000_000)
         _check_count("cascade.ft_batch", self.ft_batch, 1, 1_000_000)
         check_range("cascade.ft_lr", self.ft_lr, 0, 1e4, lo_open=True)
@@ -341,8 +343,9 @@ PAPER_SWEEP = QUICK_SWEEP + (
 )
 
 # the CR-5 / CR-7 mechanism model, the same in every profile (claims.cr_registry.MECH_MODEL)
-MECH_CASCADE = CascadeConfig(d_head=32, embedding="orthonormal", out_scale=8.0, pt_steps=1200,
-                             pt_batch=64, pt_lr=6e-3, ft_steps=300, ft_batch=128, ft_lr=3e-3,
+MECH_CASCADE = CascadeConfig(d_head=64, embedding="orthonormal", out_scale=8.0, pt_steps=1200,
+                             pt_batch=64, pt_lr=6e-3, pt_weight_decay=0.1, ft_steps=300,
+                             ft_batch=128, ft_lr=3e-3,
                              ft_lrs=(3e-3, 6e-3), ft_trainable="all", dense_until=40,
                              checkpoint_every=10, probe_batch=128)
 
