@@ -1,15 +1,22 @@
-"""Fresh-seed check of CR-1 .. CR-3: runs only the ``seed<N>/train`` task of the CR plan
-(pretraining, the finetuning branches and their evaluation, exactly as ``icr reproduce cr``
-runs it) on seeds no setting was chosen on, and prints every registered condition of CR-1,
-CR-2 and CR-3 per seed with the verdict the registry gives.
+"""Fresh-seed check of CR claims from one kind of task of the CR plan, run exactly as
+``icr reproduce cr`` runs it, on seeds no setting was chosen on; prints every registered
+condition (and, where that task measures them, every control) per seed with the verdict the
+registry gives.
 
-The CR-3 sweep and the controls that need other tasks are not run, so a verdict printed here
-can only say whether the claim's own conditions hold on these seeds (controls read
-``not measured``); the records are the reproduction's own (``OUT/tasks/cr/seed<N>/train.json``),
-so ``icr reproduce cr --out OUT --seeds ...`` later reuses them.
+- ``--task train`` (default): CR-1 .. CR-3 from the ``seed<N>/train`` task (pretraining, the
+  finetuning branches and their evaluation). The CR-3 sweep and the controls that need other
+  tasks are not run, so those controls read ``not measured``.
+- ``--task cascade``: CR-5 and CR-7 from the ``seed<N>/cascade`` task (the 1-layer
+  attention-only mechanism model's PT, its ICL finetune at each registered learning rate,
+  the CR-7 probes and placebo, CR-5's head roles and controls). CR-5's 2-layer roles, reported
+  beside the claim from the ``seed<N>/mechanism`` task, are not run.
+
+The records are the reproduction's own (``OUT/tasks/cr/seed<N>/<task>.json``), so
+``icr reproduce cr --out OUT --seeds ...`` later reuses them; ``--set KEY=VALUE`` tries
+another setting.
 
     OMP_NUM_THREADS=1 python scripts/cr_fresh_seeds.py --seeds 31,32,33,34,35 \\
-        --out /tmp/cr_fresh --workers 2
+        --out /tmp/cr_fresh --workers 2 [--task cascade]
 """
 
 from __future__ import annotations
@@ -19,9 +26,23 @@ import json
 from pathlib import Path
 
 from mechinterp_icr.experiments.cr.claims import cr123_claims
+from mechinterp_icr.experiments.cr.claims_mech import cr5_claim, cr7_claim
 from mechinterp_icr.experiments.cr.reproduce import plan
 from mechinterp_icr.jobs import run_tasks
 from mechinterp_icr.runner import resolve_config
+
+
+def _show(v):
+    return round(v, 4) if isinstance(v, float) else v
+
+
+def _claims(task: str, cfg, seeds: list[int], records: dict) -> list:
+    recs = {s: records[f"seed{s}/{task}"] for s in seeds}
+    if task == "train":
+        return list(cr123_claims(cfg, [recs[s] for s in seeds], []))
+    return [cr5_claim({s: r["cr5_mech"] for s, r in recs.items()}, {}, None),
+            cr7_claim({s: r["cr7"] for s, r in recs.items()},
+                      {s: r["placebo"] for s, r in recs.items()}, cfg.cascade, None)]
 
 
 def main() -> None:
@@ -30,23 +51,27 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--profile", default="quick")
+    ap.add_argument("--task", choices=("train", "cascade"), default="train")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     cfg = resolve_config("cr", args.profile, args.overrides)
-    tasks = [t for t in plan(cfg, args.out, seeds) if t.name.endswith("/train")]
+    tasks = [t for t in plan(cfg, args.out, seeds) if t.name.endswith(f"/{args.task}")]
     records = run_tasks(tasks, args.out / "tasks" / "cr", args.workers)
-    results = [records[f"seed{s}/train"] for s in seeds]
     report = {}
-    for claim in cr123_claims(cfg, results, []):
-        verdict, reason, conds = claim.evaluate(seeds)
-        report[claim.id] = {"verdict": verdict, "reason": reason, "conditions": conds}
-        print(f"\n{claim.id}: {verdict} -- {reason}")
-        for c in conds:
-            vals = {s: (round(v, 4) if isinstance(v, float) else v)
-                    for s, v in c.get("per_seed", {}).items()}
+    for claim in _claims(args.task, cfg, seeds, records):
+        d = claim.to_dict()
+        report[claim.id] = {k: d.get(k) for k in ("verdict", "verdict_reason", "conditions",
+                                                  "controls")}
+        print(f"\n{claim.id}: {d['verdict']} -- {d['verdict_reason']}")
+        for c in d["conditions"]:
+            vals = {s: _show(v) for s, v in c.get("per_seed", {}).items()}
             print(f"  {c['condition']}: met={c['met']} {vals}")
-    (args.out / "fresh_seeds.json").write_text(json.dumps(report, indent=1, default=str))
+        for c in d.get("controls") or []:
+            vals = {s: _show(v) for s, v in (c.get("per_seed") or {}).items()}
+            print(f"  control {c['name']}: as expected={c.get('as_expected')} {vals}")
+    (args.out / f"fresh_seeds_{args.task}.json").write_text(
+        json.dumps(report, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -418,10 +418,13 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
             c = colours[i % len(colours)]
             for key, dash, lab, on in (("ov", "solid", "OV", "t_onset_ov"),
                                        ("kq", "dot", "KQ", "t_onset_kq")):
+                # one legend entry per seed (the line style, OV solid / KQ dotted, is in
+                # the title): ten entries did not fit beside the placebo's six
                 fig.add_scatter(x=[x + xoff for x in v["steps"]], y=_progress(v[key]),
                                 mode="lines",
                                 line={"color": c, "dash": dash}, legendgroup=f"s{s}",
-                                name=f"seed {s} {lab}", showlegend=j == 0, row=1, col=j + 1)
+                                name=f"seed {s}", showlegend=j == 0 and lab == "OV",
+                                row=1, col=j + 1)
                 t = v[on]
                 if t is not None and not math.isnan(t):
                     fig.add_scatter(x=[t + xoff], y=[0.1], mode="markers", showlegend=False,
@@ -452,5 +455,5 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
     fig.update_yaxes(title_text="share of total gain (plateau = 1)", row=1, col=1)
     fig.update_layout(title="CR-7: Relation-head OV (solid) and KQ (dotted) probes during ICL "
                       "finetuning<br><sub>markers: onsets at 10% of the total gain (o OV, x KQ)"
-                      "</sub>", yaxis_range=[-0.4, 1.3])
+                      "</sub>", yaxis_range=[-0.4, 1.3], legend={"tracegroupgap": 2})
     return _save_quietly(fig, out_dir, "cr7_cascade")
