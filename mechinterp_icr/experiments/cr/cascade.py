@@ -94,13 +94,14 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
     model = build_model(mc, seed=seed, device="cpu")
     if cfg.embedding != "learned":
         freeze_embeddings(model, seed, cfg.out_scale, cfg.embedding)
-    if run is not None and task_cfg is not None:
-        run.write_config(RunConfig(name=f"cr-mech-seed{seed}", seed=seed, task=task_cfg,
-                                   model=mc, train=TrainConfig(steps=cfg.ft_steps,
-                                                               progress=False)))
     pt = TrainConfig(steps=cfg.pt_steps, batch_size=cfg.pt_batch, lr=cfg.pt_lr,
                      weight_decay=cfg.pt_weight_decay, eval_every=0,
                      checkpoint_schedule="none", progress=False)
+    if run is not None and task_cfg is not None:
+        # the run's config names its PT (the finetunes' settings are in each phase's
+        # checkpoints and in the cascade section of the CR config)
+        run.write_config(RunConfig(name=f"cr-mech-seed{seed}", seed=seed, task=task_cfg,
+                                   model=mc, train=pt))
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), pt, run, "pretrain", seed,
                 phase_order=0)
     model.eval()
