@@ -389,3 +389,12 @@ def test_mechanism_pt_weight_decay_reaches_the_optimizer():
         embeds[wd] = pt.embed.W_E.detach().clone()
     assert norms[5.0] < 0.8 * norms[0.0]
     assert torch.equal(embeds[0.0], embeds[5.0])
+
+
+def test_mechanism_pt_weight_decay_rejects_bad_values_by_name():
+    from mechinterp_icr.config import ConfigError, apply_overrides
+    from mechinterp_icr.experiments import cr
+
+    for bad in ("-0.1", "11", "nan"):
+        with pytest.raises(ConfigError, match=r"cascade\.pt_weight_decay = .* is not allowed"):
+            apply_overrides(cr.profile("quick"), [f"cascade.pt_weight_decay={bad}"])
