@@ -62,6 +62,7 @@ __all__ = [
     "transplant_accuracy",
     "type_variance_fraction",
     "umap_embed",
+    "write_hook",
 ]
 
 
@@ -84,6 +85,14 @@ def readout_hook(n_layers: int) -> str:
     layer, before the last MLP (the last layer has not read the code out yet)."""
     check_range("n_layers", n_layers, 1, 10_000, integer=True)
     return f"blocks.{n_layers - 1}.hook_resid_mid"
+
+
+def write_hook(n_layers: int) -> str:
+    """``blocks.{n_layers-1}.hook_attn_out``: what the last attention layer writes into the
+    read-out hook (``resid_mid = resid_pre + attn_out``), without the query token's own
+    residual. A diagnostic beside CR-4, never the claim's hook."""
+    check_range("n_layers", n_layers, 1, 10_000, integer=True)
+    return f"blocks.{n_layers - 1}.hook_attn_out"
 
 
 def readout_names(n_layers: int) -> tuple[list[str], list[str]]:
@@ -335,7 +344,9 @@ def class_means(X, labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def type_variance_fraction(X, labels) -> float:
-    """Share of the total variance explained by the class means (eta squared), in [0, 1]."""
+    """Share of the total variance explained by the class means (eta squared), in [0, 1].
+    Any integer labels: the attribute type (CR-4's separation) or, e.g., the query subject
+    (how much of the variance at a hook is the query token's own identity)."""
     X = _as2d(X)
     labels = np.asarray(labels)
     mu = X.mean(0)

@@ -269,7 +269,7 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
            f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases]
     sub += [""] * (3 - len(phases))
     sub += ["eta^2 (type variance share) at the read-out hook vs K",
-            "eta^2 vs pretraining lam (small runs)", "top-PC probe accuracy per boundary"]
+            "eta^2 vs pretraining lam (one run per lam)", "top-PC probe accuracy per boundary"]
     fig = make_subplots(rows=2, cols=3, subplot_titles=sub, vertical_spacing=0.14)
     n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
     tcols = _type_colors(n_types)
@@ -284,6 +284,16 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
                 for k in ks]
         fig.add_trace(go.Scatter(x=ks, y=mean, mode="lines+markers", name=titles[p],
                                  legendgroup=p, line=dict(color=colors[p])), 2, 1)
+        wk = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])
+                     if "write_type_variance_fraction" in row})
+        if p == PHASE_FT and wk:  # the last attention layer's write alone (diagnostic)
+            fig.add_trace(go.Scatter(
+                x=wk, y=[float(np.mean([row["write_type_variance_fraction"] for r in results
+                                        for row in r["k_sweep"].get(p, [])
+                                        if row["K"] == k and "write_type_variance_fraction"
+                                        in row])) for k in wk],
+                mode="lines+markers", name=titles[p] + ": attention write alone",
+                line=dict(color=colors[p], dash="dash")), 2, 1)
         labels = [row["label"] for row in r0["phases"][p]["layers"]]
         acc = np.mean([[row["acc_pc"] for row in r["phases"][p]["layers"]] for r in results], 0)
         fig.add_trace(go.Scatter(x=labels, y=acc.tolist(), mode="lines+markers",
@@ -296,7 +306,7 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
                 x=lams, y=[float(np.mean([row[f"{key}_type_variance_fraction"]
                                           for row in lam_rows if row["lam"] == lm]))
                            for lm in lams],
-                mode="lines+markers", name=titles[p] + " (small runs)", legendgroup=p,
+                mode="lines+markers", name=titles[p] + " (lam runs)", legendgroup=p,
                 showlegend=False, line=dict(color=colors[p])), 2, 2)
     fig.update_xaxes(title_text="demos K", row=2, col=1)
     fig.update_xaxes(title_text="lam", row=2, col=2)

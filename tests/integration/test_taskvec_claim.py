@@ -73,6 +73,12 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
     saved = json.loads((paths[0] / "analyses" / "taskvec.json").read_text())
     assert saved["phases"]["ft-icl"]["split_sizes"]["test"] > 0
     assert {r["K"] for r in s.tables["cr4_k_sweep"]} == {1, 3}
+    for r in s.tables["cr4_k_sweep"]:  # the diagnostics beside eta^2 (not deciding)
+        assert 0.0 <= r["query_subject_share"] <= 1.0
+        assert 0.0 <= r["write_type_variance_fraction"] <= 1.0
+    assert set(m["ft_write_eta2_by_k"]) == {"1", "3"} and "ft_write_rise_k" in m
+    assert "ft_query_subject_share" in c["details"]["mean_and_ci95_over_seeds"]
+    assert "query subject explains" in c["notes"]
     # the summary is JSON-serialisable
     out = s.write(root)
     assert json.loads(out.read_text())["claims"]["CR-4"]["n_seeds"] == 2

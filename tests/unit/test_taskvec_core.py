@@ -87,6 +87,23 @@ def test_extraction_equals_manual_forward():
     np.testing.assert_array_equal(s.types, b.meta["type"].numpy())
 
 
+def test_readout_hook_is_the_query_residual_plus_the_attention_write():
+    """CR-4's diagnostic: resid_mid = resid_pre + attn_out at the query position, so eta^2 of
+    the write (write_hook) and the query subject's share of the hook are parts of one sum."""
+    task = FakeICLTask()
+    model = _model(task, n_layers=2)
+    assert tv.write_hook(2) == "blocks.1.hook_attn_out" != tv.readout_hook(2)
+    names = ["blocks.1.hook_resid_pre", tv.write_hook(2), tv.readout_hook(2)]
+    s = tv.icl_task_vectors(model, task, n=40, K=2, seed=2, names=names)
+    np.testing.assert_allclose(s.at(0) + s.at(1), s.at(2), atol=1e-5)
+    # any labels: the query subject explains part of the variance at the hook, and all of
+    # it for vectors that are a function of the query subject alone
+    share = tv.type_variance_fraction(s.at(2), s.query_subject)
+    assert 0.0 < share < 1.0
+    one_hot = np.eye(12)[s.query_subject]
+    assert tv.type_variance_fraction(one_hot, s.query_subject) == pytest.approx(1.0)
+
+
 def test_extraction_chunking_and_subject_restriction():
     task = FakeICLTask()
     model = _model(task)

@@ -268,6 +268,13 @@ def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
         m[f"{key}_rho_k"], m[f"{key}_rise_k"] = _trend(
             [r["K"] for r in ks], [r["type_variance_fraction"] for r in ks])
         m[f"{key}_eta2_by_k"] = {str(r["K"]): r["type_variance_fraction"] for r in ks}
+    # beside the K trend (records before 2026-12-02 lack them): the query subject's share of
+    # the variance at the hook, and eta^2 of the last attention layer's write alone
+    ks = [r for r in res["k_sweep"].get(PHASE_FT, []) if "query_subject_share" in r]
+    m["ft_query_subject_share"] = _mean(r["query_subject_share"] for r in ks)
+    m["ft_write_eta2_by_k"] = {str(r["K"]): r["write_type_variance_fraction"] for r in ks}
+    m["ft_write_rise_k"] = _trend([r["K"] for r in ks],
+                                  [r["write_type_variance_fraction"] for r in ks])[1]
     lam_rows = res.get("lam_sweep", [])
     if lam_rows:
         for key in ("ft", "pt"):
@@ -312,6 +319,15 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
     out_t = _mean([m.get("ft_output_type_acc") for m in per_seed.values()])
     lens = _mean([m.get("ft_hook_lens_type_acc") for m in per_seed.values()])
     pre = _mean([m.get("ft_pre_attn_acc_pc") for m in per_seed.values()])
+    qs = _mean([m.get("ft_query_subject_share") for m in per_seed.values()])
+    w1 = _mean([(m.get("ft_write_eta2_by_k") or {}).get("1") for m in per_seed.values()])
+    wr = _mean([m.get("ft_write_rise_k") for m in per_seed.values()])
+    why_k = ("" if math.isnan(qs) else
+             f"Beside the K trend: the query subject explains {qs:.3f} of the variance at "
+             f"the hook (mean; ft_query_subject_share), a part no number of demos changes; "
+             f"the last attention layer's write alone (blocks.(L-1).hook_attn_out) has "
+             f"eta^2 {w1:.3f} at K = 1 and rises by {wr:.3f} to the largest K (means; "
+             f"ft_write_eta2_by_k, ft_write_rise_k). ")
     return Claim.from_spec(
         sp, per_seed, controls=controls, extra_checks=checks,
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
@@ -330,7 +346,8 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
                "fitting. "
                "eta^2 = share of variance explained by the type; rise = value at the "
                "largest K (lam) minus the smallest; trends over the valid (non-NaN) points "
-               "only. lam trend from the lam runs (docs/taskvec.md). " + notes).strip(),
+               "only. " + why_k + "lam trend from the lam runs (docs/taskvec.md). "
+               + notes).strip(),
         figure=figure, details=dict(details or {}))
 
 
@@ -355,7 +372,8 @@ def cr4_claim(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
             "ft_rho_lam", "ft_rise_lam", "ft_hook_lens_type_acc", "ft_pre_attn_acc_pc",
             "pt_acc_pc", "pt_rise_k", "pt_patch_gain", "pt_patch_success",
             "pt_patch_unpatched_hit", "ft_shuffle_gap", "ft_random_dir",
-            "ft_pc_minus_random", "ft_eta2", "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc")
+            "ft_pc_minus_random", "ft_eta2", "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc",
+            "ft_query_subject_share", "ft_write_rise_k")
     summ = {}
     for k in keys:
         vals = [m[k] for m in claim.per_seed.values()

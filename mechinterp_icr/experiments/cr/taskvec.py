@@ -238,17 +238,23 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
                     ) -> list[dict[str, Any]]:
     """Separation (eta^2, the share of variance explained by the type) of held-out task
     vectors at ``hook`` for every K in ``P.ks`` (those that fit the context and the held-out
-    subjects), with the probe and the model's accuracy beside it."""
+    subjects), with the probe and the model's accuracy beside it. Diagnostics beside eta^2:
+    ``query_subject_share`` (the share of the variance at ``hook`` explained by the query
+    subject, a part no number of demos changes) and ``write_type_variance_fraction`` (eta^2
+    of the last attention layer's write alone, :func:`interp.taskvec.write_hook`)."""
     rows = []
     n_ho = len(task.heldout_subjects)
     for K in P.ks:
         if K + 1 > n_ho or task.format_len(K, False) > model.cfg.n_ctx:
             continue
         H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K,
-                   names=[hook])
+                   names=[hook, tv.write_hook(model.cfg.n_layers)])
         X = H.at(0)
         sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
         rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
+                     "query_subject_share": tv.type_variance_fraction(X, H.query_subject),
+                     "write_type_variance_fraction": tv.type_variance_fraction(H.at(1),
+                                                                               H.types),
                      "silhouette": tv.silhouette(X, H.types),
                      **tv.cosine_within_between(X, H.types),
                      "acc_pc": pr.probe_accuracy(X, H.types, sp, "pca", P.n_pc, seed),
