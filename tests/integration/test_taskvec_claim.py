@@ -9,6 +9,7 @@ import pytest
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig
+from mechinterp_icr.experiments.cr import claims as cr_claims
 from mechinterp_icr.experiments.cr import taskvec as ct
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.interp import probes as pr
@@ -79,6 +80,11 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
     assert set(m["ft_write_eta2_by_k"]) == {"1", "3"} and "ft_write_rise_k" in m
     assert "ft_query_subject_share" in c["details"]["mean_and_ci95_over_seeds"]
     assert "query subject explains" in c["notes"]
+    # the ICL+Grm model's K trend is reported beside when the run has that branch
+    assert "ft-iclgrm" not in saved["k_sweep"] and "grm_rho_k" not in m
+    with_grm = {**saved, "k_sweep": {**saved["k_sweep"], "ft-iclgrm": saved["k_sweep"]["ft-icl"]}}
+    g = cr_claims._per_seed_metrics(with_grm)
+    assert (g["grm_rho_k"], g["grm_rise_k"]) == (g["ft_rho_k"], g["ft_rise_k"])
     # the summary is JSON-serialisable
     out = s.write(root)
     assert json.loads(out.read_text())["claims"]["CR-4"]["n_seeds"] == 2

@@ -262,7 +262,10 @@ def _per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
         m.update({"grm_acc_pc": grm["acc_pc"], "grm_transfer_acc_pc": grm["transfer_acc_pc"],
                   "grm_patch_success": grm["patch_success"],
                   "grm_patch_gain": grm.get("patch_gain")})
-    for ph, key in ((PHASE_FT, "ft"), (PHASE_PT, "pt")):
+    # the ICL+Grm-finetuned model's K trend is reported beside (CR-4 is the ICL-finetuned one)
+    for ph, key in ((PHASE_FT, "ft"), (PHASE_PT, "pt"), (PHASE_FT_GRM, "grm")):
+        if ph not in res["k_sweep"] and key == "grm":
+            continue
         ks = res["k_sweep"].get(ph, [])
         m[f"{key}_n_k"] = _n_valid(r["type_variance_fraction"] for r in ks)
         m[f"{key}_rho_k"], m[f"{key}_rise_k"] = _trend(
@@ -322,12 +325,16 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
     qs = _mean([m.get("ft_query_subject_share") for m in per_seed.values()])
     w1 = _mean([(m.get("ft_write_eta2_by_k") or {}).get("1") for m in per_seed.values()])
     wr = _mean([m.get("ft_write_rise_k") for m in per_seed.values()])
+    grm_rho = _mean([m.get("grm_rho_k") for m in per_seed.values()])
+    grm_rise = _mean([m.get("grm_rise_k") for m in per_seed.values()])
     why_k = ("" if math.isnan(qs) else
              f"Beside the K trend: the query subject explains {qs:.3f} of the variance at "
              f"the hook (mean; ft_query_subject_share), a part no number of demos changes; "
              f"the last attention layer's write alone (blocks.(L-1).hook_attn_out) has "
              f"eta^2 {w1:.3f} at K = 1 and rises by {wr:.3f} to the largest K (means; "
-             f"ft_write_eta2_by_k, ft_write_rise_k). ")
+             f"ft_write_eta2_by_k, ft_write_rise_k). ICL+Grm-finetuned model at the same "
+             f"hook (reported, not deciding): eta^2 vs K Spearman {grm_rho:.2f}, rise "
+             f"{grm_rise:.3f} (means; grm_rho_k, grm_rise_k). ")
     return Claim.from_spec(
         sp, per_seed, controls=controls, extra_checks=checks,
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
@@ -373,7 +380,7 @@ def cr4_claim(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
             "pt_acc_pc", "pt_rise_k", "pt_patch_gain", "pt_patch_success",
             "pt_patch_unpatched_hit", "ft_shuffle_gap", "ft_random_dir",
             "ft_pc_minus_random", "ft_eta2", "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc",
-            "ft_query_subject_share", "ft_write_rise_k")
+            "ft_query_subject_share", "ft_write_rise_k", "grm_rho_k", "grm_rise_k")
     summ = {}
     for k in keys:
         vals = [m[k] for m in claim.per_seed.values()
