@@ -35,8 +35,8 @@ from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides,
 from mechinterp_icr.experiments import cr, ir
 from mechinterp_icr.jobs import Task, code_states, run_tasks
 
-__all__ = ["TARGETS", "resolve_config", "split_overrides", "run_target", "run_targets",
-           "pooled_plan", "config_keys", "default_workers"]
+__all__ = ["TARGETS", "canonical_out", "resolve_config", "split_overrides", "run_target",
+           "run_targets", "pooled_plan", "config_keys", "default_workers"]
 
 TARGETS = {"cr": cr, "ir": ir}
 
@@ -114,6 +114,15 @@ def pooled_plan(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int]
     return pool
 
 
+def canonical_out(out_dir: str | Path) -> Path:
+    """One spelling per output folder: relative to the working directory when it lies inside
+    it (``/abs/cwd/out``, ``./out`` and ``out`` all give ``out``), else absolute and resolved.
+    Task fingerprints hold paths as text (``jobs.fingerprint``), so without this a resumed
+    run given another spelling of the same folder would redo every task."""
+    p, cwd = Path(out_dir).resolve(), Path.cwd().resolve()
+    return p.relative_to(cwd) if p.is_relative_to(cwd) else p
+
+
 def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int], profile: str,
                 workers: int = 1, ray_address: str | None = None, threads: int = 1
                 ) -> dict[str, Summary]:
@@ -121,7 +130,7 @@ def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int],
     with a stored record are skipped), then summarise each target from its records with a
     fresh summary and write it (merging with the claims of other targets already in
     ``out_dir/summary.json``). Raises ``TaskFailed`` when a task failed."""
-    out_dir, seeds = Path(out_dir), list(seeds)
+    out_dir, seeds = canonical_out(out_dir), list(seeds)
     t0 = time.perf_counter()
     records = run_tasks(pooled_plan(targets, out_dir, seeds), out_dir / "tasks", workers,
                         ray_address, threads)

@@ -105,3 +105,27 @@ def test_status_lines_go_to_the_log(tmp_path):
 def test_workers_must_be_positive(tmp_path):
     with pytest.raises(ConfigError, match="--workers"):
         run_tasks(plan(), tmp_path, workers=0)
+
+
+def test_every_spelling_of_the_output_folder_gives_the_same_task_fingerprints(
+        tmp_path, monkeypatch):
+    """A resumed `icr reproduce` finds its records whether --out is `out`, `./out`, the
+    absolute path or a detour: the runner gives each folder one spelling before planning."""
+    from pathlib import Path
+
+    from mechinterp_icr.jobs import fingerprint
+    from mechinterp_icr.runner import canonical_out, pooled_plan, resolve_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    cfg = resolve_config("ir", "quick")
+    fps = []
+    for spelling in ("out", "./out", str(tmp_path / "out"), "sub/../out"):
+        assert canonical_out(spelling) == Path("out")
+        fps.append([fingerprint(t) for t in pooled_plan([("ir", cfg)], canonical_out(spelling),
+                                                        [0])])
+    assert fps[0] and all(f == fps[0] for f in fps)
+    # without it the spellings differ (what a resumed run used to redo)
+    raw = [fingerprint(t) for t in pooled_plan([("ir", cfg)], tmp_path / "out", [0])]
+    assert raw != fps[0]
+    assert canonical_out("/") == Path("/")  # outside the working directory: absolute
