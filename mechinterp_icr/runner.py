@@ -118,7 +118,8 @@ def canonical_out(out_dir: str | Path) -> Path:
     """One spelling per output folder: relative to the working directory when it lies inside
     it (``/abs/cwd/out``, ``./out`` and ``out`` all give ``out``), else absolute and resolved.
     Task fingerprints hold paths as text (``jobs.fingerprint``), so without this a resumed
-    run given another spelling of the same folder would redo every task."""
+    run given another spelling of the same folder would redo every task. Not used with
+    ``--ray-address``: workers on other nodes need the path as given (absolute, shared)."""
     p, cwd = Path(out_dir).resolve(), Path.cwd().resolve()
     return p.relative_to(cwd) if p.is_relative_to(cwd) else p
 
@@ -130,7 +131,9 @@ def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int],
     with a stored record are skipped), then summarise each target from its records with a
     fresh summary and write it (merging with the claims of other targets already in
     ``out_dir/summary.json``). Raises ``TaskFailed`` when a task failed."""
-    out_dir, seeds = canonical_out(out_dir), list(seeds)
+    # on a cluster the folder is used as given: it must be a path every node sees
+    out_dir = Path(out_dir) if ray_address else canonical_out(out_dir)
+    seeds = list(seeds)
     t0 = time.perf_counter()
     records = run_tasks(pooled_plan(targets, out_dir, seeds), out_dir / "tasks", workers,
                         ray_address, threads)

@@ -268,8 +268,8 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     sub = [f"{titles[p]}: PCA at {r0['pca'][p]['boundary_label']} (top-PC probe "
            f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases]
     sub += [""] * (3 - len(phases))
-    sub += ["eta^2 (type variance share) at the read-out hook vs K",
-            "eta^2 vs pretraining lam (one run per lam)", "top-PC probe accuracy per boundary"]
+    sub += ["eta^2 vs K (solid: read-out hook; dashed: attn_out)",
+            "eta^2 vs pretraining lam (one run per lam)", "top-PC probe per boundary (x: control)"]
     fig = make_subplots(rows=2, cols=3, subplot_titles=sub, vertical_spacing=0.14)
     n_types = int(max(max(r0["pca"][p]["type"]) for p in phases)) + 1
     tcols = _type_colors(n_types)
@@ -292,13 +292,21 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
                                         for row in r["k_sweep"].get(p, [])
                                         if row["K"] == k and "write_type_variance_fraction"
                                         in row])) for k in wk],
-                mode="lines+markers", name=titles[p] + ": attention write alone",
+                mode="lines+markers",
+                name=titles[p] + ": write (attn_out)",
                 line=dict(color=colors[p], dash="dash")), 2, 1)
         labels = [row["label"] for row in r0["phases"][p]["layers"]]
         acc = np.mean([[row["acc_pc"] for row in r["phases"][p]["layers"]] for r in results], 0)
         fig.add_trace(go.Scatter(x=labels, y=acc.tolist(), mode="lines+markers",
                                  name=titles[p], legendgroup=p, showlegend=False,
                                  line=dict(color=colors[p])), 2, 3)
+    rnd = [r["phases"][PHASE_FT]["acc_random_dir"] for r in results
+           if "acc_random_dir" in r["phases"][PHASE_FT]]
+    if rnd:  # the random-direction control beside the top-PC probe, at the read-out hook
+        fig.add_trace(go.Scatter(
+            x=[r0["phases"][PHASE_FT]["boundary_label"]], y=[float(np.mean(rnd))],
+            mode="markers", marker=dict(symbol="x", size=11, color=colors[PHASE_FT]),
+            name=titles[PHASE_FT] + ": 3 random dirs"), 2, 3)
     if lam_rows:
         lams = sorted({row["lam"] for row in lam_rows})
         for key, p in (("pt", PHASE_PT), ("ft", PHASE_FT)):

@@ -79,7 +79,7 @@ def test_add_taskvec_claim_end_to_end(tiny_runs):
         assert 0.0 <= r["write_type_variance_fraction"] <= 1.0
     assert set(m["ft_write_eta2_by_k"]) == {"1", "3"} and "ft_write_rise_k" in m
     assert "ft_query_subject_share" in c["details"]["mean_and_ci95_over_seeds"]
-    assert "query subject explains" in c["notes"]
+    assert "query subject explains" in c["notes"] and "nan" not in c["notes"]
     # the ICL+Grm model's K trend is reported beside when the run has that branch
     assert "ft-iclgrm" not in saved["k_sweep"] and "grm_rho_k" not in m
     with_grm = {**saved, "k_sweep": {**saved["k_sweep"], "ft-iclgrm": saved["k_sweep"]["ft-icl"]}}
@@ -199,3 +199,10 @@ def test_a_broken_run_is_reported_not_raised(tiny_runs, tmp_path):
     ct.add_taskvec_claim(s, tmp_path, [paths[0], bad], [0, 3], small, log=None)
     c = s.claims["CR-4"]
     assert set(c.per_seed) == {"0"} and "task.lam" in c.notes
+
+
+def test_a_four_point_spearman_of_exactly_0_8_meets_a_0_8_rule():
+    """Ranks 1, 3, 2, 4: rho = 1 - 6 * 2 / (4 * 15) = 0.8 exactly (scipy: 0.79999...)."""
+    rho, rise = cr_claims._trend([0.0, 0.3, 0.6, 0.9], [0.1, 0.3, 0.2, 0.4])
+    assert rho >= 0.8 and rho == 0.8 and rise == pytest.approx(0.3)
+    assert cr_claims.spearman([1, 2, 3], [3, 2, 1]) == -1.0

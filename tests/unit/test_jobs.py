@@ -129,3 +129,26 @@ def test_every_spelling_of_the_output_folder_gives_the_same_task_fingerprints(
     raw = [fingerprint(t) for t in pooled_plan([("ir", cfg)], tmp_path / "out", [0])]
     assert raw != fps[0]
     assert canonical_out("/") == Path("/")  # outside the working directory: absolute
+
+
+def test_a_cluster_run_keeps_the_output_folder_as_given(tmp_path, monkeypatch):
+    """With --ray-address the folder stays absolute (workers on other nodes resolve a
+    relative path against their own working directory); locally it gets one spelling."""
+    from pathlib import Path
+
+    from mechinterp_icr import runner
+
+    seen = []
+
+    def fake_run_tasks(tasks, records_dir, *a, **k):
+        seen.append(records_dir)
+        raise RuntimeError("stop")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "run_tasks", fake_run_tasks)
+    cfg = runner.resolve_config("ir", "quick")
+    for address in (None, "auto"):
+        with pytest.raises(RuntimeError, match="stop"):
+            runner.run_targets([("ir", cfg)], tmp_path / "out", [0], "quick",
+                               ray_address=address)
+    assert seen == [Path("out") / "tasks", tmp_path / "out" / "tasks"]

@@ -240,8 +240,9 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
     vectors at ``hook`` for every K in ``P.ks`` (those that fit the context and the held-out
     subjects), with the probe and the model's accuracy beside it. Diagnostics beside eta^2:
     ``query_subject_share`` (the share of the variance at ``hook`` explained by the query
-    subject, a part no number of demos changes) and ``write_type_variance_fraction`` (eta^2
-    of the last attention layer's write alone, :func:`interp.taskvec.write_hook`)."""
+    subject; about (n_subjects - 1) / (n - 1) for pure noise) and
+    ``write_type_variance_fraction`` (eta^2 of the last attention layer's write alone,
+    :func:`interp.taskvec.write_hook`)."""
     rows = []
     n_ho = len(task.heldout_subjects)
     for K in P.ks:
