@@ -19,7 +19,7 @@ TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
 # d_head 64 (was 32) and PT weight decay 0.1 (was 0) since 2026-12-01 session 8: heads with
 # mixed roles on some seeds (docs/registry.md).
 MECH_MODEL = {"cascade.d_head": 64, "cascade.embedding": "orthonormal",
-              "cascade.out_scale": 8.0, "cascade.pt_steps": 1200, "cascade.pt_batch": 64,
+              "cascade.out_scale": 8.0, "cascade.pt_steps": 2400, "cascade.pt_batch": 64,
               "cascade.pt_lr": 6e-3, "cascade.pt_weight_decay": 0.1,
               "cascade.ft_steps": 300, "cascade.ft_batch": 128,
               "cascade.ft_lr": 3e-3, "cascade.ft_trainable": "all",

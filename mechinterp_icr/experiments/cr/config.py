@@ -343,7 +343,7 @@ PAPER_SWEEP = QUICK_SWEEP + (
 )
 
 # the CR-5 / CR-7 mechanism model, the same in every profile (claims.cr_registry.MECH_MODEL)
-MECH_CASCADE = CascadeConfig(d_head=64, embedding="orthonormal", out_scale=8.0, pt_steps=1200,
+MECH_CASCADE = CascadeConfig(d_head=64, embedding="orthonormal", out_scale=8.0, pt_steps=2400,
                              pt_batch=64, pt_lr=6e-3, pt_weight_decay=0.1, ft_steps=300,
                              ft_batch=128, ft_lr=3e-3,
                              ft_lrs=(3e-3, 6e-3), ft_trainable="all", dense_until=40,
