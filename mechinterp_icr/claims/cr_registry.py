@@ -17,7 +17,8 @@ TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
 
 # The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile.
 # d_head 64 (was 32) and PT weight decay 0.1 (was 0) since 2026-12-01 session 8: heads with
-# mixed roles on some seeds (docs/registry.md).
+# mixed roles on some seeds (docs/registry.md); PT 2400 steps (was 1200) since 2026-12-02
+# session 9: a PT state that split a role between the heads (seed 123).
 MECH_MODEL = {"cascade.d_head": 64, "cascade.embedding": "orthonormal",
               "cascade.out_scale": 8.0, "cascade.pt_steps": 2400, "cascade.pt_batch": 64,
               "cascade.pt_lr": 6e-3, "cascade.pt_weight_decay": 0.1,
