@@ -149,6 +149,15 @@ def _type_colors(n):
     return [base[i % len(base)] for i in range(n)]
 
 
+def _k_values(results: list[dict[str, Any]], phase: str, key: str
+              ) -> tuple[list[int], list[list[float]]]:
+    """(the K values, ``key`` of every seed at each K) from the K sweeps of ``phase``; rows
+    without ``key`` (records written before it existed) are left out."""
+    rows = [row for r in results for row in r["k_sweep"].get(phase, []) if key in row]
+    ks = sorted({row["K"] for row in rows})
+    return ks, [[row[key] for row in rows if row["K"] == k] for k in ks]
+
+
 def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any]:
     """PCA scatter (PT-only vs finetuned), separation vs K, separation vs lam, per-layer and
     per-checkpoint probe accuracy. Returns the written paths."""
@@ -182,9 +191,7 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
         "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
     for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
         for c, key in enumerate(("type_variance_fraction", "acc_pc")):
-            ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
-            vals = [[row[key] for r in results for row in r["k_sweep"].get(p, [])
-                     if row["K"] == k] for k in ks]
+            ks, vals = _k_values(results, p, key)
             mean = [float(np.mean(v)) for v in vals]
             lo = [float(np.min(v)) for v in vals]
             hi = [float(np.max(v)) for v in vals]
@@ -278,23 +285,15 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
         x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
         _add_type_scatter(fig, x, y, t, tcols, 1, j + 1, legend=j == 0, size=4)
     for p in phases:
-        ks = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])})
-        mean = [float(np.mean([row["type_variance_fraction"] for r in results
-                               for row in r["k_sweep"].get(p, []) if row["K"] == k]))
-                for k in ks]
-        fig.add_trace(go.Scatter(x=ks, y=mean, mode="lines+markers", name=titles[p],
-                                 legendgroup=p, line=dict(color=colors[p])), 2, 1)
-        wk = sorted({row["K"] for r in results for row in r["k_sweep"].get(p, [])
-                     if "write_type_variance_fraction" in row})
+        ks, vals = _k_values(results, p, "type_variance_fraction")
+        fig.add_trace(go.Scatter(x=ks, y=[float(np.mean(v)) for v in vals],
+                                 mode="lines+markers", name=titles[p], legendgroup=p,
+                                 line=dict(color=colors[p])), 2, 1)
+        wk, wvals = _k_values(results, p, "write_type_variance_fraction")
         if p == PHASE_FT and wk:  # the last attention layer's write alone (diagnostic)
-            fig.add_trace(go.Scatter(
-                x=wk, y=[float(np.mean([row["write_type_variance_fraction"] for r in results
-                                        for row in r["k_sweep"].get(p, [])
-                                        if row["K"] == k and "write_type_variance_fraction"
-                                        in row])) for k in wk],
-                mode="lines+markers",
-                name=titles[p] + ": write (attn_out)",
-                line=dict(color=colors[p], dash="dash")), 2, 1)
+            fig.add_trace(go.Scatter(x=wk, y=[float(np.mean(v)) for v in wvals],
+                                     mode="lines+markers", name=titles[p] + ": write (attn_out)",
+                                     line=dict(color=colors[p], dash="dash")), 2, 1)
         labels = [row["label"] for row in r0["phases"][p]["layers"]]
         acc = np.mean([[row["acc_pc"] for row in r["phases"][p]["layers"]] for r in results], 0)
         fig.add_trace(go.Scatter(x=labels, y=acc.tolist(), mode="lines+markers",
