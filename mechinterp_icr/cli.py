@@ -57,10 +57,12 @@ def _os_error_line(e: OSError) -> str:
 def error_line(e: BaseException) -> str | None:
     """The one-line message for an expected error (bad config, damaged checkpoint or run
     directory, I/O, disk full, permissions, bad JSON, out of memory); None for a bug."""
+    if isinstance(e, ConfigError):  # before the store (and torch) is imported: stays fast
+        return str(e)
     from mechinterp_icr.store.checkpoint import CheckpointError
     from mechinterp_icr.store.rundir import RunError
 
-    if isinstance(e, (ConfigError, CheckpointError, RunError)):
+    if isinstance(e, (CheckpointError, RunError)):
         return str(e)
     if isinstance(e, OSError):
         return _os_error_line(e)
@@ -114,27 +116,46 @@ def main() -> None:
     """
 
 
+_PROFILE_TRAIN = click.option(
+    "--profile", default="quick", show_default=True,
+    help="cr and ir: the reproduction profile whose settings the phase uses (quick, paper).")
+
+
 @main.command()
 @click.option("--task", "task_kind", default="induction", show_default=True,
               help="Task kind (registered task config), e.g. induction, cr, ir.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Run directory to create (or resume).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=None, type=int,
+              help="Seed of the task and the model [default: 0; a finetuning phase takes the "
+                   "seed of the run it starts from].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Dotted override, e.g. --set model.d_model=64 --set train.steps=500; "
-                   "resource ceilings: --set resources.max_gib=16.")
-@click.option("--phase", default="train", show_default=True,
-              help="Phase name for checkpoints: a letter, then letters, digits, _ or -.")
+              help="Dotted override, e.g. --set model.d_model=64 --set train.steps=500; for cr "
+                   "and ir the keys of `icr config TARGET` (train.KEY: the phase's own "
+                   "section); resource ceilings: --set resources.max_gib=16.")
+@click.option("--phase", default=None,
+              help="cr and ir: the paper's phase to train (`icr phases --task T` lists them; "
+                   "default: the first). Other tasks: a name for the phase's checkpoints (a "
+                   "letter, then letters, digits, _ or -) [default: train].")
 @click.option("--init", "init", default=None, metavar="RUN[:CHECKPOINT]",
               help="Start the phase from a checkpoint of another run (same model shapes), "
-                   "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: last.")
+                   "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: the last of the "
+                   "phase it starts from (cr), else last.")
+@_PROFILE_TRAIN
 @click.option("--track", type=click.Choice(["none", "wandb"]), default="none",
               show_default=True,
               help="Also log the training metrics to Weights & Biases: offline into "
                    "OUT/wandb/ unless WANDB_MODE=online or WANDB_API_KEY is set.")
-def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase: str,
-          init: str | None, track: str) -> None:
+def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...],
+          phase: str | None, init: str | None, profile: str, track: str) -> None:
     """Train one phase of a model on a task, with checkpoints and metrics in OUT.
+
+    For cr and ir, --phase names a phase of the papers (pretraining, each finetuning branch
+    and control, the mechanism model, the IR PGD runs), trained with the data, subject
+    subset, trainable set and settings the reproduction uses for it:
+
+        icr train --task cr --out runs/cr --phase pretrain
+        icr train --task cr --out runs/cr --phase ft-icl      # from runs/cr's pretraining
 
     Re-running the same command resumes from the last intact checkpoint (also in a copied or
     renamed directory); a finished phase is reported, not retrained. The same command with a
@@ -144,18 +165,89 @@ def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase
     disk against resources.max_gib / resources.max_disk_gib; a bad setting is one line on
     stderr and exit code 2.
     """
-    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+    from mechinterp_icr.experiments.recipes import RECIPE_TASKS, recipe, recipes
+
+    if init is not None:
+        _check_init_path(init)
+    if task_kind in RECIPE_TASKS:
+        phase = recipes(task_kind)[0].name if phase is None else phase
+        recipe(task_kind, phase)  # refused with the list before anything else
+    else:
+        phase = "train" if phase is None else phase
+        if profile != "quick":
+            raise ConfigError(f"--profile = {profile!r} is not allowed for --task "
+                              f"{task_kind}: profiles are the cr and ir reproductions'")
     from mechinterp_icr.store.rundir import check_phase_name
 
     check_phase_name(phase)
     name = Path(out).resolve().name or "run"
-    cfg = resolve_run_config(task_kind, seed, list(overrides), name=name)
+    if task_kind in RECIPE_TASKS:
+        _train_recipe(task_kind, phase, out, seed, overrides, init, profile, track)
+        return
+    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+
+    cfg = resolve_run_config(task_kind, 0 if seed is None else seed, list(overrides),
+                             name=name)
     tracker = _WandbTracker(cfg, Path(out), phase) if track == "wandb" else None
     try:
         res = train_single_phase(cfg, Path(out), phase=phase, init=init, on_log=tracker)
     finally:
         if tracker is not None:
             tracker.finish()
+    _report_phase(res, phase, out)
+
+
+def _check_init_path(init: str) -> None:
+    """--init starts with an existing run directory (checked before torch is imported; the
+    whole value is parsed by ``pipeline.parse_init``)."""
+    cuts = [i for i, ch in enumerate(init) if ch == ":"] + [len(init)]
+    if not any(Path(init[:i]).is_dir() for i in cuts):
+        raise ConfigError(f"--init = {init!r} is not allowed; expected RUN or RUN:CHECKPOINT "
+                          "with RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
+
+
+def _check_run_path(run: str) -> None:
+    """RUN is a run directory with a config.json: refused in a fraction of a second, before
+    torch is imported (``store.rundir.RunDir`` checks the same, later)."""
+    import os
+
+    p = Path(run)
+    if not p.is_dir():
+        what = "is not a directory" if os.path.lexists(p) else "does not exist"
+        raise ConfigError(f"run directory {p} {what}; train one with `icr train` or `icr "
+                          "reproduce`, or check the path")
+    if not os.path.lexists(p / "config.json"):
+        raise ConfigError(f"run directory {p} has no config.json")
+
+
+def _train_recipe(task_kind: str, phase: str, out: str, seed: int | None,
+                  overrides: tuple[str, ...], init: str | None, profile: str,
+                  track: str) -> None:
+    from mechinterp_icr.experiments.recipes import train_recipe
+
+    tracker = None
+    if track == "wandb":
+        tracker = _WandbTracker({"task": task_kind, "phase": phase, "profile": profile,
+                                 "set": list(overrides), "init": init}, Path(out), phase)
+    try:
+        res = train_recipe(task_kind, phase, out, 0 if seed is None else seed,
+                           list(overrides), init=init, profile=profile, on_log=tracker,
+                           seed_given=seed is not None)
+    finally:
+        if tracker is not None:
+            tracker.finish()
+    if res.started_from:
+        click.echo(f"started from {res.started_from}")
+    if res.phase is not None:
+        _report_phase(res.phase, phase, out)
+    if res.row is not None:
+        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in res.row.items() if k != "run")
+        click.echo(f"{phase!r} in {out} (phases big and {'pgd' if 'pgd' in phase else 'gd'}; "
+                   f"a rerun resumes or reports the finished run): {shown}")
+
+
+def _report_phase(res, phase: str, out: str) -> None:
     for s in res.skipped:
         click.echo(f"skipped damaged checkpoint {s}", err=True)
     if res.removed_temp_files:
@@ -170,6 +262,25 @@ def train(task_kind: str, out: str, seed: int, overrides: tuple[str, ...], phase
     click.echo(f"trained {res.steps} steps of {phase!r}{resumed} in {res.seconds:.1f}s; "
                f"final loss {res.final_loss:.4f}; {len(res.checkpoints)} checkpoints written "
                f"to {where}")
+
+
+@main.command()
+@click.option("--task", "task_kind", required=True,
+              help="Task kind: cr or ir (the tasks with the papers' phases).")
+def phases(task_kind: str) -> None:
+    """List the phases `icr train --task T --phase NAME` trains, one line each: what it
+    trains and what it starts from."""
+    from mechinterp_icr.experiments.recipes import RECIPE_TASKS, recipes
+
+    if task_kind not in RECIPE_TASKS:
+        raise ConfigError(f"--task = {task_kind!r} is not allowed; the tasks with phase "
+                          f"recipes are {', '.join(RECIPE_TASKS)} (other tasks train one "
+                          "phase of any name on their own data)")
+    rows = recipes(task_kind)
+    width = max(len(r.name) for r in rows) + 2
+    for r in rows:
+        start = f"  [from {r.start}]" if r.start else ""
+        click.echo(f"{r.name.ljust(width)}{r.summary}{start}")
 
 
 class _WandbTracker:
@@ -225,6 +336,7 @@ def eval_cmd(run: str, selection: str | None, batches: int) -> None:
     (CR: held-out ICL exact / type / restricted accuracy for every number of demos K, and
     PT recall; IR: step-1 and step-2 accuracy; other tasks: held-out loss and accuracy).
     Writes RUN/analyses/eval.json (only when every selected checkpoint was evaluated)."""
+    _check_run_path(run)
     from mechinterp_icr.pipeline import evaluate_run
 
     rows, path = evaluate_run(Path(run), selection, batches, progress=True)
@@ -273,8 +385,9 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
     """List the checkpoints of RUN (phase, step, metrics at that step); a damaged one (bad
     sidecar, weights missing, of the wrong size, not a regular file; with --verify also a
     wrong hash) is listed with its problem instead of its metrics."""
+    _check_run_path(run)
     from mechinterp_icr.store.checkpoint import CheckpointError, verify_checkpoint
-    from mechinterp_icr.store.rundir import RunDir
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     rows = []
     for c in RunDir(run).checkpoints():
@@ -284,11 +397,10 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
         except CheckpointError as e:
             row["problem"] = str(e)
         rows.append(row)
+    if not rows:  # exit 2 like every other command given a run without checkpoints
+        raise RunError(f"run directory {run} has no checkpoints")
     if as_json:
         click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo(f"{run}: no checkpoints")
         return
     click.echo(f"{'name':28} {'phase':18} {'step':>8}  metrics")
     for r in rows:
@@ -420,6 +532,7 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
          out: str | None) -> None:
     """Write an offline circuitsvis attention view of one checkpoint of RUN and print its path
     (the JS bundle is written once next to it as circuitsvis.js; no network needed)."""
+    _check_run_path(run)
     from mechinterp_icr.viz.views import view_run
 
     path = view_run(Path(run), checkpoint, prompt=prompt, example=example, out=out)
@@ -445,6 +558,7 @@ def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
     every head on one prompt (circuitsvis), the prediction beside the correct answer, the
     head-role table and the training curves (CR-7 probes, IR-4 attention row, or the run's
     own metrics) with the current checkpoint marked. Prints the page's path."""
+    _check_run_path(run)
     from mechinterp_icr.viz.explore import explore_run
 
     path = explore_run(Path(run), selection, out=out, prompt_seed=prompt_seed, prompt=prompt)

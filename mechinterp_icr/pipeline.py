@@ -24,6 +24,7 @@ from mechinterp_icr.config import (
     ConfigError,
     ModelConfig,
     RunConfig,
+    TrainConfig,
     apply_overrides,
     check,
     check_range,
@@ -31,6 +32,7 @@ from mechinterp_icr.config import (
     count_params,
     gib,
     task_config_class,
+    to_dict,
 )
 from mechinterp_icr.models.factory import build_model, default_device
 from mechinterp_icr.store.io import atomic_write_text
@@ -46,7 +48,8 @@ from mechinterp_icr.training.loop import (
 
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
            "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
-           "main_phase", "resolve_selection", "parse_init", "task_metrics"]
+           "main_phase", "resolve_selection", "parse_init", "task_metrics",
+           "check_phase_settings"]
 
 MAX_EVAL_BATCHES = 10_000
 
@@ -213,8 +216,38 @@ def _init_state(spec: str, model) -> tuple[dict, str]:
     return state, f"{run.path}:{cks[0].name}"
 
 
+def check_phase_settings(run: RunDir, phase: str, train: TrainConfig) -> None:
+    """Refuse to resume ``phase`` of ``run`` under other training settings than its
+    checkpoints were made with (a larger ``steps`` extends it; ``progress`` does not count)."""
+    from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
+
+    cks = [c for c in run.checkpoints() if c.phase == phase]
+    if not cks:
+        return
+    try:
+        old = read_sidecar(cks[-1].stem).get("train")
+    except CheckpointError:
+        return  # a damaged last checkpoint: the resume skips it and says so
+    if not isinstance(old, dict):
+        return
+    new = to_dict(train)
+    diff = sorted(k for k in set(old) | set(new)
+                  if k not in ("steps", "progress") and old.get(k) != new.get(k))
+    if diff:
+        raise ConfigError(
+            f"phase {phase!r} of {run.path} was trained with other settings (train: "
+            f"{', '.join(f'{k} {old.get(k)!r} then, {new.get(k)!r} now' for k in diff[:4])}); "
+            "repeat the settings it was made with, or train into another --out")
+    if new["steps"] < old.get("steps", 0):
+        raise ConfigError(
+            f"train.steps = {new['steps']} is not allowed for phase {phase!r} of {run.path}: "
+            f"it was made with {old['steps']} steps and is not shortened; analyse its first "
+            f"steps with --checkpoints steps:0-{new['steps']}, or train into another --out")
+
+
 def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
-                       init: str | None = None, on_log=None) -> PhaseResult:
+                       init: str | None = None, on_log=None, *, build=None, trainer=None,
+                       phase_train: TrainConfig | None = None) -> PhaseResult:
     """Train (or resume) one phase of ``cfg`` into the run directory ``out``.
 
     Refused before anything is written: a bad phase name, a config over its resource ceilings
@@ -233,12 +266,20 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
     that checkpoint of another run (same model shapes) instead of a fresh initialisation;
     its sidecars record it as ``init_from``. A phase that has checkpoints resumes from them.
     ``on_log``: called with every metrics record (``training.loop.train_phase``).
+
+    A phase recipe (``experiments.recipes``) brings its own model and training: ``build()``
+    makes the model (default :func:`model_for_task`), ``trainer(model, run, extra_meta,
+    on_log)`` trains the phase into ``run`` and returns its ``PhaseResult`` (default: the
+    task's own training data under ``cfg.train``), and ``phase_train`` is the phase's
+    training settings when they are not ``cfg.train`` (a finetuning phase of a run whose
+    ``config.json`` holds its pretraining); a rerun with other ``phase_train`` settings than
+    the phase's checkpoints were made with is refused, except a larger ``steps``.
     """
     out = Path(out)
     check_phase_name(phase)
     cfg, task = _complete(cfg)
-    model = model_for_task(cfg)
-    resolve_trainable(model, cfg.train.trainable)  # ConfigError when it matches nothing
+    model = (build or (lambda: model_for_task(cfg)))()
+    resolve_trainable(model, (phase_train or cfg.train).trainable)  # ConfigError: no match
     init_from = None
     if init is not None:
         state, init_from = _init_state(init, model)
@@ -247,6 +288,8 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
     extended = _extension(out, cfg) if existed else None
     if existed and extended is None:
         RunDir(out).check_config(cfg)  # another run's directory: refused before any write
+    if existed and phase_train is not None:
+        check_phase_settings(RunDir(out), phase, phase_train)
     before = _existing(out)
     run = RunDir(out, create=True)
     try:
@@ -256,13 +299,15 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
                     run.write_config(replace(cfg, name=extended.name,
                                              resources=extended.resources))
                 run = RunDir.open_for(out, cfg)
+                meta = {"init_from": init_from} if init_from else None
+                if trainer is not None:
+                    return trainer(model, run, meta, on_log)
                 return train_phase(model, lambda rng, bs: task.sample(rng, bs, "train"),
                                    cfg.train, run, phase, cfg.seed, run_config=cfg,
                                    phase_order=run.phase_order(phase),
                                    eval_fn=_heldout_eval(task, 2, cfg.train.eval_batch_size,
                                                          cfg.seed),
-                                   extra_meta={"init_from": init_from} if init_from else None,
-                                   on_log=on_log)
+                                   extra_meta=meta, on_log=on_log)
             except BaseException:
                 if extended is not None:
                     run.write_config(extended)  # the run keeps the config it had

@@ -39,7 +39,9 @@ from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
 from mechinterp_icr.training.loop import checkpoint_steps, train_phase
 
-__all__ = ["cascade_lrs", "freeze_embeddings", "mechanism_model_config", "run_cascade",
+__all__ = ["build_mechanism_model", "cascade_lrs", "freeze_embeddings", "mechanism_finetune",
+           "mechanism_ft_config", "mechanism_model_config", "mechanism_pretrain",
+           "mechanism_pt_config", "mechanism_run_config", "probe_batch_for", "run_cascade",
            "train_mechanism_model"]
 
 
@@ -85,38 +87,83 @@ def cascade_lrs(cfg: CascadeConfig) -> list[float]:
     return lrs + ([float(cfg.ft_lr)] if float(cfg.ft_lr) not in lrs else [])
 
 
+def build_mechanism_model(task, seed: int, cfg: CascadeConfig):
+    """The mechanism model of ``cfg`` for ``task``, built and with its embeddings fixed and
+    frozen (unless ``cfg.embedding`` is ``learned``)."""
+    model = build_model(mechanism_model_config(task, cfg), seed=seed, device="cpu")
+    if cfg.embedding != "learned":
+        freeze_embeddings(model, seed, cfg.out_scale, cfg.embedding)
+    return model
+
+
+def mechanism_pt_config(cfg: CascadeConfig) -> TrainConfig:
+    """The PT settings of the mechanism model (start and end checkpoints only)."""
+    return TrainConfig(steps=cfg.pt_steps, batch_size=cfg.pt_batch, lr=cfg.pt_lr,
+                       weight_decay=cfg.pt_weight_decay, eval_every=0,
+                       checkpoint_schedule="none", progress=False)
+
+
+def mechanism_ft_config(cfg: CascadeConfig, lr: float) -> TrainConfig:
+    """The ICL finetuning settings of the mechanism model at learning rate ``lr``; its
+    checkpoint steps are the steps the OV and KQ probes are read at."""
+    return TrainConfig(steps=cfg.ft_steps, batch_size=cfg.ft_batch, lr=lr, eval_every=0,
+                       trainable=cfg.ft_trainable, checkpoint_schedule="log",
+                       checkpoint_dense_until=cfg.dense_until,
+                       checkpoint_every=cfg.checkpoint_every, progress=False)
+
+
+def mechanism_run_config(task, task_cfg, seed: int, cfg: CascadeConfig,
+                         name: str) -> RunConfig:
+    """The ``config.json`` of a mechanism-model run: the task, the model and its PT (the
+    finetunes' settings are in each phase's checkpoints and in the cascade section)."""
+    return RunConfig(name=name, seed=seed, task=task_cfg,
+                     model=mechanism_model_config(task, cfg), train=mechanism_pt_config(cfg))
+
+
+def mechanism_pretrain(model, task, seed: int, cfg: CascadeConfig, run: RunDir | None,
+                       phase: str = "pretrain", eval_fn=None, run_config=None, on_log=None):
+    """PT of the mechanism ``model`` (from :func:`build_mechanism_model`) in place; returns
+    the ``PhaseResult``. The reproduction's phase is ``pretrain``, the CLI's
+    ``mech-pretrain``."""
+    return train_phase(model, lambda rng, bs: task.sample_pt(rng, bs),
+                       mechanism_pt_config(cfg), run, phase, seed, phase_order=0,
+                       eval_fn=eval_fn, run_config=run_config, on_log=on_log)
+
+
+def mechanism_finetune(model, task, seed: int, cfg: CascadeConfig, lr: float,
+                       run: RunDir | None, eval_fn, phase: str = "ft-icl", run_config=None,
+                       extra_meta=None, on_log=None):
+    """ICL finetuning (finetune subjects only) of the mechanism ``model`` in place at ``lr``;
+    ``eval_fn`` runs at every checkpoint step. Returns the ``PhaseResult``."""
+    fts = task.finetune_subjects
+    return train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=fts),
+                       mechanism_ft_config(cfg, lr), run, phase, seed, phase_order=1,
+                       eval_fn=eval_fn, run_config=run_config, extra_meta=extra_meta,
+                       on_log=on_log)
+
+
+def probe_batch_for(task, seed: int, cfg: CascadeConfig):
+    """The held-out ICL batch the OV and KQ probes are read on."""
+    return task.sample_icl(np.random.default_rng([seed, 77]), cfg.probe_batch,
+                           subjects=task.heldout_subjects)
+
+
 def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | None,
                           task_cfg=None):
     """PT of the mechanism model, then one ICL finetune from the PT state per learning rate
     (:func:`cascade_lrs`). Returns (PT model, PT evaluation, {lr: (model, probe rows,
     seconds)}, probe batch); probe rows carry their ``step``."""
-    mc = mechanism_model_config(task, cfg)
-    model = build_model(mc, seed=seed, device="cpu")
-    if cfg.embedding != "learned":
-        freeze_embeddings(model, seed, cfg.out_scale, cfg.embedding)
-    pt = TrainConfig(steps=cfg.pt_steps, batch_size=cfg.pt_batch, lr=cfg.pt_lr,
-                     weight_decay=cfg.pt_weight_decay, eval_every=0,
-                     checkpoint_schedule="none", progress=False)
+    model = build_mechanism_model(task, seed, cfg)
     if run is not None and task_cfg is not None:
-        # the run's config names its PT (the finetunes' settings are in each phase's
-        # checkpoints and in the cascade section of the CR config)
-        run.write_config(RunConfig(name=f"cr-mech-seed{seed}", seed=seed, task=task_cfg,
-                                   model=mc, train=pt))
-    train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), pt, run, "pretrain", seed,
-                phase_order=0)
+        run.write_config(mechanism_run_config(task, task_cfg, seed, cfg, f"cr-mech-seed{seed}"))
+    mechanism_pretrain(model, task, seed, cfg, run)
     model.eval()
     pt_eval = evaluate_pt(model, task, seed + 101, n=256)
-    probe_batch = task.sample_icl(np.random.default_rng([seed, 77]), cfg.probe_batch,
-                                  subjects=task.heldout_subjects)
-    fts = task.finetune_subjects
+    probe_batch = probe_batch_for(task, seed, cfg)
     finetuned = {}
     for lr in cascade_lrs(cfg):
         m = copy.deepcopy(model)
-        ft = TrainConfig(steps=cfg.ft_steps, batch_size=cfg.ft_batch, lr=lr, eval_every=0,
-                         trainable=cfg.ft_trainable, checkpoint_schedule="log",
-                         checkpoint_dense_until=cfg.dense_until,
-                         checkpoint_every=cfg.checkpoint_every, progress=False)
-        steps = checkpoint_steps(ft)
+        steps = checkpoint_steps(mechanism_ft_config(cfg, lr))
         rows: list[dict] = []
         probe = checkpoint_probes(task, probe_batch)
 
@@ -126,8 +173,7 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
 
         t = time.perf_counter()
         # run=None: the probes are the record (no checkpoint files for every probe step)
-        train_phase(m, lambda rng, bs: task.sample_icl(rng, bs, subjects=fts), ft, None,
-                    "ft-icl", seed, phase_order=1, eval_fn=ev)
+        mechanism_finetune(m, task, seed, cfg, lr, None, ev)
         m.eval()
         if run is not None:
             for r in rows:

@@ -39,15 +39,19 @@ from mechinterp_icr.training.loop import train_phase
 
 __all__ = [
     "BRANCHES",
+    "branch_meta",
     "branch_phases",
+    "branch_train_config",
     "check_run_dirs",
     "copy_state",
     "finetune_branch",
+    "finetune_run",
     "finetune_sampler",
     "last_state",
     "model_config",
     "open_seed_run",
     "pretrain",
+    "pretrain_run",
     "require_cr_run",
     "run_config_for",
     "seed_run_path",
@@ -150,13 +154,60 @@ def finetune_sampler(task: CRTask, grammar: bool, mixed_types: bool = False):
     return sample
 
 
+def pretrain_run(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir | None, seed: int,
+                 on_log=None):
+    """Phase ``pretrain`` (PT over all subjects): (trained model, ``PhaseResult``).
+    ``icr train --task cr --phase pretrain`` and the reproduction both train it here."""
+    model = build_model(rc.model, seed=seed)
+    res = train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), cfg.pretrain, run,
+                      "pretrain", seed, run_config=rc,
+                      eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=0,
+                      on_log=on_log)
+    return model, res
+
+
 def pretrain(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, seed: int):
     """Phase ``pretrain`` (PT over all subjects); returns the trained model."""
+    return pretrain_run(cfg, task, rc, run, seed)[0]
+
+
+def branch_train_config(cfg: CRConfig, phase: str, ft_cfg: TrainConfig | None = None
+                        ) -> TrainConfig:
+    """The training settings of finetuning branch ``phase`` (see :data:`BRANCHES`):
+    ``cfg.finetune`` (or ``ft_cfg``) with the branch's trainable set; without ``ft_cfg`` an
+    all-weights arm or a control keeps only its start and end checkpoints."""
+    _, _, allw, mixed = BRANCHES[phase]
+    trainable = cfg.allweights_trainable if allw else cfg.finetune.trainable
+    ft = replace(ft_cfg or cfg.finetune, trainable=trainable)
+    if ft_cfg is None and (allw or mixed):
+        ft = replace(ft, checkpoint_schedule="none")  # comparison arms: start and end only
+    return ft
+
+
+def branch_meta(task: CRTask, phase: str) -> dict[str, Any]:
+    """What a branch's checkpoint sidecars record about its data."""
+    _, grammar, _, mixed = BRANCHES[phase]
+    return {"finetune_format": "iclgrm" if grammar else "icl",
+            "finetune_ks": list(task.cfg.finetune_ks), "mixed_types": mixed,
+            "finetune_subjects": task.finetune_subjects.tolist()}
+
+
+def finetune_run(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir | None,
+                 pt_state: dict, phase: str, seed: int, ft_cfg: TrainConfig | None = None,
+                 extra_meta: dict[str, Any] | None = None, on_log=None):
+    """Finetune branch ``phase`` (see :data:`BRANCHES`) from ``pt_state``: (model,
+    ``PhaseResult``). ``icr train --task cr --phase <branch>`` and the reproduction both
+    train it here; ``extra_meta`` adds to the sidecars (the CLI's ``init_from``)."""
+    order, grammar, _, mixed = BRANCHES[phase]
+    ft = branch_train_config(cfg, phase, ft_cfg)
     model = build_model(rc.model, seed=seed)
-    train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), cfg.pretrain, run,
-                "pretrain", seed, run_config=rc,
-                eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=0)
-    return model
+    model.load_state_dict(pt_state)
+    res = train_phase(model, finetune_sampler(task, grammar, mixed), ft, run, phase, seed,
+                      run_config=replace(rc, train=ft),
+                      eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
+                      extra_meta={**branch_meta(task, phase), **(extra_meta or {})},
+                      on_log=on_log)
+    return model, res
 
 
 def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_state: dict,
@@ -165,21 +216,7 @@ def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_
 
     ``ft_cfg`` replaces ``cfg.finetune`` (the sweep finetunes without checkpoints); without
     it an all-weights arm or a control keeps only its start and end checkpoints."""
-    order, grammar, allw, mixed = BRANCHES[phase]
-    trainable = cfg.allweights_trainable if allw else cfg.finetune.trainable
-    ft = replace(ft_cfg or cfg.finetune, trainable=trainable)
-    if ft_cfg is None and (allw or mixed):
-        ft = replace(ft, checkpoint_schedule="none")  # comparison arms: start and end only
-    model = build_model(rc.model, seed=seed)
-    model.load_state_dict(pt_state)
-    subs = task.finetune_subjects
-    train_phase(model, finetune_sampler(task, grammar, mixed), ft, run, phase, seed,
-                run_config=replace(rc, train=ft),
-                eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), phase_order=order,
-                extra_meta={"finetune_format": "iclgrm" if grammar else "icl",
-                            "finetune_ks": list(task.cfg.finetune_ks),
-                            "mixed_types": mixed, "finetune_subjects": subs.tolist()})
-    return model
+    return finetune_run(cfg, task, rc, run, pt_state, phase, seed, ft_cfg)[0]
 
 
 def train_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:

@@ -217,26 +217,27 @@ def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2, E=None,
 
 
 def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
-               target: str) -> dict[str, Any]:
-    """One HookedTransformer PGD (``perturb``) or GD run at ``n = ht_n`` into ``root/name``
-    (replaced if present), checkpointed at every step up to ``ht_dense``; ``target`` "pos"
-    trains the position block, "qk" all of W_Q, W_K (with its own step sizes and clipping).
-    Returns the run path, its checkpoint count and the last evaluation."""
+               target: str, fresh: bool = True) -> dict[str, Any]:
+    """One HookedTransformer PGD (``perturb``) or GD run at ``n = ht_n`` into ``root/name``,
+    checkpointed at every step up to ``ht_dense``; ``target`` "pos" trains the position
+    block, "qk" all of W_Q, W_K (with its own step sizes and clipping). ``fresh``: a present
+    directory is replaced (the reproduction); otherwise it must hold this run, which resumes
+    from its checkpoints (``icr train --task ir``). Returns the run path, its checkpoint
+    count and the last evaluation."""
     tcfg = task_config(cfg, cfg.ht_n, sym=sym)
     task = tcfg.build(seed)
     spec = model_spec(cfg)
     model = build_ir_hooked(task, spec, seed=seed)
     path = root / name
-    if path.exists():
-        shutil.rmtree(path)
-    run = RunDir(path, create=True)
     rcfg = RunConfig(name=name, seed=seed, task=tcfg, model=ir_model_config(task, spec),
                      train=TrainConfig(steps=cfg.ht_steps, batch_size=cfg.ht_N,
                                        optimizer="sgd", lr=cfg.lr, grad_clip=0.0,
                                        trainable={"pos": "blocks.0.attn.W_K", "qk": "qk",
                                                   "attention": "attention"}[target],
                                        progress=False))
-    run.write_config(rcfg)
+    if fresh and path.exists():
+        shutil.rmtree(path)
+    run = RunDir.open_for(path, rcfg)  # refuses a directory holding another run
     train = task.sample(tagged_rng(seed, "train", cfg.ht_n, sym), cfg.ht_N)
     ev = task_config(cfg, cfg.ht_n).build(seed).sample(tagged_rng(seed, "eval", cfg.ht_n),
                                                       cfg.ht_eval)

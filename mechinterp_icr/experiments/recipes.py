@@ -1,0 +1,338 @@
+"""Phase recipes: every training phase of the two papers, trainable one at a time from the CLI.
+
+``icr train --task cr --phase ft-icl --init RUN`` trains the named phase with the data, the
+subject subset, the trainable set and the default settings the reproduction uses for it, by
+calling the same functions the reproduction calls (``experiments.cr.train.pretrain_run`` /
+``finetune_run``, ``experiments.cr.cascade.mechanism_pretrain`` / ``mechanism_finetune``,
+``experiments.ir.train.hooked_run``). ``icr phases --task T`` lists them (:func:`recipes`).
+
+Settings: the defaults are the reproduction's profile (``--profile quick`` unless given), and
+``--set KEY=VALUE`` takes the keys ``icr config TARGET`` prints (``finetune.steps``,
+``task.n_subjects``, ``cascade.pt_steps``; for IR ``ht_steps``, ``ht_n``, ...). For the
+main CR model's phases ``train.KEY`` is the phase's own training section (``pretrain.KEY``
+for ``pretrain``, ``finetune.KEY`` for a finetuning branch), and ``resources.KEY`` the run's
+resource ceilings. A finetuning phase takes its task, model and seed from the run it starts
+from (``--init``, or the ``--out`` run's own pretraining), so ``task.*`` and ``model.*`` are
+refused there: the knowledge base the model learnt is the one it is finetuned on.
+
+Where a phase goes: a new ``--out`` directory gets the starting run's ``config.json`` and the
+phase; ``--out`` equal to the starting run adds the phase to it (the reproduction's layout:
+``pretrain`` and the branches side by side, ``mi.load(run)`` then reads ``ft-icl``). Rerun
+the same command to resume; a finished phase is reported, not retrained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from mechinterp_icr.config import (
+    ConfigError,
+    ResourceConfig,
+    RunConfig,
+    apply_overrides,
+    parse_overrides,
+    to_dict,
+)
+
+__all__ = ["Recipe", "RecipeResult", "recipe", "recipes", "train_recipe", "RECIPE_TASKS"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One phase of a paper: its name (``--phase``), the task kind, one line on what it
+    trains, and the phase it starts from (None: a fresh model)."""
+
+    task: str
+    name: str
+    summary: str
+    start: str | None = None
+
+
+@dataclass(frozen=True)
+class RecipeResult:
+    """What ``icr train`` prints after a recipe: the phase's training result (a
+    ``PhaseResult``; for an IR run the last phase's) and, for IR, its summary row."""
+
+    phase: Any
+    started_from: str | None = None
+    row: dict[str, Any] | None = None
+
+
+_CR_BRANCH_LINES = {
+    "ft-icl": "ICL finetuning of the attention on the finetune subjects (CR-1, CR-2)",
+    "ft-iclgrm": "ICL+Grm finetuning of the attention on the finetune subjects (CR-3)",
+    "ft-icl-allw": "ICL finetuning of all weights (CR-2's comparison arm)",
+    "ft-iclgrm-allw": "ICL+Grm finetuning of all weights (CR-3's comparison arm)",
+    "ft-icl-mixed": "ICL finetuning on mixed-type demos (CR-2's negative control)",
+    "ft-iclgrm-mixed": "ICL+Grm finetuning on mixed-type demos (CR-3's negative control)",
+}
+_IR_LINES = {
+    "sym-pgd": "PGD (large step, perturbation, small steps) of the position block on "
+               "pair-symmetric data (IR-3, IR-4)",
+    "sym-gd": "plain GD of the position block on pair-symmetric data (IR-4's comparison)",
+    "raw-pgd": "PGD of the position block on raw data",
+    "raw-gd": "plain GD of the position block on raw data",
+    "raw-qk-pgd": "PGD of all of W_Q and W_K on raw data (the token-dependent model, IR-8)",
+}
+
+_RECIPES: dict[str, dict[str, Recipe]] = {
+    "cr": {
+        "pretrain": Recipe("cr", "pretrain", "PT of the main 2-layer model over all subjects "
+                           "(CR-1..CR-4)"),
+        **{name: Recipe("cr", name, line, "pretrain")
+           for name, line in _CR_BRANCH_LINES.items()},
+        "mech-pretrain": Recipe("cr", "mech-pretrain", "PT of the 1-layer, 2-head "
+                                "attention-only mechanism model, frozen orthonormal "
+                                "embeddings (CR-5, CR-7)"),
+        "mech-ft-icl": Recipe("cr", "mech-ft-icl", "ICL finetuning of the mechanism model at "
+                              "cascade.ft_lr; logs the OV and KQ probes at every checkpoint "
+                              "(CR-5, CR-7)", "mech-pretrain"),
+    },
+    "ir": {name: Recipe("ir", name, line) for name, line in _IR_LINES.items()},
+}
+RECIPE_TASKS = tuple(_RECIPES)
+
+
+def recipes(task: str) -> list[Recipe]:
+    """The phase recipes of task kind ``task`` in training order ([] for a task without)."""
+    return list(_RECIPES.get(task, {}).values())
+
+
+def recipe(task: str, name: str) -> Recipe:
+    """The recipe ``name`` of ``task``; ConfigError naming the phases it has otherwise."""
+    have = _RECIPES.get(task, {})
+    if name not in have:
+        raise ConfigError(f"--phase = {name!r} is not allowed for --task {task}; its phases "
+                          f"are {', '.join(have)} (icr phases --task {task})")
+    return have[name]
+
+
+# ------------------------------------------------------------------------------------------
+# settings
+# ------------------------------------------------------------------------------------------
+def _split(overrides: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the target config's overrides, ``resources.*`` overrides)."""
+    ov = parse_overrides(overrides)
+    res = {k: v for k, v in ov.items() if k.startswith("resources.")}
+    return {k: v for k, v in ov.items() if k not in res}, res
+
+
+def _resources(res: dict[str, Any]) -> ResourceConfig:
+    return apply_overrides(RunConfig(), res).resources
+
+
+def _refuse(ov: dict[str, Any], prefixes: tuple[str, ...], why: str) -> None:
+    bad = sorted(k for k in ov if k.split(".")[0] in prefixes)
+    if bad:
+        raise ConfigError(f"--set {bad[0]} is not allowed here: {why}")
+
+
+def _cr_config(profile: str, ov: dict[str, Any], rc: RunConfig | None, section: str | None):
+    """The CR config of ``profile`` with ``ov`` applied; ``train.*`` goes to ``section``;
+    ``rc`` (the starting run's config) fixes the task, model and pretraining."""
+    from mechinterp_icr.experiments.cr.config import profile as cr_profile
+
+    if section is None:
+        _refuse(ov, ("train",), "the mechanism model's training is set in the cascade section "
+                "(cascade.pt_steps, cascade.pt_lr, cascade.ft_steps, cascade.ft_lr, ...; "
+                "icr config cr)")
+    ov = {(f"{section}.{k[6:]}" if k.startswith("train.") else k): v for k, v in ov.items()}
+    base = cr_profile(profile)
+    # the end-of-phase K list is the reproduction's; a smaller task.max_demos shortens it
+    max_demos = rc.task.max_demos if rc is not None else ov.get("task.max_demos",
+                                                                 base.task.max_demos)
+    if "eval_ks" not in ov and isinstance(max_demos, int):
+        ov["eval_ks"] = [k for k in base.eval_ks if k <= max_demos] or [1]
+    if rc is None:
+        return apply_overrides(base, ov)
+    fixed = _fixed_keys(rc.task, rc.model, rc.train)
+    zero_ok = {"model.d_vocab", "model.n_ctx"}  # 0: take it from the task, as it was
+    ov = {k: (fixed[k] if k in zero_ok and v == 0 else v) for k, v in ov.items()}
+    differ = sorted(k for k, v in ov.items() if k in fixed and v != fixed[k])
+    if not differ:
+        cfg = apply_overrides(base, {**fixed, **ov})
+        got = _fixed_keys(cfg.task, cfg.model, cfg.pretrain)
+        differ = sorted(k for k in fixed if got[k] != fixed[k])
+    if differ:  # a value repeated from the pretraining command is fine, another one is not
+        k = differ[0]
+        raise ConfigError(f"--set {k}={ov.get(k)!r} is not allowed here: a finetuning phase "
+                          f"takes its task, model and pretraining from the run it starts "
+                          f"from (--init), which has {k} = {fixed[k]!r}")
+    return cfg
+
+
+def _fixed_keys(task, model, pretrain) -> dict[str, Any]:
+    """The dotted keys a finetuning phase takes from the run it starts from."""
+    return {**{f"task.{k}": v for k, v in to_dict(task).items() if k != "kind"},
+            **{f"model.{k}": v for k, v in to_dict(model).items()},
+            **{f"pretrain.{k}": v for k, v in to_dict(pretrain).items()}}
+
+
+# ------------------------------------------------------------------------------------------
+# the starting checkpoint
+# ------------------------------------------------------------------------------------------
+def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig]:
+    """(``RUN:CHECKPOINT`` to start from, that run's config) for a recipe with a start
+    phase. Without ``--init``: ``out``'s own last checkpoint of the start phase. A bare
+    ``--init RUN`` means ``RUN:phase:<start>:last``; the checkpoint must be of the start
+    phase (or of ``pretrain`` for the mechanism model, the reproduction's name)."""
+    from mechinterp_icr.pipeline import parse_init, resolve_selection
+    from mechinterp_icr.store.rundir import RunDir
+
+    if init is None:
+        if not (out / "config.json").exists() or rec.start not in RunDir(out).phases():
+            raise ConfigError(f"--phase {rec.name} starts from a {rec.start!r} checkpoint: "
+                              f"give --init RUN[:CHECKPOINT] (a run with a {rec.start!r} "
+                              f"phase), or --out a run that has one")
+        init = str(out)
+    if Path(init).is_dir():
+        init = f"{init}:phase:{rec.start}:last"
+    path, sel = parse_init(init)
+    run = RunDir(path)
+    rc = run.read_config()
+    kind = getattr(type(rc.task), "kind", None)
+    if kind != rec.task:
+        raise ConfigError(f"--init = {init!r} is not allowed: {path} is a {kind!r} run; "
+                          f"--phase {rec.name} starts from a {rec.task!r} run")
+    cks = run.select(resolve_selection(run, sel))
+    allowed = (rec.start, "pretrain") if rec.start == "mech-pretrain" else (rec.start,)
+    if len(cks) != 1 or cks[0].phase not in allowed:
+        got = ", ".join(sorted({c.phase for c in cks}))
+        raise ConfigError(f"--init = {init!r} is not allowed: --phase {rec.name} starts from "
+                          f"one checkpoint of phase {rec.start!r}; it selects "
+                          f"{len(cks)} of phase(s) {got}")
+    return init, rc
+
+
+# ------------------------------------------------------------------------------------------
+# CR
+# ------------------------------------------------------------------------------------------
+def _is_mechanism_run(rc: RunConfig, cfg) -> bool:
+    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
+
+    m, task = rc.model, rc.task.build(rc.seed)
+    mech = mechanism_model_config(task, cfg.cascade)
+    return (m.n_layers, m.n_heads, m.attn_only) == (mech.n_layers, mech.n_heads,
+                                                    mech.attn_only)
+
+
+def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
+              profile: str, on_log, seed_given: bool) -> RecipeResult:
+    from mechinterp_icr.experiments.cr import cascade as C
+    from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
+    from mechinterp_icr.experiments.cr.train import (
+        BRANCHES,
+        branch_train_config,
+        copy_state,
+        finetune_run,
+        pretrain_run,
+        run_config_for,
+    )
+    from mechinterp_icr.interp.cascade import checkpoint_probes
+    from mechinterp_icr.pipeline import train_single_phase
+
+    name = out.resolve().name or "run"
+    resources = _resources(res)
+    start, rc = (None, None) if rec.start is None else _start(rec, out, init)
+    if rc is not None and seed_given and rc.seed != seed:
+        raise ConfigError(f"--seed = {seed} is not allowed: the run it starts from has seed "
+                          f"{rc.seed}, whose knowledge base the model learnt; leave --seed out")
+    seed = rc.seed if rc is not None else seed
+    section = "pretrain" if rec.name == "pretrain" else (
+        "finetune" if rec.name in BRANCHES else None)
+    cfg = _cr_config(profile, ov, rc, section)
+    task = cfg.task.build(seed)
+
+    if rec.name == "pretrain":
+        rc, _ = run_config_for(cfg, seed, name)
+        return RecipeResult(train_single_phase(
+            replace(rc, resources=resources), out, rec.name,
+            trainer=lambda model, run, meta, log: pretrain_run(cfg, task, rc, run, seed,
+                                                               on_log=log)[1],
+            on_log=on_log))
+    if rec.name in BRANCHES:
+        if _is_mechanism_run(rc, cfg):
+            raise ConfigError(f"--init = {start!r} is not allowed: it is a mechanism-model "
+                              "run; its finetuning phase is mech-ft-icl")
+        rc = replace(rc, name=name, resources=resources)
+
+        def ft(model, run, meta, log):
+            return finetune_run(cfg, task, rc, run, copy_state(model), rec.name, seed,
+                                extra_meta=meta, on_log=log)[1]
+
+        return RecipeResult(train_single_phase(rc, out, rec.name, init=start, trainer=ft,
+                                               phase_train=branch_train_config(cfg, rec.name),
+                                               on_log=on_log), start)
+
+    ccfg = cfg.cascade
+    if rec.name == "mech-pretrain":
+        rc = replace(C.mechanism_run_config(task, cfg.task, seed, ccfg, name),
+                     resources=resources)
+        return RecipeResult(train_single_phase(
+            rc, out, rec.name, build=lambda: C.build_mechanism_model(task, seed, ccfg),
+            trainer=lambda model, run, meta, log: C.mechanism_pretrain(
+                model, task, seed, ccfg, run, phase=rec.name, run_config=rc,
+                eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), on_log=log),
+            on_log=on_log))
+    # mech-ft-icl
+    if not _is_mechanism_run(rc, cfg):
+        raise ConfigError(f"--init = {start!r} is not allowed: --phase mech-ft-icl starts "
+                          "from a mechanism-model run (--phase mech-pretrain)")
+    rc = replace(rc, name=name, resources=resources)
+    probes = checkpoint_probes(task, C.probe_batch_for(task, seed, ccfg))
+    ft_train = C.mechanism_ft_config(ccfg, ccfg.ft_lr)
+    return RecipeResult(train_single_phase(
+        rc, out, rec.name, init=start,
+        build=lambda: C.build_mechanism_model(task, seed, ccfg),
+        trainer=lambda model, run, meta, log: C.mechanism_finetune(
+            model, task, seed, ccfg, ccfg.ft_lr, run, probes, phase=rec.name,
+            run_config=replace(rc, train=ft_train), extra_meta=meta, on_log=log),
+        phase_train=ft_train, on_log=on_log), start)
+
+
+# ------------------------------------------------------------------------------------------
+# IR
+# ------------------------------------------------------------------------------------------
+def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
+              profile: str) -> RecipeResult:
+    from mechinterp_icr.experiments.ir.config import profile as ir_profile
+    from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
+    from mechinterp_icr.experiments.ir.train import hooked_run
+    from mechinterp_icr.store.rundir import RunDir
+
+    if init is not None:
+        raise ConfigError(f"--init is not allowed for --phase {rec.name}: the IR phases start "
+                          "from the construction (copy circuit, memory, uniform attention)")
+    if res:
+        raise ConfigError(f"--set {sorted(res)[0]} is not allowed for an IR phase (its "
+                          "resources are fixed by ht_n)")
+    cfg = apply_overrides(ir_profile(profile), ov)
+    sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
+    out = Path(out)
+    before = out.exists()
+    try:
+        row = hooked_run(cfg, seed, out.parent, out.name, sym, perturb, target, fresh=False)
+    except BaseException:
+        if not before and out.is_dir() and not RunDir(out).checkpoints():
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)  # a refused start leaves nothing behind
+        raise
+    return RecipeResult(None, row=row)
+
+
+def train_recipe(task: str, phase: str, out: str | Path, seed: int = 0,
+                 overrides: list[str] | tuple[str, ...] = (), init: str | None = None,
+                 profile: str = "quick", on_log: Callable | None = None,
+                 seed_given: bool = True) -> RecipeResult:
+    """Train (or resume) phase ``phase`` of task ``task`` into ``out`` (see the module
+    docstring); every setting is checked before anything is written. A finetuning phase
+    takes the seed of the run it starts from; ``seed_given``: ``seed`` was asked for, and
+    must then be that seed."""
+    rec = recipe(task, phase)
+    ov, res = _split(list(overrides))
+    if task == "cr":
+        return _train_cr(rec, Path(out), seed, ov, res, init, profile, on_log, seed_given)
+    return _train_ir(rec, Path(out), seed, ov, res, init, profile)
