@@ -4,12 +4,12 @@ bound 1/L + 0.05 is 0.30."""
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.protocol import ClaimSpec
+from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["CR_SPECS", "TYPE_BOUND"]
+__all__ = ["CR_METRIC_RANGES", "CR_SPECS", "TYPE_BOUND"]
 
 N_TYPES = 4
 TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
@@ -182,3 +182,43 @@ CR_SPECS = (
                                             "cascade.placebo_points": 21}),
     ),
 )
+
+
+# The declared range of every metric a CR condition or control reads (None: unbounded), and of
+# CR-4's reported diagnostics: an interval over seeds is reported inside it (docs/registry.md,
+# 2026-12-02); no verdict reads an interval.
+CR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
+    # accuracies and type accuracies on held-out prompts
+    **dict.fromkeys(("pt_typed_recall", "heldout_icl_best_attr_type",
+                     "ft_heldout_icl_best_attr_type", "heldout_icl_exact",
+                     "pt_heldout_icl_exact", "mixed_heldout_icl_exact",
+                     "mixed_heldout_icl_best_attr_type", "heldout_iclgrm_exact",
+                     "own_format_min", "pt_construction_icl_heldout_exact",
+                     "zeroed_relation_ov_icl_exact"), UNIT),
+    # the largest drop between two accuracies
+    "max_drop_over_k": SIGNED_UNIT,
+    # CR-4: probe accuracies, eta^2 (a share of variance), patch successes, |acc - 1/L|
+    **dict.fromkeys(("ft_acc_pc", "ft_transfer_acc_pc", "pt_acc_pc", "ft_output_type_acc",
+                     "ft_final_resid_acc_pc", "ft_acc_pc_by_subject", "ft_hook_lens_type_acc",
+                     "ft_pre_attn_acc_pc", "ft_patch_success", "pt_patch_success",
+                     "pt_patch_unpatched_hit", "ft_random_dir", "ft_shuffle_gap", "ft_eta2",
+                     "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc",
+                     "ft_query_subject_share"), UNIT),
+    # CR-4: Spearman correlations, rises of eta^2, gains = share minus share
+    **dict.fromkeys(("ft_rho_k", "ft_rise_k", "ft_rho_lam", "ft_rise_lam", "pt_rise_k",
+                     "grm_rho_k", "grm_rise_k", "ft_write_rise_k", "ft_patch_gain",
+                     "pt_patch_gain", "ft_random_patch_gain", "ft_final_patch_gain",
+                     "ft_pc_minus_random"), SIGNED_UNIT),
+    # CR-5: moved_gain role scores (share moved minus share already answering), a share, 0/1
+    **dict.fromkeys(("relation_role", "subject_role", "pt_relation_role",
+                     "construction_relation", "construction_subject"), SIGNED_UNIT),
+    "subject_same_query_changed": UNIT,
+    "distinct_heads": UNIT,
+    # role head / max(other head, 0.05): unbounded
+    "relation_margin": None,
+    "subject_margin": None,
+    # CR-7: 0/1 per seed
+    **dict.fromkeys(("ov_first_lr_3e-3", "ov_first_lr_6e-3", "placebo_ov_first",
+                     "placebo_kq_first", "placebo_simultaneous_ov_first",
+                     "placebo_kq_leads_ov_first"), UNIT),
+}

@@ -6,12 +6,12 @@ entries in docs/registry.md, heading "IR-1..IR-8"."""
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.protocol import ClaimSpec, Condition
+from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR_SPECS"]
+__all__ = ["IR4_PERTURBATION_ROLE", "IR_METRIC_RANGES", "IR_SPECS"]
 
 
 # what every finetuning verdict depends on (the task, the memory, PGD and IR-3's stopping rule)
@@ -159,3 +159,28 @@ IR_SPECS = (
                          "ind_d_model": 64, "ind_lr": 3e-3, "ind_batch": 64},
     ),
 )
+
+
+# The declared range of every metric an IR condition or control reads (None: unbounded): an
+# interval over seeds is reported inside it (docs/registry.md, 2026-12-02); no verdict reads an
+# interval. Gaps, masses and |P(r*) - 1/2| are differences of attention masses or
+# probabilities; *_met, solved, escaped, reaches, beats are 0/1 per seed; R^2 of a
+# least-squares fit with intercept.
+IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
+    **dict.fromkeys(("memory_acc", "shuffled_memory_acc", "step1_argmax_acc",
+                     "step1_expected_acc", "swap_expected_acc", "step2_expected_acc",
+                     "saddle_swap_expected_acc", "zero_data_swap_expected_acc",
+                     "within_pair_gap", "pair_mass_diff", "mass_s3", "ir2_met",
+                     "large_step_pair_mass_diff", "saddle_tie_dev_sym", "saddle_tie_dev_raw",
+                     "pgd_escaped", "no_swap_tie_dev", "polylog_beats_linear", "polylog_r2",
+                     "zero_data_reaches", "constructed_rows_met", "solved",
+                     "large_step_swap_expected_acc", "induction_row_step1_acc",
+                     "learned_row_step1_acc"), UNIT),
+    # attention scores minus their baseline
+    **dict.fromkeys(("ir_head_score_minus_baseline", "ir_head_tl_score_minus_baseline",
+                     "induction_model_score_minus_baseline",
+                     "induction_model_tl_score_minus_baseline"), SIGNED_UNIT),
+    # a ratio of sample sizes over a bound; GD/PGD escape steps
+    "growth_over_bound": None,
+    "gd_over_pgd_escape_eps": None,
+}

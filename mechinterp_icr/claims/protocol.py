@@ -34,15 +34,18 @@ __all__ = [
     "INCONCLUSIVE",
     "NOT_HOLD",
     "MIN_SEEDS",
+    "SIGNED_UNIT",
+    "UNIT",
     "VERDICTS",
     "ClaimSpec",
     "Condition",
     "ControlResult",
     "ControlSpec",
     "compare",
+    "decide",
+    "decisive",
     "evaluate_condition",
     "evaluate_control",
-    "decide",
 ]
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -51,6 +54,10 @@ _OPS = (">=", "<=", ">", "<")
 _RULES = ("every_seed", "mean", "fraction")
 _EPS = 1e-9  # a Spearman of exactly 0.8 over 4 points computes as 0.7999999999999998
 MIN_SEEDS = 5  # SPEC 0: at least 5 seeds per claim; fewer can never give ``holds``
+# declared ranges of metrics (the registries' ``*_METRIC_RANGES``): an interval over seeds of a
+# bounded metric is reported inside its range (``summary.ci95``); no verdict reads an interval
+UNIT = (0.0, 1.0)  # accuracies, probabilities, shares, attention masses, 0/1 indicators
+SIGNED_UNIT = (-1.0, 1.0)  # differences of two of those, Spearman correlations
 
 
 def compare(value: Any, op: str, threshold: float) -> bool:
@@ -90,6 +97,12 @@ class Condition:
                 "fraction": f"on >= {self.min_fraction:g} of seeds"}[self.rule]
         base = f"{self.metric} {self.op} {self.threshold:g} ({rule})"
         return f"{self.text}: {base}" if self.text else base
+
+    def fields(self) -> dict[str, Any]:
+        """The condition's structure as stored in ``summary.json`` beside its description
+        (what :mod:`.headline` words the decisive number from)."""
+        return {"metric": self.metric, "op": self.op, "threshold": self.threshold,
+                "rule": self.rule, "min_fraction": self.min_fraction, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,7 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str
         met = all(ok.values())
     return {"condition": cond.describe(), "value": mean, "met": bool(met),
             "per_seed": {s: (None if s in missing else float(v)) for s, v in vals.items()},
-            "missing": missing}
+            "missing": missing, **cond.fields()}
 
 
 @dataclass
@@ -200,6 +213,7 @@ class ControlResult:
     per_seed: dict[str, Any]
     meets_rule: bool | None
     note: str = ""
+    spec: Condition | None = None  # the registered condition it names (None: unknown)
 
     @property
     def ok(self) -> bool:
@@ -208,9 +222,12 @@ class ControlResult:
         return (not self.meets_rule) if self.kind == "negative" else bool(self.meets_rule)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "condition": self.condition,
-                "value": self.value, "per_seed": self.per_seed, "meets_rule": self.meets_rule,
-                "as_expected": self.ok, "note": self.note}
+        out = {"name": self.name, "kind": self.kind, "condition": self.condition,
+               "value": self.value, "per_seed": self.per_seed, "meets_rule": self.meets_rule,
+               "as_expected": self.ok, "note": self.note}
+        if self.spec is not None:
+            out.update(self.spec.fields())
+        return out
 
 
 def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
@@ -228,7 +245,7 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
         why = "not measured in this run" if not vals else f"no value on seeds {missing}"
         mean = _mean([v for v in shown.values() if v is not None]) if vals else None
         return ControlResult(spec.name, spec.kind, cond.describe(), mean, shown, None,
-                             "; ".join(x for x in (note, why) if x))
+                             "; ".join(x for x in (note, why) if x), cond)
     ok = [compare(v, cond.op, cond.threshold) for v in vals.values()]
     mean = _mean([float(v) for v in vals.values()])
     if cond.rule == "mean":
@@ -239,38 +256,79 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
         meets = any(ok)
     else:
         meets = all(ok)
-    return ControlResult(spec.name, spec.kind, cond.describe(), mean, shown, bool(meets), note)
+    return ControlResult(spec.name, spec.kind, cond.describe(), mean, shown, bool(meets), note,
+                         cond)
+
+
+def decisive(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
+             controls: list[ControlResult], not_measurable: str = "",
+             seeds: list[str] | None = None,
+             min_seeds: int = MIN_SEEDS) -> tuple[str, str, Any]:
+    """(verdict, what decided it, the deciding item): the one place the order of the verdict
+    rule is written (:func:`decide` words its reason from it, :mod:`.headline` its headline).
+
+    What decided it, in the order the rule is checked: ``"not_measurable"`` (item: the
+    reason), ``"no_condition"``, ``"condition"`` (the first unmet evaluated condition),
+    ``"check"`` (the first failed extra check's name), ``"seeds"`` (fewer than ``min_seeds``;
+    item: how many), ``"no_control"``, ``"control"`` (the first misbehaving
+    :class:`ControlResult`), ``"uncovered"`` (the first control measured on fewer seeds than
+    the claim), ``"primary"`` (holds; item: the first condition, the registered primary)."""
+    if not_measurable:  # SPEC: the quantity cannot be measured here, whatever the rule says
+        return INCONCLUSIVE, "not_measurable", not_measurable
+    if not conditions:
+        return NOT_HOLD, "no_condition", None
+    unmet = [c for c in conditions if not c["met"]]
+    if unmet:
+        return NOT_HOLD, "condition", unmet[0]
+    failed = [name for name, ok in extra_checks.items() if not ok]
+    if failed:
+        return NOT_HOLD, "check", failed[0]
+    seeds = sorted({str(s) for s in (seeds or [])})
+    if len(seeds) < min_seeds:
+        return INCONCLUSIVE, "seeds", len(seeds)
+    if not controls:
+        return INCONCLUSIVE, "no_control", None
+    bad = [c for c in controls if not c.ok]
+    if bad:
+        return INCONCLUSIVE, "control", bad[0]
+    uncovered = [c for c in controls if not set(seeds) <= set(c.per_seed)]
+    if uncovered:
+        return INCONCLUSIVE, "uncovered", uncovered[0]
+    return HOLDS, "primary", conditions[0]
 
 
 def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
            controls: list[ControlResult], not_measurable: str = "",
            seeds: list[str] | None = None, min_seeds: int = MIN_SEEDS) -> tuple[str, str]:
-    """(verdict, reason) from evaluated conditions, extra checks and controls.
+    """(verdict, reason) from evaluated conditions, extra checks and controls (the verdict is
+    :func:`decisive`'s; the reason lists every failure of the step that decided it).
 
     ``seeds`` are the claim's seeds: with fewer than ``min_seeds`` the claim cannot hold
     (SPEC 0: at least 5 seeds), and a control must have a value on every one of them."""
-    if not_measurable:  # SPEC: the quantity cannot be measured here, whatever the rule says
-        return INCONCLUSIVE, f"not measurable: {not_measurable}"
-    if not conditions:
-        return NOT_HOLD, "no condition evaluated"
-    failed = [c["condition"] + (f" (no value on seeds {c['missing']})" if c.get("missing")
-                                else "") for c in conditions if not c["met"]]
-    failed += [name for name, ok in extra_checks.items() if not ok]
-    if failed:
-        return NOT_HOLD, "not met: " + "; ".join(failed)
+    verdict, kind, item = decisive(conditions, extra_checks, controls, not_measurable, seeds,
+                                   min_seeds)
+    if kind == "not_measurable":
+        return verdict, f"not measurable: {item}"
+    if kind == "no_condition":
+        return verdict, "no condition evaluated"
+    if kind in ("condition", "check"):
+        failed = [c["condition"] + (f" (no value on seeds {c['missing']})" if c.get("missing")
+                                    else "") for c in conditions if not c["met"]]
+        failed += [name for name, ok in extra_checks.items() if not ok]
+        return verdict, "not met: " + "; ".join(failed)
     seeds = sorted({str(s) for s in (seeds or [])})
-    if len(seeds) < min_seeds:
-        return INCONCLUSIVE, f"rule met on {len(seeds)} seeds; at least {min_seeds} needed"
-    if not controls:
-        return INCONCLUSIVE, "no control measured in this run"
-    bad = [c for c in controls if not c.ok]
-    uncovered = [c for c in controls if c.ok and not set(seeds) <= set(c.per_seed)]
-    if bad or uncovered:
-        return INCONCLUSIVE, "control misbehaved: " + "; ".join(
+    if kind == "seeds":
+        return verdict, f"rule met on {len(seeds)} seeds; at least {min_seeds} needed"
+    if kind == "no_control":
+        return verdict, "no control measured in this run"
+    if kind in ("control", "uncovered"):
+        bad = [c for c in controls if not c.ok]
+        uncovered = [c for c in controls if c.ok and not set(seeds) <= set(c.per_seed)]
+        return verdict, "control misbehaved: " + "; ".join(
             [f"{c.kind} control {c.name!r} ({c.condition}) "
              + ("not measured" + (f" ({c.note})" if c.note else "") if c.meets_rule is None
                 else f"{'met' if c.meets_rule else 'missed'} its condition "
                      f"(value {c.value:.4g})") for c in bad]
             + [f"{c.kind} control {c.name!r} measured on seeds {sorted(c.per_seed)} only, "
                f"claim seeds {seeds}" for c in uncovered])
-    return HOLDS, "rule met and every control as expected"
+    return verdict, "rule met and every control as expected"

@@ -10,13 +10,24 @@ entry in ``docs/registry.md`` with its reason, the old verdict kept visible ther
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.cr_registry import CR_SPECS
-from mechinterp_icr.claims.ir_registry import IR_SPECS
+from mechinterp_icr.claims.cr_registry import CR_METRIC_RANGES, CR_SPECS
+from mechinterp_icr.claims.ir_registry import IR_METRIC_RANGES, IR_SPECS
 from mechinterp_icr.claims.protocol import ClaimSpec
 
-__all__ = ["REGISTRY", "REPORT_ONLY", "spec"]
+__all__ = ["METRIC_RANGES", "REGISTRY", "REPORT_ONLY", "metric_range", "spec"]
 
 REGISTRY: dict[str, ClaimSpec] = {s.id: s for s in (*CR_SPECS, *IR_SPECS)}
+
+# metric -> its declared range (lo, hi), None = unbounded; every metric a registered condition
+# or control reads is declared (tests/unit/test_registry.py). CR and IR metrics of the same
+# name would have to agree (a test checks it).
+METRIC_RANGES: dict[str, tuple[float, float] | None] = {**IR_METRIC_RANGES,
+                                                          **CR_METRIC_RANGES}
+
+
+def metric_range(metric: str) -> tuple[float, float] | None:
+    """The declared range of ``metric`` (None: unbounded or not declared)."""
+    return METRIC_RANGES.get(metric)
 
 # Config keys that may differ between the quick and the paper profile because no verdict reads
 # them (SPEC 0: everything a verdict depends on is identical in both profiles unless SPEC says

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mechinterp_icr.claims.headline import (
+    claim_headline,
+    control_phrase,
+    stored_control_condition,
+)
 from mechinterp_icr.claims.protocol import (
     HOLDS,
     MIN_SEEDS,
@@ -34,23 +39,43 @@ from mechinterp_icr.store.provenance import (
     peak_memory_mb,
 )
 
-__all__ = ["Claim", "Summary", "ci95", "claim_key", "format_claim_table"]
+__all__ = ["CI_METHOD", "Claim", "Summary", "ci95", "claim_key", "format_claim_table",
+           "interval"]
+
+CI_METHOD = ("two-sided 95% Student-t interval of the mean over seeds, clipped to the "
+             "metric's declared range (claims.registry.METRIC_RANGES); no verdict reads it")
 
 
-def ci95(values) -> tuple[float, float]:
-    """Two-sided 95% Student-t interval of the mean over seeds ((v, v) for a single value)."""
+def interval(values, bounds: tuple[float, float] | None = None) -> tuple[float, float, bool]:
+    """(lo, hi, clipped): the two-sided 95% Student-t interval of the mean over seeds ((v, v)
+    for a single value), clipped to ``bounds`` (a metric's declared range, e.g. (0, 1) for
+    an accuracy: the mean of values in a range lies in it, so clipping never drops the true
+    mean and keeps the t-interval's coverage); ``clipped`` says whether an end was moved.
+    No verdict reads an interval (docs/registry.md, 2026-12-02)."""
     vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
     if not vals:
-        return (float("nan"), float("nan"))
+        return (float("nan"), float("nan"), False)
     n = len(vals)
     mean = sum(vals) / n
     if n == 1:
-        return (mean, mean)
-    from scipy import stats
+        lo = hi = mean
+    else:
+        from scipy import stats
 
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return (mean - half, mean + half)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+        half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+        lo, hi = mean - half, mean + half
+    if bounds is None:
+        return (lo, hi, False)
+    clo, chi = max(lo, float(bounds[0])), min(hi, float(bounds[1]))
+    return (clo, chi, (clo, chi) != (lo, hi))
+
+
+def ci95(values, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Two-sided 95% Student-t interval of the mean over seeds ((v, v) for a single value),
+    clipped to ``bounds`` when given (:func:`interval`)."""
+    lo, hi, _ = interval(values, bounds)
+    return (lo, hi)
 
 
 @dataclass
@@ -117,23 +142,31 @@ class Claim:
         return verdict, reason, conds
 
     def to_dict(self, seeds=None) -> dict[str, Any]:
+        from mechinterp_icr.claims.registry import metric_range
+
         vals = [v for v in self.values() if v is not None]
         vals = [float(v) for v in vals]
         mean = sum(vals) / len(vals) if vals else float("nan")
-        lo, hi = ci95(vals)
+        bounds = metric_range(self.metric)
+        lo, hi, clipped = interval(vals, bounds)
         verdict, reason, conds = self.evaluate(seeds)
-        return {
+        out = {
             "statement": self.statement,
             "metric": self.metric,
             "per_seed": self.per_seed,
             "mean": mean,
             "ci95": [lo, hi],
+            "ci95_method": CI_METHOD,
+            "metric_range": list(bounds) if bounds else None,
+            "ci95_clipped": clipped,
             "threshold": {"op": self.op, "value": self.threshold, "rule": self.rule},
             "conditions": conds,
             "extra_checks": self.extra_checks,
             "controls": [c.to_dict() for c in self.controls],
             "verdict": verdict,
             "verdict_reason": reason,
+            "not_measurable": self.not_measurable,
+            "min_seeds": self.min_seeds,
             "holds": verdict == HOLDS,
             "registered": self.registered,
             "n_seeds": len(self.per_seed),
@@ -141,6 +174,8 @@ class Claim:
             "figure": self.figure,
             "details": self.details,
         }
+        out["headline"] = claim_headline(self.id, out).text
+        return out
 
 
 class Summary:
@@ -231,22 +266,22 @@ def _fmt(v: float) -> str:
 
 
 def format_claim_table(claims: dict[str, dict]) -> str:
-    """Readable claim table: id, verdict, metric, mean [ci95], threshold, seeds; each claim's
-    extra checks and controls follow it as indented lines (they do not widen the columns)."""
-    head = ("claim", "verdict", "metric", "mean [95% CI]", "threshold", "seeds")
+    """Readable claim table: id, verdict, seeds and the headline (:func:`.headline.
+    claim_headline`: the condition or control that decided the verdict, with its seed rule;
+    the same text as the report's); each claim's extra checks and controls follow it as
+    indented lines (they do not widen the columns)."""
+    head = ("claim", "verdict", "seeds", "decided by")
     rows: list[tuple[tuple[str, ...], list[str]]] = []
     for cid, c in sorted(claims.items(), key=claim_key):
-        lo, hi = c["ci95"]
         verdict = c.get("verdict") or ("holds" if c["holds"] else "does not hold")
         verdict = verdict.upper()
-        th = c["threshold"]
-        every = " (every seed)" if th.get("rule") == "all_seeds" else ""
-        main = (cid, verdict, c["metric"], f"{_fmt(c['mean'])} [{_fmt(lo)}, {_fmt(hi)}]",
-                f"{th['op']} {_fmt(th['value'])}{every}", str(c["n_seeds"]))
+        main = (cid, verdict, str(c.get("n_seeds", "")), claim_headline(cid, c).text)
         checks = [f"    [{'ok' if ok else 'FAILED'}] {name}"
                   for name, ok in c.get("extra_checks", {}).items()]
-        checks += [f"    [{'ok' if k.get('as_expected') else 'MISBEHAVED'}] {k['kind']} control "
-                   f"{k['name']}: {k.get('condition', '')} -> {_fmt(k.get('value'))}"
+        checks += [f"    [{'ok' if k.get('as_expected') else 'MISBEHAVED'}] "
+                   + control_phrase(str(k.get("kind")), str(k.get("name")),
+                                    stored_control_condition(k, cid), k.get("per_seed") or {},
+                                    k.get("meets_rule"), str(k.get("note") or ""))
                    for k in c.get("controls", [])]
         if c.get("verdict") == "inconclusive":
             checks.append(f"    ({c.get('verdict_reason', '')})")
@@ -256,7 +291,7 @@ def format_claim_table(claims: dict[str, dict]) -> str:
     def line(cells):
         return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
 
-    out = [line(head), "  ".join("-" * w for w in widths)]
+    out = [line(head), "  ".join("-" * w for w in widths[:-1]) + "  " + "-" * len(head[-1])]
     for main, checks in rows:
         out.append(line(main))
         out.extend(checks)

@@ -19,7 +19,7 @@ from typing import Any
 
 from mechinterp_icr.claims import Claim, spec
 from mechinterp_icr.claims.protocol import compare, evaluate_condition
-from mechinterp_icr.viz.figures import save_figure
+from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = ["verdict_figure", "verdict_panels", "write_verdict_figures"]
 
@@ -135,7 +135,9 @@ def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
         fig.add_hline(y=p["threshold"], line_dash="dash", line_color="#444", row=r, col=c)
         fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad], row=r, col=c)
     verdict = claim.evaluate(seeds)[0]
-    fig.update_layout(title=f"{claim.id}: {verdict}<br><sup>dots = seeds; dashed = "
+    shown = list(dict.fromkeys(s for p in panels for s in p["values"]))
+    fig.update_layout(title=f"{claim.id}: {verdict} ({seeds_caption(shown)})<br><sup>dots = "
+                            "seeds; dashed = "
                             "registered threshold; green = the seed meets the condition, "
                             "or the control behaves as expected there</sup>",
                       margin={"t": 150 if rows == 1 else 130}, height=170 + 300 * rows)

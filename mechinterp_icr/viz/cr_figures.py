@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import ci95
-from mechinterp_icr.viz.figures import save_figure
+from mechinterp_icr.claims.protocol import UNIT
+from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = [
     "cr4_overview_figure",
@@ -36,10 +37,13 @@ PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
 # ------------------------------------------------------------------------------------------------
 def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int,
                         curves: dict[tuple[str, str], dict[int, list[float]]],
-                        sweep: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any]:
+                        sweep: list[dict[str, Any]], fig_dir: Path,
+                        seeds: list | None = None) -> dict[str, Any]:
     """Held-out plain-ICL accuracy by K per phase (``icl_by_k``: phase -> per K the values
     over seeds), the finetuning curves (``curves``: (phase, metric) -> step -> values over
-    seeds) and the CR-3 sweep (aggregated rows). Returns the written paths."""
+    seeds) and the CR-3 sweep (aggregated rows). ``seeds``: the claims' seeds, named in the
+    titles (the sweep's own seeds, from its rows, are named against them). Intervals of the
+    accuracies are clipped to [0, 1]. Returns the written paths."""
     try:
         import plotly.graph_objects as go
     except ImportError as e:  # pragma: no cover
@@ -50,7 +54,7 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
     for phase, by_k in icl_by_k.items():
         means, los, his = [], [], []
         for vals in by_k:
-            lo, hi = ci95(vals)
+            lo, hi = ci95(vals, UNIT)
             means.append(float(np.mean(vals)))
             los.append(means[-1] - lo)
             his.append(hi - means[-1])
@@ -63,8 +67,9 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
                                           "array": his, "arrayminus": los}))
     fig.add_hline(y=0.9, line_dash="dot", annotation_text="CR-2 0.90")
     fig.add_hline(y=0.5, line_dash="dot", annotation_text="CR-2 controls <= 0.5")
+    over = seeds_caption(seeds) if seeds else f"{n_seeds} seeds"
     fig.update_layout(title="CR: held-out plain-ICL exact accuracy by number of demos K "
-                            f"(mean, 95% CI over {n_seeds} seeds)",
+                            f"(mean, 95% CI over {over})",
                       xaxis_title="K (demos)", yaxis_title="exact accuracy",
                       yaxis_range=[-0.02, 1.02])
     out["cr_icl_by_k"] = save_figure(fig, fig_dir / "cr_icl_by_k")
@@ -83,18 +88,20 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
                                      line={"dash": dashes[key]},
                                      marker={"size": 4}))
         fig.update_layout(title="CR finetuning dynamics (checkpoint evaluations, mean over "
-                                f"{n_seeds} seeds; step 0 drawn at 0.5)",
+                                f"{over}; step 0 drawn at 0.5)",
                           xaxis={"type": "log", "title": "finetuning step"},
                           yaxis_title="exact accuracy", yaxis_range=[-0.02, 1.02])
         out["cr_finetune_curves"] = save_figure(fig, fig_dir / "cr_finetune_curves")
     if sweep:
-        out["cr3_sweep"] = _sweep_figure(sweep, fig_dir / "cr3_sweep")
+        out["cr3_sweep"] = _sweep_figure(sweep, fig_dir / "cr3_sweep", claim_seeds=seeds)
     return out
 
 
-def _sweep_figure(sweep: list[dict], stem) -> dict[str, str]:
+def _sweep_figure(sweep: list[dict], stem, claim_seeds: list | None = None) -> dict[str, str]:
     """CR-3 sweep bars (mean) with the seeds as dots; vertical bars for a few settings,
-    horizontal ones (a row per setting, readable labels) for the paper profile's many."""
+    horizontal ones (a row per setting, readable labels) for the paper profile's many. The
+    subtitle names the sweep's seeds (its rows' ``seeds``) against the claim's
+    (``claim_seeds``): the sweep runs on the first ``sweep_seeds`` seeds only."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -112,7 +119,16 @@ def _sweep_figure(sweep: list[dict], stem) -> dict[str, str]:
         fig.add_trace(go.Scatter(mode="markers", offsetgroup=key, name=f"{name} (per seed)",
                                  marker={"size": 7, "color": "black"}, showlegend=False,
                                  **dots))
-    title = "CR-3 sweep: ICL+Grm finetuning, held-out accuracy (bars: mean; dots: seeds)"
+    shown = [sd for r in sweep for sd in r.get("seeds", [])]
+    sub = ""
+    if shown:
+        sub = seeds_caption(shown, claim_seeds,
+                            f"the sweep runs on the first {len(set(map(str, shown)))} seeds")
+        if claim_seeds and set(map(str, claim_seeds)) - set(map(str, shown)):
+            sub += "; the CR-3 verdict and the default row of its table read every seed"
+        sub = f"<br><sub>{sub}</sub>"
+    title = ("CR-3 sweep: ICL+Grm finetuning, held-out accuracy (bars: mean; dots: seeds)"
+             + sub)
     acc = {"title": "exact accuracy", "range": [-0.02, 1.05]}
     if flip:
         fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80",
@@ -166,6 +182,8 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
 
     out: dict[str, Any] = {}
     r0 = results[0]
+    seeds = [r["seed"] for r in results]
+    lam_seeds = [r["seed"] for r in results if r.get("lam_sweep")]
     phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
     titles = {PHASE_PT: "PT only", PHASE_FT: "after ICL finetuning",
               PHASE_FT_GRM: "after ICL+Grm finetuning"}
@@ -181,8 +199,8 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
         fig.update_xaxes(title_text=f"PC1 ({d['var_ratio'][0]:.0%} var)", row=1, col=j + 1)
         fig.update_yaxes(title_text=f"PC2 ({d['var_ratio'][1]:.0%} var)", row=1, col=j + 1)
     fig.update_layout(title=f"CR-4: task vectors of held-out-subject ICL prompts at the query "
-                            f"position, first two PCs, coloured by attribute type (seed "
-                            f"{r0['seed']})")
+                            f"position, first two PCs, coloured by attribute type<br><sub>"
+                            f"{seeds_caption([r0['seed']], seeds, 'one seed drawn')}</sub>")
     out["pca_scatter"] = save_figure(fig, Path(fig_dir) / "cr4_pca_scatter", width=1300,
                                      height=480)
 
@@ -205,7 +223,7 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
     fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
     fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
     fig.update_layout(title="CR-4: separation of the attribute type vs number of demos K "
-                            "(mean over seeds, bars: min-max)")
+                            f"(mean over {seeds_caption(seeds)}, bars: min-max)")
     out["sep_vs_k"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_k", width=1100)
 
     lam_rows = [row for r in results for row in r.get("lam_sweep", [])]
@@ -229,7 +247,8 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
         fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
         fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
         fig.update_layout(title="CR-4: separation vs the Markov separation lam of pretraining "
-                                "(small PT + ICL-finetune runs; line: mean, dots: seeds)")
+                                "(small PT + ICL-finetune runs; line: mean, dots: seeds)"
+                                f"<br><sub>{seeds_caption(lam_seeds, seeds, 'lam runs')}</sub>")
         out["sep_vs_lam"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_lam",
                                         width=1100)
 
@@ -251,7 +270,8 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
                                      line=dict(color="#1f77b4", dash=dash)), 1, 2)
     fig.update_xaxes(title_text="ICL finetuning step", row=1, col=2)
     fig.update_yaxes(title_text="type probe accuracy", range=[0, 1.02])
-    fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe)")
+    fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe; "
+                            f"{seeds_caption(seeds)})")
     # HTML only: the overview figure carries the per-boundary curve into the report, and each
     # PNG export costs seconds of headless Chromium
     out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200,
@@ -268,6 +288,8 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     from plotly.subplots import make_subplots
 
     r0 = results[0]
+    seeds = [r["seed"] for r in results]
+    lam_seeds = [r["seed"] for r in results if r.get("lam_sweep")]
     phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
     titles = {PHASE_PT: "PT only", PHASE_FT: "ICL-finetuned", PHASE_FT_GRM: "ICL+Grm-finetuned"}
     colors = {PHASE_PT: "#7f7f7f", PHASE_FT: "#1f77b4", PHASE_FT_GRM: "#ff7f0e"}
@@ -322,8 +344,12 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     fig.update_yaxes(title_text="type variance share", row=2, col=2)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=2, col=3)
     fig.update_layout(title=f"CR-4: task vectors at the query position of held-out-subject ICL "
-                            f"prompts, read at {r0['phases'][PHASE_FT].get('hook', '?')} "
-                            f"(scatter: seed {r0['seed']}; lines: mean over seeds)")
+                            f"prompts, read at {r0['phases'][PHASE_FT].get('hook', '?')}<br><sub>"
+                            f"scatter: {seeds_caption([r0['seed']], seeds, 'one seed drawn')}; "
+                            f"lines: mean over {seeds_caption(seeds)}"
+                            + (f"; lam panel: {seeds_caption(lam_seeds, seeds)}"
+                               if lam_seeds and set(lam_seeds) != set(seeds) else "")
+                            + "</sub>", margin={"t": 120})
     return fig
 
 
@@ -381,7 +407,7 @@ def write_cr5_figure(per_seed: dict, out_dir: Path) -> str | None:
     fig.add_hline(y=0.2, line_dash="dot")
     fig.update_layout(barmode="group", title="CR-5: head roles, 1-layer 2-head attention-only "
                       "model<br><sub>share of prompts moved to the target (chance-corrected); "
-                      "dashed 0.5, dotted 0.2</sub>", xaxis_title="seed",
+                      f"dashed 0.5, dotted 0.2; {seeds_caption(seeds)}</sub>", xaxis_title="seed",
                       yaxis_title="role score", yaxis_range=[-0.1, 1.05])
     return _save_quietly(fig, out_dir, "cr5_head_roles")
 
@@ -398,7 +424,8 @@ def write_cr6_figure(cr6: dict, out_dir: Path) -> str | None:
         fig.add_bar(name=f"seed {s}", x=[k.replace("_", " ") for k in keys],
                     y=[r.get(k) for k in keys])
     fig.add_hline(y=0.99, line_dash="dash")
-    fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy",
+    fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy"
+                      f"<br><sub>{seeds_caption(list(cr6))}</sub>",
                       xaxis_title="model and format", yaxis_title="exact accuracy",
                       yaxis_range=[0, 1.05])
     return _save_quietly(fig, out_dir, "cr6_construction")
@@ -470,7 +497,13 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
         else:
             fig.update_xaxes(title_text="schedule point", row=1, col=j + 1)
     fig.update_yaxes(title_text="share of total gain (plateau = 1)", row=1, col=1)
+    caption = seeds_caption(list(cr7))
+    if placebo:
+        caption += ("; placebo panel: " + seeds_caption(
+            [next(iter(placebo))], list(placebo),
+            "one seed's schedules; the placebo controls read every seed"))
     fig.update_layout(title="CR-7: Relation-head OV (solid) and KQ (dotted) probes during ICL "
                       "finetuning<br><sub>markers: onsets at 10% of the total gain (o OV, x KQ)"
-                      "</sub>", yaxis_range=[-0.4, 1.3], legend={"tracegroupgap": 2})
+                      f"</sub><br><sub>{caption}</sub>", yaxis_range=[-0.4, 1.3],
+                      legend={"tracegroupgap": 2}, margin={"t": 170})
     return _save_quietly(fig, out_dir, "cr7_cascade")

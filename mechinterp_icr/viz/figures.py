@@ -15,10 +15,31 @@ from pathlib import Path
 
 from mechinterp_icr.store.io import atomic_write_text
 
-__all__ = ["save_figure", "png_available", "PLOTLY_JS", "checkpoint_figure"]
+__all__ = ["save_figure", "png_available", "PLOTLY_JS", "checkpoint_figure", "seeds_caption"]
 
 PLOTLY_JS = "plotly.min.js"
 _CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
+
+
+def _seed_list(seeds) -> str:
+    def key(s):
+        return (0, int(s), "") if str(s).lstrip("-").isdigit() else (1, 0, str(s))
+
+    return ", ".join(str(s) for s in sorted(dict.fromkeys(str(x) for x in seeds), key=key))
+
+
+def seeds_caption(shown, claim_seeds=None, why: str = "") -> str:
+    """Which seeds a figure shows, for its title: ``"seeds 0, 1, 2, 3, 4"``, or, when it shows
+    fewer than the claim it illustrates, ``"seeds 0, 1, 2 of the claim's 0, 1, 2, 3, 4 (why)"``
+    (``why``: e.g. "the sweep runs on the first 3 seeds")."""
+    shown = [str(s) for s in dict.fromkeys(shown)]
+    text = f"seed{'s' if len(shown) != 1 else ''} {_seed_list(shown) or 'none'}"
+    claim = [str(s) for s in dict.fromkeys(claim_seeds or [])]
+    if claim and set(claim) - set(shown):
+        text += f" of the claim's {_seed_list(claim)}"
+        if why:
+            text += f" ({why})"
+    return text
 
 
 def chromium_path() -> str | None:

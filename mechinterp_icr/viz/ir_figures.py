@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from mechinterp_icr.viz.figures import save_figure
+from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = [
     "attention_rows_figure",
@@ -33,8 +33,10 @@ ROW_NAMES = ["s1", "a1", "s2", "a2", "s3"]
 OVERWRITE_RUNS = ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd")
 
 
-def attention_rows_figure(traj: dict[str, list[dict[str, Any]]], n: int, seed: int):
-    """IR-4: ``traj["<sym|raw>_<pgd|gd>"]`` are run records with ``step`` and ``row1``."""
+def attention_rows_figure(traj: dict[str, list[dict[str, Any]]], n: int, seed: int,
+                          seeds: list | None = None):
+    """IR-4: ``traj["<sym|raw>_<pgd|gd>"]`` are run records with ``step`` and ``row1``;
+    ``seeds``: the claim's seeds (the title says the figure draws one of them)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -53,7 +55,8 @@ def attention_rows_figure(traj: dict[str, list[dict[str, Any]]], n: int, seed: i
                                      showlegend=(i == 0)), row=i // 2 + 1, col=i % 2 + 1)
     fig.update_xaxes(type="log", title_text="step (1 = after the large step)")
     fig.update_yaxes(title_text="step-1 attention")
-    fig.update_layout(title=f"IR-4: step-1 attention row over steps (n={n}, seed {seed})")
+    fig.update_layout(title=f"IR-4: step-1 attention row over steps (n={n})<br><sub>"
+                            f"{seeds_caption([seed], seeds, 'one seed drawn')}</sub>")
     return fig
 
 
@@ -79,11 +82,12 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
     _log_threshold(fig, 0.02)
     fig.update_xaxes(type="log", title_text="n (subjects)")
     fig.update_yaxes(type="log", title_text="within-pair gap")
-    fig.update_layout(title="IR-3: within-pair gap of the converged step-1 row vs n")
+    fig.update_layout(title="IR-3: within-pair gap of the converged step-1 row vs n<br><sub>"
+                            f"{seeds_caption(seeds)}</sub>")
     return fig
 
 
-def sample_complexity_figure(rows: list[dict[str, Any]]):
+def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None):
     """IR-5: sweep rows with ``seed``, ``n``, ``d_embed`` and the fitted ``N`` (None: not
     reached), random embeddings."""
     import plotly.graph_objects as go
@@ -96,11 +100,13 @@ def sample_complexity_figure(rows: list[dict[str, Any]]):
     d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows if r["seed"] == rows[0]["seed"])
     fig.update_xaxes(type="log", title_text="n (subjects)")
     fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (logistic crossing)")
-    fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})")
+    shown = sorted({r["seed"] for r in rows})
+    fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
+                            f"{seeds_caption(shown, seeds)}</sub>")
     return fig
 
 
-def gap_decay_figure(traces: dict[str, list[list[float]]], n: int):
+def gap_decay_figure(traces: dict[str, list[list[float]]], n: int, seeds: list | None = None):
     """IR-3: the within-pair gap of the step-1 row over steps until the stopping rule, per
     seed (``traces[seed]`` = [[step, gap], ...])."""
     import plotly.graph_objects as go
@@ -113,11 +119,12 @@ def gap_decay_figure(traces: dict[str, list[list[float]]], n: int):
     fig.update_xaxes(type="log", title_text="step (1 = after the large step + perturbation)")
     fig.update_yaxes(type="log", title_text="within-pair gap")
     fig.update_layout(title=f"IR-3: decay of the within-pair gap until the stopping rule "
-                            f"(n={n})")
+                            f"(n={n})<br><sub>{seeds_caption(list(traces), seeds)}</sub>")
     return fig
 
 
-def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed: int):
+def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed: int,
+                         seeds: list | None = None):
     """IR-3 / IR-4 causal: ``ow_runs[run]`` are checkpoint rows with ``label`` and ``acc`` /
     ``prob`` ``[row][kind]`` (the first and last ``unequal_*`` rows are drawn)."""
     import plotly.graph_objects as go
@@ -147,8 +154,9 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
     fig.update_yaxes(title_text="swap: P(r*)", row=1, col=1)
     fig.update_yaxes(title_text="swap: step-1 acc", row=2, col=1)
     fig.update_yaxes(title_text="single-pair: step-1 acc", row=3, col=1)
+    caption = seeds_caption([seed], seeds, "the HookedTransformer runs of one seed")
     fig.update_layout(title="IR-3/IR-4 causal: step-1 attention row overwritten "
-                            f"(n={n}, seed {seed}) across checkpoints")
+                            f"(n={n}) across checkpoints<br><sub>{caption}</sub>")
     return fig
 
 
@@ -169,20 +177,21 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
     figs = {}
     seed = seeds[0]
     if seed in traj:
-        figs["ir_4_attention_rows"] = save_figure(attention_rows_figure(traj[seed], n, seed),
+        figs["ir_4_attention_rows"] = save_figure(attention_rows_figure(traj[seed], n, seed,
+                                                                        seeds),
                                                   fig_dir / "ir_4_attention_rows",
                                                   width=1000, height=700)
     if gap_rows:
         figs["ir_3_gap_vs_n"] = save_figure(gap_vs_n_figure(gap_rows, seeds),
                                             fig_dir / "ir_3_gap_vs_n")
     if gap_traces:
-        figs["ir_3_gap_decay"] = save_figure(gap_decay_figure(gap_traces, n),
+        figs["ir_3_gap_decay"] = save_figure(gap_decay_figure(gap_traces, n, seeds),
                                              fig_dir / "ir_3_gap_decay")
     if sweep_rows:
-        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(sweep_rows),
+        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(sweep_rows, seeds),
                                                      fig_dir / "ir_5_sample_complexity")
     if ow_runs:
         figs["ir_causal_row_overwrite"] = save_figure(
-            row_overwrite_figure(ow_runs, ht_n, seed), fig_dir / "ir_causal_row_overwrite",
+            row_overwrite_figure(ow_runs, ht_n, seed, seeds), fig_dir / "ir_causal_row_overwrite",
             width=1400, height=900)
     return figs

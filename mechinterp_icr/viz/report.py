@@ -10,9 +10,24 @@ plotly/circuitsvis files when the report sits in the output directory); anything
 named, not linked, so a published copy (``viz.publish``) never links out of its folder.
 
 A figure path in the summary may be relative to the output directory (``figures/x.html``)
-or to the working directory the reproduction ran in (``out/figures/x.png``); both resolve.
-The header records the git revision the reproduction ran at and the one the report was
-written at, marked ``dirty`` when the working tree had uncommitted changes.
+or to the working directory the reproduction ran in (``out/figures/x.png``), or name a PNG
+beside ``summary.json`` (a published folder such as ``figures/``); all resolve.
+
+Each claim's headline ("decided by") is :func:`mechinterp_icr.claims.headline.claim_headline`:
+the condition or control that decided its verdict, with its seed rule in words (the same text
+as the CLI's claim table). Intervals are 95% Student-t intervals of the mean over seeds,
+clipped to the metric's declared range (``claims.registry.METRIC_RANGES``).
+
+The header records the commit the reproduction ran at (``code_state``) and the commit the
+report was written at (:func:`mechinterp_icr.store.provenance.tree_state`, the report's own
+folder excluded); a report written from a dirty tree, or from a reproduction of uncommitted
+code, carries a red banner naming the files. ``viz.publish`` refuses to publish such a report
+unless told to (``--allow-dirty``).
+
+    python -m mechinterp_icr.viz.report DIR [REPORT_DIR]
+
+re-renders ``DIR/summary.json`` into ``REPORT_DIR/report.html`` (default ``DIR``) without
+rerunning anything.
 """
 
 from __future__ import annotations
@@ -25,9 +40,19 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import claim_key
+from mechinterp_icr.claims.headline import (
+    claim_headline,
+    condition_text,
+    control_phrase,
+    stored_condition,
+    stored_control_condition,
+)
+from mechinterp_icr.claims.registry import metric_range
+from mechinterp_icr.claims.summary import interval
 from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.provenance import TreeState, tree_state
 
-__all__ = ["write_report", "render_report", "resolve_figure"]
+__all__ = ["provenance_problems", "render_report", "resolve_figure", "write_report"]
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d232a;
@@ -44,6 +69,9 @@ th{background:#eef1f4} td.num{text-align:right;font-variant-numeric:tabular-nums
 .claim{border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:18px 0}
 .claim img{max-width:100%;border:1px solid #e3e6ea;margin-top:8px}
 .statement{font-size:15px;margin:4px 0 10px} .muted{color:#5b6570;font-size:13px}
+.decided{font-size:15px;margin:6px 0 8px}
+.banner{background:#fde2e1;color:#8a1c14;border:2px solid #c0392b;border-radius:6px;
+padding:10px 14px;margin:10px 0;font-weight:600}
 code{background:#f0f2f4;padding:1px 4px;border-radius:3px} .scroll{overflow-x:auto}
 h4{font-size:15px;margin:14px 0 4px} img{max-width:100%}
 """
@@ -86,11 +114,12 @@ def _link(path: Path, report_dir: Path, text: str) -> str:
 def resolve_figure(fig: str | Path, out_dir: Path) -> Path:
     """The figure's stem (no suffix): ``fig`` relative to ``out_dir``, or to the working
     directory (a path that already starts with the output directory), or by name in
-    ``out_dir/figures``; the first whose PNG or HTML exists."""
+    ``out_dir/figures`` or in ``out_dir`` itself (a published folder); the first whose PNG or
+    HTML exists."""
     p = Path(fig)
     stem = p.with_suffix("") if p.suffix in (".png", ".html") else p
     cands = [stem] if stem.is_absolute() else [out_dir / stem, stem]
-    cands.append(out_dir / "figures" / stem.name)
+    cands += [out_dir / "figures" / stem.name, out_dir / stem.name]
     for c in cands:
         if c.with_suffix(".png").exists() or c.with_suffix(".html").exists():
             return c
@@ -157,6 +186,15 @@ def _table_html(rows: Any) -> str:
 OVERWRITE_FIGURE = "ir_causal_row_overwrite"
 
 
+def _unit(ci) -> tuple[float, float]:
+    """An interval of accuracies or attention-mass gaps (in [0, 1]) clipped to [0, 1]."""
+    lo, hi = (list(ci) + [float("nan")] * 2)[:2]
+    try:
+        return max(0.0, min(1.0, float(lo))), max(0.0, min(1.0, float(hi)))
+    except (TypeError, ValueError):
+        return float("nan"), float("nan")
+
+
 def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
     """The IR-3/IR-4 causal row overwrite: step-1 accuracy per overwritten row and sequence
     kind (mean over seeds with the 95% CI), the learned a and critical gap per seed, and the
@@ -167,7 +205,7 @@ def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
     extra = []
     for row, accs in means.items():
         if isinstance(accs, dict) and "mean" in accs:  # a summary number, not a row
-            lo, hi = (accs.get("ci95") or [float("nan")] * 2)[:2]
+            lo, hi = _unit((accs.get("ci95") or [float("nan")] * 2)[:2])
             extra.append(f"<p>{html.escape(str(row).replace('_', ' '))}: "
                          f"<b>{_f(accs.get('mean'), 3)}</b> [{_f(lo, 3)}, {_f(hi, 3)}] "
                          "(mean over seeds [95% CI])</p>")
@@ -175,7 +213,7 @@ def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
         cells = []
         for k in kinds:
             m = accs.get(k, {}) if isinstance(accs, dict) else {}
-            lo, hi = (m.get("ci95") or [float("nan")] * 2)[:2]
+            lo, hi = _unit((m.get("ci95") or [float("nan")] * 2)[:2])
             cells.append(f'<td class="num">{_f(m.get("mean"), 3)} '
                          f'<span class="muted">[{_f(lo, 3)}, {_f(hi, 3)}]</span></td>')
         rows.append(f"<tr><td><code>{html.escape(str(row))}</code></td>{''.join(cells)}</tr>")
@@ -192,7 +230,8 @@ def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
     note = t.get("note")
     fig = resolve_figure(OVERWRITE_FIGURE, out_dir)
     return ((f'<p class="muted">{html.escape(note)}</p>' if isinstance(note, str) else "")
-            + "<p>Step-1 accuracy, mean over seeds [95% CI]:</p>" + table + "".join(extra)
+            + "<p>Step-1 accuracy, mean over seeds [95% CI, clipped to [0, 1]]:</p>" + table
+            + "".join(extra)
             + seed_table
             + _png_html(fig))
 
@@ -214,23 +253,22 @@ def _is_figure_list(t: Any) -> bool:
         isinstance(v, dict) and set(v) <= {"html", "png", "png_error"} for v in t.values())
 
 
-def _git_state(cwd: Path | None = None) -> str | None:
-    """``<revision>`` of the checkout the report is written from, ``<revision> (dirty)`` when
-    tracked files have uncommitted changes; None outside a git checkout."""
-    import subprocess
-
-    where = cwd or Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=where, timeout=5)
-        if rev.returncode != 0 or not rev.stdout.strip():
-            return None
-        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                            capture_output=True, text=True, cwd=where, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    dirty = st.returncode != 0 or bool(st.stdout.strip())
-    return rev.stdout.strip() + (" (dirty)" if dirty else "")
+def provenance_problems(summary: dict[str, Any], tree: TreeState | None) -> list[str]:
+    """Why a report of ``summary`` written from ``tree`` cannot be traced to one commit: the
+    tree is unknown (not a git checkout) or dirty, or the reproduction ran on uncommitted
+    code (its ``code_state`` / ``code_state_at_write`` end in ``+dirty``). Empty: clean."""
+    out = []
+    if tree is None:
+        out.append("the report is not written from a git checkout (no commit to name)")
+    elif tree.dirty:
+        shown = ", ".join(tree.dirty_files[:8]) + (", ..." if len(tree.dirty_files) > 8 else "")
+        out.append(f"the report is written from a working tree with {len(tree.dirty_files)} "
+                   f"file(s) not committed at {tree.revision[:12]}: {shown}")
+    for key in ("code_state", "code_state_at_write"):
+        st = summary.get(key)
+        if isinstance(st, str) and st.endswith("+dirty"):
+            out.append(f"the reproduction ran on uncommitted code ({key} {st})")
+    return out
 
 
 def _verdict(c: dict[str, Any]) -> tuple[str, str]:
@@ -239,38 +277,36 @@ def _verdict(c: dict[str, Any]) -> tuple[str, str]:
 
 
 def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | None = None,
-                  git_state: str | None = None) -> str:
+                  git_state: TreeState | str | None = None) -> str:
     """The report's HTML. ``out_dir``: where the reproduction wrote its outputs (figures are
     read from there); ``report_dir``: the folder the report is written to (links only to
-    files inside it; default ``out_dir``); ``git_state``: the revision the report is written
-    at (see :func:`write_report`)."""
+    files inside it; default ``out_dir``); ``git_state``: the checkout the report is written
+    from (:func:`mechinterp_icr.store.provenance.tree_state`; a plain string is taken as a
+    clean revision; None: unknown, which the banner says)."""
     out_dir = Path(out_dir)
     report_dir = out_dir if report_dir is None else Path(report_dir)
+    tree = git_state
     claims = summary.get("claims", {})
     items = sorted(claims.items(), key=claim_key)
     n_hold = sum(1 for _, c in items if c.get("holds"))
+    heads = {cid: claim_headline(cid, c) for cid, c in items}
     rows = []
     for cid, c in items:
-        lo, hi = c.get("ci95", [float("nan")] * 2)
-        th = c.get("threshold", {})
         verdict, cls = _verdict(c)
         eid = html.escape(str(cid))
         n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
         rows.append(
             f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
-            f'{verdict}</td><td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
-            f'<td><code>{html.escape(str(c.get("metric")))}</code></td>'
-            f'<td class="num">{_f(c.get("mean"))}</td><td class="num">[{_f(lo)}, {_f(hi)}]</td>'
-            f'<td>{html.escape(str(th.get("op", "")))} {_f(th.get("value"))}</td>'
+            f'{verdict}</td><td>{html.escape(heads[cid].text)}</td>'
+            f'<td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
             f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
     table = ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th>"
-             "<th>controls as expected</th><th>metric</th>"
-             "<th>mean over seeds</th><th>95% CI</th><th>threshold</th><th>seeds</th></tr>"
-             + "".join(rows) + "</table>")
+             "<th>decided by (the deciding condition or control, with its seed rule)</th>"
+             "<th>controls as expected</th><th>seeds</th></tr>" + "".join(rows) + "</table>")
 
     sections = []
     for cid, c in items:
-        lo, hi = c.get("ci95", [float("nan")] * 2)
+        lo, hi, clipped = _primary_interval(c)
         th = c.get("threshold", {})
         verdict, cls = _verdict(c)
         per_seed = c.get("per_seed", {})
@@ -289,18 +325,20 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
             f'<li class="{"holds" if ok else "fails"}">{html.escape(name)}: '
             f'{"ok" if ok else "failed"}</li>' for name, ok in checks.items()) + "</ul>"
             if checks else "")
-        conds = c.get("conditions", [])
+        conds = [k for k in c.get("conditions", []) if isinstance(k, dict)]
         conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
-            f'<li class="{"holds" if k.get("met") else "fails"}">{html.escape(k["condition"])}'
-            f': value {_f(k.get("value"))} &mdash; {"met" if k.get("met") else "not met"}</li>'
-            for k in conds) + "</ul>" if conds else "")
-        ctrls = c.get("controls", [])
+            f'<li class="{"holds" if k.get("met") else "fails"}">'
+            f'{html.escape(_condition_line(k, cid))} &mdash; '
+            f'{"met" if k.get("met") else "not met"}</li>' for k in conds) + "</ul>"
+            if conds else "")
+        ctrls = [k for k in c.get("controls", []) if isinstance(k, dict)]
         ctrls_html = ("<p><b>Controls</b> (computed in this run):</p><table><tr><th>control</th>"
-                      "<th>kind</th><th>condition it names</th><th>value</th><th>meets it</th>"
-                      "<th>as expected</th></tr>" + "".join(
-                          f'<tr><td>{html.escape(k["name"])}</td><td>{html.escape(k["kind"])}'
-                          f'</td><td>{html.escape(str(k.get("condition", "")))}</td>'
-                          f'<td class="num">{_f(k.get("value"))}</td>'
+                      "<th>kind</th><th>condition it names</th><th>what it showed</th>"
+                      "<th>meets it</th><th>as expected</th></tr>" + "".join(
+                          f'<tr><td>{html.escape(str(k.get("name")))}</td>'
+                          f'<td>{html.escape(str(k.get("kind")))}</td>'
+                          f'<td>{html.escape(str(k.get("condition", "")))}</td>'
+                          f'<td>{html.escape(_control_line(k, cid))}</td>'
                           f'<td>{_f(k.get("meets_rule"))}</td><td class="'
                           f'{"holds" if k.get("as_expected") else "fails"}">'
                           f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
@@ -313,13 +351,16 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
 <section class="claim" id="{eid}">
 <h2>{eid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
 <p class="statement">{html.escape(str(c.get("statement", "")))}</p>
-<p><b>Number:</b> <code>{html.escape(str(c.get("metric")))}</code> = <b>{_f(c.get("mean"))}</b>
-(mean over {html.escape(str(c.get("n_seeds", "?")))} seeds; 95% CI [{_f(lo)}, {_f(hi)}]) &nbsp;
-<b>Threshold:</b> {html.escape(str(th.get("op", "")))} {_f(th.get("value"))}
-{"(every seed)" if th.get("rule") == "all_seeds" else "(mean over seeds)"}</p>
+<p class="decided"><b>Decided by:</b> {html.escape(heads[cid].text)}</p>
 <p class="muted">Verdict: {html.escape(reason)}</p>
 {conds_html}
 {checks_html}
+<p class="muted">Primary metric <code>{html.escape(str(c.get("metric")))}</code> over seeds
+(descriptive; the verdict reads the rule above with its seed rules): mean {_f(c.get("mean"))}
+over {html.escape(str(c.get("n_seeds", "?")))} seeds, 95% CI [{_f(lo)},
+{_f(hi)}]{_clip_note(c, clipped)}; threshold {html.escape(str(th.get("op", "")))}
+{_f(th.get("value"))}
+({"every seed" if th.get("rule") == "all_seeds" else html.escape(str(th.get("rule", "")))}).</p>
 {ctrls_html}
 {f'<p class="muted">{html.escape(notes)}</p>' if notes else ""}
 <h3>Per seed</h3><div class="scroll">{ps_table}</div>
@@ -360,15 +401,21 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
                     for k, v in versions.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta name="git-revision" content="{html.escape(str(git_state or summary.get("git_revision")))}">
+<meta name="git-revision" content="{html.escape(_tree_label(tree))}">
 <title>mechinterp_icr reproduction report</title><style>{_CSS}</style></head>
 <body><main>
 <h1>mechinterp_icr: reproduction report</h1>
+{_banner(summary, tree)}
 <p class="muted">Profile <b>{html.escape(str(summary.get("profile")))}</b>, seeds
 {html.escape(str(summary.get("seeds")))}; reproduced at git
-<code>{html.escape(str(summary.get("git_revision")))}</code>{_written_at(git_state, summary)}.
-Each claim of the two papers is checked by one number against a threshold, with the mean and a
-95% Student-t interval over seeds. {n_hold} of {len(items)} claims hold.</p>
+<code>{html.escape(str(summary.get("code_state") or summary.get("git_revision")))}</code>;
+report written at git <code>{html.escape(_tree_label(tree))}</code>.
+Each claim of the two papers is decided by its registered rule (conditions with seed rules,
+and controls); "decided by" names the condition that decided the verdict (for a claim that
+holds, its primary condition; otherwise the first unmet condition or the misbehaving control),
+with its seed rule. Brackets are 95% Student-t intervals of the mean over seeds, clipped to the
+metric's declared range (e.g. [0, 1] for an accuracy). {n_hold} of {len(items)} claims
+hold.</p>
 <h2 id="claims">Claims</h2>
 {table}
 {"".join(sections)}
@@ -387,19 +434,90 @@ Each claim of the two papers is checked by one number against a threshold, with 
 """
 
 
-def _written_at(git_state: str | None, summary: dict[str, Any]) -> str:
-    if not git_state or git_state == summary.get("git_revision"):
+def _as_tree(git_state: TreeState | str | None) -> TreeState | None:
+    if isinstance(git_state, str):
+        return TreeState(git_state)
+    return git_state
+
+
+def _tree_label(tree: TreeState | str | None) -> str:
+    tree = _as_tree(tree)
+    return "unknown (not a git checkout)" if tree is None else tree.label
+
+
+def _banner(summary: dict[str, Any], tree: TreeState | str | None) -> str:
+    problems = provenance_problems(summary, _as_tree(tree))
+    if not problems:
         return ""
-    return f"; report written at git <code>{html.escape(git_state)}</code>"
+    return ('<div class="banner" id="provenance-warning">Not traceable to one commit: '
+            + "; ".join(html.escape(p) for p in problems)
+            + ". The numbers and text below may not be what that commit produces.</div>")
 
 
-def write_report(out_dir: str | Path, report_dir: str | Path | None = None) -> Path:
+def _primary_interval(c: dict[str, Any]) -> tuple[float, float, bool]:
+    """The primary metric's 95% interval from its per-seed values, inside its declared range
+    (recomputed, so a summary written before the ranges were declared is shown clipped too);
+    the stored ``ci95`` when no per-seed value is there."""
+    metric = str(c.get("metric"))
+    vals = [m.get(metric) for m in (c.get("per_seed") or {}).values() if isinstance(m, dict)]
+    vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if vals:
+        return interval(vals, metric_range(metric))
+    lo, hi = (list(c.get("ci95") or []) + [float("nan")] * 2)[:2]
+    return lo, hi, False
+
+
+def _clip_note(c: dict[str, Any], clipped: bool) -> str:
+    r = metric_range(str(c.get("metric")))
+    if not clipped or r is None:
+        return ""
+    return f", clipped to its range [{r[0]:g}, {r[1]:g}]"
+
+
+def _condition_line(k: dict[str, Any], cid: str) -> str:
+    return condition_text(stored_condition(k, cid), k)
+
+
+def _control_line(k: dict[str, Any], cid: str) -> str:
+    return control_phrase(str(k.get("kind")), str(k.get("name")),
+                          stored_control_condition(k, cid), k.get("per_seed") or {},
+                          k.get("meets_rule"), str(k.get("note") or ""), with_name=False)
+
+
+def write_report(out_dir: str | Path, report_dir: str | Path | None = None,
+                 tree: TreeState | None | str = "auto") -> Path:
     """Render ``out_dir/summary.json`` into ``report_dir/report.html`` (default ``out_dir``;
-    atomic write), recording the git revision it is written at (marked dirty when the
-    checkout has uncommitted changes to tracked files)."""
+    atomic write), recording the commit it is written at (``tree``; default: this checkout's
+    :func:`~mechinterp_icr.store.provenance.tree_state` with the report's folder excluded) and
+    a banner when that tree or the reproduction's code was not committed."""
     out_dir = Path(out_dir)
     report_dir = out_dir if report_dir is None else Path(report_dir)
     summary = json.loads((out_dir / "summary.json").read_text())
+    if tree == "auto":
+        tree = tree_state(exclude=[report_dir, out_dir])
     path = report_dir / "report.html"
-    atomic_write_text(path, render_report(summary, out_dir, report_dir, _git_state()))
+    atomic_write_text(path, render_report(summary, out_dir, report_dir, tree))
     return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m mechinterp_icr.viz.report DIR [REPORT_DIR]``: re-render a report from an
+    existing ``DIR/summary.json`` (nothing is rerun); prints its path and any provenance
+    problem (see :mod:`mechinterp_icr.viz.publish` for the committed ``figures/``)."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        raise SystemExit("usage: python -m mechinterp_icr.viz.report DIR [REPORT_DIR]")
+    out_dir = Path(argv[0])
+    report_dir = Path(argv[1]) if len(argv) > 1 else out_dir
+    tree = tree_state(exclude=[report_dir, out_dir])
+    path = write_report(out_dir, report_dir, tree)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    for p in provenance_problems(summary, tree):
+        print(f"warning: {p}", file=sys.stderr)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

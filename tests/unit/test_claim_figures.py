@@ -69,3 +69,33 @@ def test_a_seed_of_the_run_without_numbers_is_shown_and_a_mean_rule_colours_the_
     mean_panel = {**panels[1], "rule": "mean", "ok": True}
     assert _seed_color(mean_panel, -1.0) == GREEN  # below the bar, but the mean decides
     assert _seed_color({**mean_panel, "ok": False}, 1.0) == RED
+
+
+def test_figures_name_the_seeds_they_show(tmp_path, monkeypatch):
+    """Every claim figure names its seeds; one that shows fewer than the claim says which and
+    why (the CR-3 sweep runs on the first 3 seeds, IR-4's trajectories are one seed's)."""
+    pytest.importorskip("plotly")
+    from mechinterp_icr.viz.claim_figures import verdict_figure
+    from mechinterp_icr.viz.cr_figures import _sweep_figure
+    from mechinterp_icr.viz.figures import seeds_caption
+    from mechinterp_icr.viz.ir_figures import attention_rows_figure, gap_decay_figure
+
+    assert seeds_caption([0, 1, 2], [0, 1, 2, 3, 4], "the sweep runs on the first 3 seeds") \
+        == "seeds 0, 1, 2 of the claim's 0, 1, 2, 3, 4 (the sweep runs on the first 3 seeds)"
+    assert seeds_caption(["1", "0"], [0, 1]) == "seeds 0, 1"
+    monkeypatch.setenv("MECHINTERP_ICR_NO_PNG", "1")
+    rows = [{"setting": "default", "seeds": [0, 1, 2], "heldout_icl_exact_mean": 0.9,
+             "heldout_icl_exact_per_seed": [0.9, 0.9, 0.9], "heldout_iclgrm_exact_mean": 0.9,
+             "heldout_iclgrm_exact_per_seed": [0.9, 0.9, 0.9]}]
+    _sweep_figure(rows, tmp_path / "cr3_sweep", claim_seeds=[0, 1, 2, 3, 4])
+    html = (tmp_path / "cr3_sweep.html").read_text()
+    assert "seeds 0, 1, 2 of the claim's 0, 1, 2, 3, 4 (the sweep runs on the first 3 seeds" \
+        in html
+    fig = verdict_figure(_ir6(0.05, 1.0))
+    assert "(seeds 0, 1, 2, 3, 4)" in fig.layout.title.text
+    recs = [{"step": s, "row1": [0.2] * 5} for s in (0, 1, 2)]
+    traj = {f"{d}_{a}": recs for d in ("sym", "raw") for a in ("pgd", "gd")}
+    title = attention_rows_figure(traj, 32, 0, seeds=[0, 1, 2, 3, 4]).layout.title.text
+    assert "seed 0 of the claim's 0, 1, 2, 3, 4 (one seed drawn)" in title
+    title = gap_decay_figure({"0": [[0, 0.1]], "1": [[0, 0.1]]}, 32, [0, 1]).layout.title.text
+    assert "seeds 0, 1" in title and "of the claim's" not in title

@@ -108,3 +108,23 @@ def test_profiles_differ_only_where_no_verdict_reads_the_key(target):
             allowed |= set(s.profile_specific)
     differ = sorted(k for k in set(quick) | set(paper) if quick.get(k) != paper.get(k))
     assert [k for k in differ if k not in allowed] == []
+
+
+def test_every_registered_metric_declares_its_range():
+    """Intervals over seeds are reported inside a metric's declared range (docs/registry.md,
+    2026-12-02): every metric a condition or control reads is declared (None = unbounded),
+    CR and IR agree on shared names, and a range is (lo, hi) with lo < hi."""
+    from mechinterp_icr.claims.cr_registry import CR_METRIC_RANGES
+    from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE, IR_METRIC_RANGES
+    from mechinterp_icr.claims.registry import METRIC_RANGES, metric_range
+
+    metrics = {c.metric for s in REGISTRY.values() for c in s.conditions}
+    metrics |= {k.condition.metric for s in REGISTRY.values() for k in s.controls}
+    metrics.add(IR4_PERTURBATION_ROLE.metric)
+    assert metrics - set(METRIC_RANGES) == set()
+    for m in set(CR_METRIC_RANGES) & set(IR_METRIC_RANGES):
+        assert CR_METRIC_RANGES[m] == IR_METRIC_RANGES[m], m
+    for m, r in METRIC_RANGES.items():
+        assert r is None or (len(r) == 2 and r[0] < r[1]), m
+    assert metric_range("heldout_icl_exact") == (0.0, 1.0)
+    assert metric_range("relation_margin") is None and metric_range("no such metric") is None

@@ -69,9 +69,20 @@ def test_overwrite_table_is_compact_with_its_figure(tmp_path):
     assert ">ht_a</td>" in text and "clean: 1" in text  # keyed rows, nested cells
 
 
-def test_published_report_links_nothing_outside_its_folder(tmp_path):
+def _clean_tree(monkeypatch, files=()):
+    """Publishing reads this checkout's state; a test fixes it (clean, or dirty ``files``)."""
+    import mechinterp_icr.viz.publish as pub
+    from mechinterp_icr.store.provenance import TreeState
+
+    state = TreeState("c0ffee" * 6 + "abcd", tuple(files))
+    monkeypatch.setattr(pub, "tree_state", lambda **kw: state)
+    return state
+
+
+def test_published_report_links_nothing_outside_its_folder(tmp_path, monkeypatch):
     out, _ = _out(tmp_path)
     dest = tmp_path / "figures"
+    _clean_tree(monkeypatch)
     publish(out, dest)
     text = (dest / "report.html").read_text()
     for href in re.findall(r'(?:href|src)="([^"]+)"', text):
@@ -101,3 +112,113 @@ def test_cr3_sweep_figure_turns_horizontal_for_many_settings(tmp_path, monkeypat
     assert out["html"].endswith("cr3_sweep.html") and "png" not in out
     assert ('"orientation":"h"' in html) == (n > 4)
     assert all(f"setting {i}" in html for i in range(n))
+
+
+# ---- provenance: a committed report names one commit --------------------------------------
+def test_publish_refuses_a_dirty_tree_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    out, _ = _out(tmp_path)
+    dest = tmp_path / "figures"
+    _clean_tree(monkeypatch, files=("mechinterp_icr/viz/report.py",))
+    with pytest.raises(SystemExit, match="refusing to publish.*mechinterp_icr/viz/report.py"):
+        publish(out, dest)
+    assert not dest.exists()
+    # --allow-dirty publishes, warns loudly and marks the report
+    publish(out, dest, allow_dirty=True)
+    text = (dest / "report.html").read_text()
+    assert 'id="provenance-warning"' in text and "mechinterp_icr/viz/report.py" in text
+    assert "WARNING" in capsys.readouterr().err
+
+
+def test_publish_refuses_a_summary_of_uncommitted_code(tmp_path, monkeypatch):
+    out, summary = _out(tmp_path)
+    (out / "summary.json").write_text(json.dumps({**summary, "code_state": "abc+dirty"}))
+    _clean_tree(monkeypatch)
+    with pytest.raises(SystemExit, match="uncommitted code"):
+        publish(out, tmp_path / "figures")
+
+
+def test_a_clean_report_names_both_commits_and_has_no_banner(tmp_path, monkeypatch):
+    out, summary = _out(tmp_path)
+    (out / "summary.json").write_text(json.dumps({**summary, "code_state": "abc"}))
+    state = _clean_tree(monkeypatch)
+    publish(out, tmp_path / "figures")
+    text = (tmp_path / "figures" / "report.html").read_text()
+    assert "provenance-warning" not in text and "dirty" not in text
+    assert f"report written at git <code>{state.revision}</code>" in text
+    assert "reproduced at git\n<code>abc</code>" in text
+
+
+def test_a_published_folder_rerenders_onto_itself(tmp_path, monkeypatch):
+    """``publish figures figures`` re-renders the report from the summary and the PNGs beside
+    it (nothing rerun, nothing copied)."""
+    out, _ = _out(tmp_path)
+    dest = tmp_path / "figures"
+    _clean_tree(monkeypatch)
+    publish(out, dest)
+    (dest / "report.html").unlink()
+    written = publish(dest, dest)
+    assert written == [dest / "report.html"]
+    text = (dest / "report.html").read_text()
+    assert "was not produced" not in text and text.count("data:image/png;base64,") == 4
+
+
+def test_tree_state_excludes_the_output_folder(tmp_path):
+    """A change under the excluded folder (the publish destination) is not dirt; a tracked
+    change or an untracked file elsewhere is."""
+    import shutil
+    import subprocess
+
+    from mechinterp_icr.store.provenance import tree_state
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "report.html").write_text("old")
+    (tmp_path / "code.py").write_text("x = 1")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    assert not tree_state(tmp_path).dirty
+    (tmp_path / "figures" / "report.html").write_text("new")
+    assert tree_state(tmp_path).dirty_files == ("figures/report.html",)
+    assert not tree_state(tmp_path, exclude=[tmp_path / "figures"]).dirty
+    (tmp_path / "code.py").write_text("x = 2")
+    (tmp_path / "new.py").write_text("")
+    st = tree_state(tmp_path, exclude=[tmp_path / "figures"])
+    assert st.dirty_files == ("code.py", "new.py") and "dirty" in st.label
+
+
+# ---- headlines and intervals in the report -------------------------------------------------
+def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
+    """CR-4 meets its first condition (top-PC probe) and fails a later one: the claim table
+    and the section name the failing condition, with its worst seed, and the interval of the
+    primary accuracy stays in [0, 1]."""
+    from mechinterp_icr.claims import Claim, evaluate_control, spec
+
+    sp = spec("CR-4")
+    base = {"ft_acc_pc": 0.99, "ft_transfer_acc_pc": 0.99, "ft_rho_k": 0.9, "ft_rise_k": 0.2,
+            "ft_rho_lam": 0.9, "ft_rise_lam": 0.3, "ft_patch_gain": 0.95, "pt_acc_pc": 0.3,
+            "pt_rise_k": 0.0, "pt_patch_gain": 0.0, "ft_shuffle_gap": 0.0,
+            "ft_random_patch_gain": 0.0, "ft_pc_minus_random": 0.5}
+    per = {str(s): dict(base) for s in range(5)}
+    per["0"]["ft_acc_pc"] = 1.0
+    per["1"]["ft_acc_pc"] = 0.96
+    per["3"]["ft_rho_k"] = 0.2
+    claim = Claim.from_spec(sp, per, controls=[evaluate_control(c, per) for c in sp.controls])
+    summary = {"profile": "quick", "seeds": [0, 1, 2, 3, 4], "git_revision": "abc",
+               "claims": {"CR-4": claim.to_dict([0, 1, 2, 3, 4])}}
+    text = render_report(summary, tmp_path, git_state="abc")
+    row = text[text.index('<tr><td><a href="#CR-4">'):]
+    row = row[:row.index("</tr>")]
+    assert "does not hold" in row
+    assert "eta^2 vs K Spearman (ft_rho_k), every seed: min 0.2 on seed 3 &lt; 0.8" in row
+    assert "ft_acc_pc" not in row
+    sec = text[text.index('<section class="claim" id="CR-4">'):]
+    decided = sec[sec.index("Decided by:"):sec.index("</p>", sec.index("Decided by:"))]
+    assert "ft_rho_k" in decided and "ft_acc_pc" not in decided
+    assert summary["claims"]["CR-4"]["ci95"][1] <= 1.0  # t-interval 0.99 +- ... clipped
+    assert "clipped to its range [0, 1]" in sec

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import Claim, ci95, evaluate_control, spec
+from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.experiments.cr.claims_mech import (  # CR-5..7, re-exported
     cr5_claim,
     cr5_table,
@@ -393,7 +394,7 @@ def cr4_claim(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
         vals = [m[k] for m in claim.per_seed.values()
                 if isinstance(m.get(k), (int, float)) and not math.isnan(float(m[k]))]
         if vals:
-            summ[k] = {"mean": float(np.mean(vals)), "ci95": list(ci95(vals))}
+            summ[k] = {"mean": float(np.mean(vals)), "ci95": list(ci95(vals, metric_range(k)))}
     claim.details = {**claim.details, "mean_and_ci95_over_seeds": summ,
                      "figures": figures, "params": {k: getattr(P, k) for k in
                                                     P.__dataclass_fields__},

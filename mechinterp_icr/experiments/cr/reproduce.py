@@ -190,7 +190,7 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     with summary.stage("figures"):
         figs = write_cr123_figures(heldout_icl_by_k(results, cfg.eval_ks), cfg.eval_ks,
                                    len(results), finetune_curves([r["curves"] for r in results]),
-                                   sweep, out_dir / "figures")
+                                   sweep, out_dir / "figures", seeds=seeds)
     summary.tables["CR figures"] = figs
     atomic_write_json(out_dir / "cr" / "sweep_rows.json", sweep_rows)
     print_sweep(sweep)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import ci95
+from mechinterp_icr.claims.protocol import UNIT
 from mechinterp_icr.config import check, to_dict
 from mechinterp_icr.experiments.cr.config import (
     PT_FIELDS,
@@ -221,7 +222,7 @@ def sweep_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         grm = [r["heldout_iclgrm_exact"] for r in rs]
         out.append({"setting": label, "spec": rs[0]["spec"], "seeds": [r["seed"] for r in rs],
                     "heldout_icl_exact_mean": float(np.mean(icl)),
-                    "heldout_icl_exact_ci95": list(ci95(icl)),
+                    "heldout_icl_exact_ci95": list(ci95(icl, UNIT)),
                     "heldout_icl_exact_per_seed": icl,
                     "heldout_iclgrm_exact_mean": float(np.mean(grm)),
                     "heldout_iclgrm_exact_per_seed": grm,

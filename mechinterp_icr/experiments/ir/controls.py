@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from mechinterp_icr.claims import ci95
+from mechinterp_icr.claims.protocol import UNIT
 from mechinterp_icr.config import ModelConfig, TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.experiments.ir.train import tagged_rng
@@ -268,9 +269,9 @@ def causal_table(ow_seed: dict, ow_runs: dict, cfg: IRConfig) -> dict[str, Any]:
             for kind in any_t["acc"][row]:
                 v = [t["acc"][row][kind] for t in ow_seed.values()]
                 agg.setdefault(row, {})[kind] = {"mean": float(np.mean(v)),
-                                                 "ci95": list(ci95(v))}
-        v = [t["critical_gap"] for t in ow_seed.values()]
-        agg["critical_gap"] = {"mean": float(np.mean(v)), "ci95": list(ci95(v))}
+                                                 "ci95": list(ci95(v, UNIT))}  # accuracies
+        v = [t["critical_gap"] for t in ow_seed.values()]  # a gap of attention masses
+        agg["critical_gap"] = {"mean": float(np.mean(v)), "ci95": list(ci95(v, UNIT))}
 
     def compact(r):
         return {"checkpoint": r["checkpoint"], "label": r["label"], "a": r["a"],
