@@ -30,8 +30,10 @@ def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     client.execute()
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
-    assert "held-out ICL exact by K" in text
+    assert "heldout_icl_exact" in text and "started from" in text  # icr train, icr eval
     assert "prediction at the query" in text and "recovery" in text
+    assert "top singular values" in text and "ov_precision" in text  # OV / QK circuits
     assert "probe accuracy" in text
-    assert (tmp_path / "runs" / "cr" / "seed0" / "checkpoints").is_dir()
+    assert any((tmp_path / "ft" / "checkpoints").glob("ft-icl-*.safetensors"))
+    assert (tmp_path / "explore.html").stat().st_size > 100_000  # the explorer page
     assert os.environ["QUICKSTART_OUT"] == str(tmp_path)
