@@ -243,8 +243,7 @@ def _train_recipe(task_kind: str, phase: str, out: str, seed: int | None,
     if res.row is not None:
         shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                           for k, v in res.row.items() if k != "run")
-        click.echo(f"{phase!r} in {out} (phases big and {'pgd' if 'pgd' in phase else 'gd'}; "
-                   f"a rerun resumes or reports the finished run): {shown}")
+        click.echo(f"{phase!r} in {out} (a rerun resumes it or reports it finished): {shown}")
 
 
 def _report_phase(res, phase: str, out: str) -> None:

@@ -49,7 +49,7 @@ from mechinterp_icr.training.loop import (
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
            "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
            "main_phase", "resolve_selection", "parse_init", "task_metrics",
-           "check_phase_settings"]
+           "check_phase_settings", "init_state"]
 
 MAX_EVAL_BATCHES = 10_000
 
@@ -199,7 +199,7 @@ def parse_init(spec: str) -> tuple[Path, str]:
                       "RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
 
 
-def _init_state(spec: str, model) -> tuple[dict, str]:
+def init_state(spec: str, model) -> tuple[dict, str]:
     """Weights of the checkpoint ``spec`` (``RUN:CHECKPOINT``) checked against ``model``."""
     from mechinterp_icr.store.checkpoint import load_checkpoint
 
@@ -282,7 +282,7 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
     resolve_trainable(model, (phase_train or cfg.train).trainable)  # ConfigError: no match
     init_from = None
     if init is not None:
-        state, init_from = _init_state(init, model)
+        state, init_from = init_state(init, model)
         model.load_state_dict(state)
     existed = out.exists()
     extended = _extension(out, cfg) if existed else None

@@ -77,6 +77,13 @@ _IR_LINES = {
     "raw-qk-pgd": "PGD of all of W_Q and W_K on raw data (the token-dependent model, IR-8)",
 }
 
+_IR_MEMORY = {
+    "memory-pretrain": Recipe("ir", "memory-pretrain", "IR-6's memory pretrained on triple "
+                              "completion at n = pre_n, in the IR model (uniform attention)"),
+    "memory-pgd": Recipe("ir", "memory-pgd", "PGD of the position block on top of the frozen "
+                         "pretrained memory, IR-6's settings and data", "memory-pretrain"),
+}
+
 _RECIPES: dict[str, dict[str, Recipe]] = {
     "cr": {
         "pretrain": Recipe("cr", "pretrain", "PT of the main 2-layer model over all subjects "
@@ -90,7 +97,8 @@ _RECIPES: dict[str, dict[str, Recipe]] = {
                               "cascade.ft_lr; logs the OV and KQ probes at every checkpoint "
                               "(CR-5, CR-7)", "mech-pretrain"),
     },
-    "ir": {name: Recipe("ir", name, line) for name, line in _IR_LINES.items()},
+    "ir": {**{name: Recipe("ir", name, line) for name, line in _IR_LINES.items()},
+           **_IR_MEMORY},
 }
 RECIPE_TASKS = tuple(_RECIPES)
 
@@ -296,31 +304,46 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
 # IR
 # ------------------------------------------------------------------------------------------
 def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
-              profile: str) -> RecipeResult:
+              profile: str, seed_given: bool) -> RecipeResult:
     from mechinterp_icr.experiments.ir.config import profile as ir_profile
+    from mechinterp_icr.experiments.ir.memory_runs import memory_pgd_run, memory_pretrain_run
     from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
     from mechinterp_icr.experiments.ir.train import hooked_run
     from mechinterp_icr.store.rundir import RunDir
 
-    if init is not None:
-        raise ConfigError(f"--init is not allowed for --phase {rec.name}: the IR phases start "
-                          "from the construction (copy circuit, memory, uniform attention)")
     if res:
         raise ConfigError(f"--set {sorted(res)[0]} is not allowed for an IR phase (its "
-                          "resources are fixed by ht_n)")
+                          "resources are fixed by its sizes)")
     cfg = apply_overrides(ir_profile(profile), ov)
-    sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
     out = Path(out)
     before = out.exists()
     try:
-        row = hooked_run(cfg, seed, out.parent, out.name, sym, perturb, target, fresh=False)
+        if rec.name == "memory-pretrain" or rec.name in _IR_LINES:
+            if init is not None:
+                raise ConfigError(f"--init is not allowed for --phase {rec.name}: it starts "
+                                  "from the construction (copy circuit, uniform attention)")
+            if rec.name == "memory-pretrain":
+                return RecipeResult(None, row=memory_pretrain_run(cfg, seed, out))
+            sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
+            return RecipeResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
+                                                     perturb, target, fresh=False))
+        start, rc = _start(rec, out, init)
+        if seed_given and rc.seed != seed:
+            raise ConfigError(f"--seed = {seed} is not allowed: the memory run it starts from "
+                              f"has seed {rc.seed}; leave --seed out")
+        from mechinterp_icr.pipeline import init_state, model_for_task
+
+        model = model_for_task(rc, device="cpu")
+        state, init_from = init_state(start, model)
+        model.load_state_dict(state)
+        return RecipeResult(None, start, row=memory_pgd_run(
+            cfg, rc.seed, out, model, init_from, replace(rc, name=out.name)))
     except BaseException:
         if not before and out.is_dir() and not RunDir(out).checkpoints():
             import shutil
 
             shutil.rmtree(out, ignore_errors=True)  # a refused start leaves nothing behind
         raise
-    return RecipeResult(None, row=row)
 
 
 def train_recipe(task: str, phase: str, out: str | Path, seed: int = 0,
@@ -335,4 +358,4 @@ def train_recipe(task: str, phase: str, out: str | Path, seed: int = 0,
     ov, res = _split(list(overrides))
     if task == "cr":
         return _train_cr(rec, Path(out), seed, ov, res, init, profile, on_log, seed_given)
-    return _train_ir(rec, Path(out), seed, ov, res, init, profile)
+    return _train_ir(rec, Path(out), seed, ov, res, init, profile, seed_given)

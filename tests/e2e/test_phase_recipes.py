@@ -185,3 +185,26 @@ def test_a_wrong_run_path_is_refused_before_torch_is_imported(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, (cmd, res.stderr[-1000:])
         assert "does not exist" in res.stderr
+
+
+def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
+    run = tmp_path / "mem"
+    small = ["--set", "pre_n=32", "--set", "pre_steps=60", "--set", "eval_size=128"]
+    r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pretrain", *small)
+    assert r.exit_code == 0, r.output
+    side = json.loads(next((run / "checkpoints").glob("memory-pretrain-*.json")).read_text())
+    assert 0 <= side["memory"]["relation_acc"] <= 1 and side["memory_pretrain"]["steps"] == 60
+    logged = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in logged if x["phase"] == "memory-log"] == [0, 59]
+    mem = _weights(next((run / "checkpoints").glob("memory-pretrain-*.safetensors")))
+    r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pgd", *small,
+             "--set", "pre_ft_steps=5")
+    assert r.exit_code == 0, r.output
+    from mechinterp_icr.store.rundir import RunDir
+
+    assert RunDir(run).phases() == ["memory-pretrain", "big", "pgd"]
+    after = _weights(sorted((run / "checkpoints").glob("pgd-*.safetensors"))[-1])
+    assert torch.equal(mem["model.blocks.0.mlp.W_in"], after["model.blocks.0.mlp.W_in"])
+    assert not torch.equal(mem["model.blocks.0.attn.W_K"], after["model.blocks.0.attn.W_K"])
+    r = _icr("train", "--task", "ir", "--out", tmp_path / "x", "--phase", "memory-pgd")
+    assert r.exit_code == 2 and "memory-pretrain" in r.output and not (tmp_path / "x").exists()
