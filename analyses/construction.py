@@ -15,10 +15,29 @@ from _common import (
     add_csv,
     checkpoints,
     open_run,
+    print_table,
     run_main,
+    save_json,
     setup,
     write_table,
 )
+
+_CELLS = {"pt_construction_icl": "PT construction on held-out ICL",
+          "zeroed_relation_ov_icl": "ICL construction without its Relation OV, held-out ICL"}
+MEANING = {
+    "pt_construction_pt_exact": "PT construction, exact recall in its own PT format",
+    "pt_construction_icl_heldout_exact": "PT construction on held-out ICL (ties shared)",
+    "icl_construction_icl_heldout_exact": "ICL construction, held-out ICL (ties shared)",
+    "icl_construction_icl_finetune_exact": "ICL construction, finetune-subject ICL",
+    "icl_construction_pt_exact": "ICL construction in the PT format",
+    "zeroed_relation_ov_icl_exact": "negative control: " + _CELLS["zeroed_relation_ov_icl"],
+    "own_format_min": "CR-6's number: the smaller of the two own-format accuracies",
+    **{f"{k}_{suffix}": f"{v}: {what}" for k, v in _CELLS.items()
+       for suffix, what in (("exact_argmax", "plain argmax accuracy"),
+                            ("restricted", "accuracy among attribute tokens"),
+                            ("n_top", "mean number of tokens tied at the top"),
+                            ("tied", "share of prompts with a tie at the top"))},
+}
 
 
 def main(argv=None) -> None:
@@ -36,7 +55,11 @@ def main(argv=None) -> None:
     from mechinterp_icr.experiments.cr.mechanism import construction_numbers
 
     r = construction_numbers(task, a.seed)
-    write_table(run, "construction", [r], list(r), csv=a.csv)
+    # one row per measured number (the JSON keeps the record as the reproduction stores it)
+    out = save_json(run, "construction", [r])
+    print_table([{"quantity": k, "meaning": MEANING.get(k, ""), "value": v}
+                 for k, v in r.items()], ["quantity", "value", "meaning"], csv=a.csv)
+    print(f"wrote {out}")
     if a.checkpoints is None:
         return
     from mechinterp_icr.interp.cache import map_checkpoints

@@ -61,6 +61,14 @@ def main() -> None:
     print_table(shown, list(COLUMNS), COLUMNS, a.csv)
     print(f"recoveries where the logit gap is below {a.min_gap:g} are shown as n/a; "
           f"wrote {out}")
+    big = [x for x in shown for k in ("relation_recovery", "subject_recovery")
+           if isinstance(x[k], float) and not -0.2 <= x[k] <= 1.2]
+    if big:
+        print("a recovery above 1 (or below 0) is a real measurement: this head's source "
+              "output alone moves the logit difference past the source prompt's own (or "
+              "against it), since the heads' effects do not add up linearly; the moved share "
+              "(prompts whose answer becomes the source's) stays in [0, 1], and CR-5 reads "
+              "it (moved_gain)")
 
 
 if __name__ == "__main__":
