@@ -22,6 +22,8 @@ name exactly one checkpoint.
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -40,16 +42,23 @@ class TaskTokenizer:
     calls (``__call__``, ``encode``, ``decode``, ``batch_decode``, the special tokens and
     ``padding_side``). Tokens are separated by whitespace; an unknown token is a ValueError
     naming it. Padding (several prompts of different lengths) uses ``[PAD]`` when the
-    vocabulary has one, else token 0, on the right."""
+    vocabulary has one, else token 0, on the right.
+
+    No task vocabulary has an end-of-sequence token (CR's ``[SEP]`` separates records and is
+    never a training target), so ``eos_token_id`` is None; :func:`attach_tokenizer` makes the
+    model's ``generate`` default to ``stop_at_eos=False`` accordingly. Without a ``[PAD]``
+    (IR, induction) ``pad_token`` is None and ``pad_token_id`` is -1, an id no token has:
+    TransformerLens masks the positions whose id equals ``pad_token_id`` (``generate``, a KV
+    cache, left padding), and token 0 is a real subject / BOS there, not padding."""
 
     def __init__(self, vocab, name: str = "task-vocab"):
         self.vocab = vocab
         self.name_or_path = name
         self.padding_side = "right"
-        names = list(vocab.names)
         self._index = dict(vocab.index)
         self.bos_token = "[BOS]" if "[BOS]" in self._index else None
-        self.pad_token = "[PAD]" if "[PAD]" in self._index else names[0]
+        self.pad_token = "[PAD]" if "[PAD]" in self._index else None
+        self._pad_fill = self._index["[PAD]"] if self.pad_token else 0  # what pads a row
         self.eos_token = None
         self.unk_token = None
         self.init_kwargs: dict[str, Any] = {"name_or_path": name}
@@ -61,7 +70,8 @@ class TaskTokenizer:
 
     @property
     def pad_token_id(self) -> int:
-        return self._index[self.pad_token]
+        """``[PAD]``'s id; -1 (no token) where the vocabulary has none."""
+        return -1 if self.pad_token is None else self._index[self.pad_token]
 
     @property
     def eos_token_id(self) -> None:
@@ -93,7 +103,7 @@ class TaskTokenizer:
         masks = [[1] * len(r) for r in rows]
         if padding or return_tensors == "pt":
             width = max((len(r) for r in rows), default=0)
-            pad = self.pad_token_id
+            pad = self._pad_fill
             if self.padding_side == "left":
                 masks = [[0] * (width - len(r)) + m for r, m in zip(rows, masks)]
                 rows = [[pad] * (width - len(r)) + r for r in rows]
@@ -134,13 +144,94 @@ class TaskTokenizer:
         return f"TaskTokenizer({self.name_or_path!r}, {len(self)} tokens)"
 
 
+def _bind(method, model, args, kwargs) -> inspect.BoundArguments:
+    """``method``'s (an unbound HookedTransformer method) arguments as the caller gave them."""
+    return inspect.signature(method).bind_partial(model, *args, **kwargs)
+
+
+def _no_eos_default(ba: inspect.BoundArguments, tokenizer) -> None:
+    """``stop_at_eos=False`` unless the caller set it or passed an ``eos_token_id``, when the
+    tokenizer has no end token (TransformerLens' default True then fails)."""
+    if ("stop_at_eos" not in ba.arguments and ba.arguments.get("eos_token_id") is None
+            and getattr(tokenizer, "eos_token_id", None) is None):
+        ba.arguments["stop_at_eos"] = False
+
+
+def _task_generate(self, *args, **kwargs):
+    """``HookedTransformer.generate`` with the task tokenizer's defaults: ``stop_at_eos`` is
+    False unless an ``eos_token_id`` is passed (no task vocabulary has an end token), and a
+    string result is the whole sequence in the task's token names, ``[BOS]`` included as it
+    was written (TransformerLens would drop it as a special token); the ``[PAD]`` that pads
+    a batch of prompts on the left, and what follows a row's stop token, are left out."""
+    from transformer_lens import HookedTransformer
+
+    tok = self.tokenizer
+    if not isinstance(tok, TaskTokenizer):  # a tokenizer set since: plain TransformerLens
+        return HookedTransformer.generate(self, *args, **kwargs)
+    ba = _bind(HookedTransformer.generate, self, args, kwargs)
+    _no_eos_default(ba, tok)
+    inp = ba.arguments.get("input", "")
+    if isinstance(inp, str):
+        widths = [len(tok.encode(inp))]
+    elif isinstance(inp, list):
+        widths = [len(tok.encode(t)) for t in inp]
+        if tok.pad_token is None and len(set(widths)) > 1:
+            raise ValueError(f"the {tok.name_or_path} vocabulary has no pad token: generate "
+                             "prompts of different lengths one at a time (or as token rows "
+                             "of one length)")
+    else:
+        widths = [inp.shape[1]] if isinstance(inp, torch.Tensor) and inp.ndim == 2 else None
+    return_type = ba.arguments.get("return_type", "input")
+    if widths is None or not (return_type == "str" or (
+            return_type == "input" and isinstance(inp, (str, list)))):
+        return HookedTransformer.generate(*ba.args, **ba.kwargs)
+    ba.arguments["return_type"] = "tokens"
+    out = HookedTransformer.generate(*ba.args, **ba.kwargs)
+    if not isinstance(out, torch.Tensor):  # output_logits=True: a ModelOutput, left as is
+        return out
+    stop = ba.arguments.get("eos_token_id")
+    if not ba.arguments.get("stop_at_eos", True):
+        stops: set[int] = set()
+    elif stop is None:
+        stops = {tok.eos_token_id} - {None}
+    else:
+        stops = {int(stop)} if isinstance(stop, int) else {int(t) for t in stop}
+    width = max(widths)
+    texts = []
+    for row in out.tolist():
+        head, new = row[:width], row[width:]
+        if tok.pad_token is not None:  # the left padding of a batch of prompts
+            while head and head[0] == tok.pad_token_id:
+                head = head[1:]
+        cut = next((i + 1 for i, t in enumerate(new) if t in stops), len(new))
+        texts.append(tok.decode(head + new[:cut]))
+    return texts if isinstance(inp, list) and len(inp) > 1 else texts[0]
+
+
+def _task_generate_stream(self, *args, **kwargs):
+    """``HookedTransformer.generate_stream`` with ``stop_at_eos`` False unless an
+    ``eos_token_id`` is passed (see :func:`_task_generate`)."""
+    from transformer_lens import HookedTransformer
+
+    ba = _bind(HookedTransformer.generate_stream, self, args, kwargs)
+    _no_eos_default(ba, self.tokenizer)
+    return HookedTransformer.generate_stream(*ba.args, **ba.kwargs)
+
+
 def attach_tokenizer(model, task) -> Any:
     """Give ``model`` (a HookedTransformer) the task's vocabulary as its tokenizer; returns the
     model. ``set_tokenizer`` is not used: it wants a HuggingFace tokenizer and would load one
-    from the hub; the shim is assigned directly and BOS is never added automatically."""
+    from the hub; the shim is assigned directly and BOS is never added automatically.
+
+    The model's ``generate`` and ``generate_stream`` (bound to this instance; the class is
+    still ``HookedTransformer``) then run to ``max_new_tokens`` unless an ``eos_token_id`` is
+    passed, since the task has no end token, and ``generate`` on a string returns the prompt
+    and the new tokens in the task's token names (:func:`_task_generate`)."""
     model.tokenizer = TaskTokenizer(task.vocab, name=type(task).__name__)
     model.cfg.tokenizer_prepends_bos = False
     model.cfg.default_prepend_bos = False
+    model.generate = types.MethodType(_task_generate, model)
+    model.generate_stream = types.MethodType(_task_generate_stream, model)
     return model
 
 

@@ -133,7 +133,9 @@ def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
                                for v in p["values"].values()]},
             hovertemplate="%{x}: %{customdata}<extra></extra>"), row=r, col=c)
         fig.add_hline(y=p["threshold"], line_dash="dash", line_color="#444", row=r, col=c)
-        fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad], row=r, col=c)
+        fig.update_yaxes(range=[lo - 2 * pad, hi + 2 * pad], title_text=p["metric"],
+                         title_font_size=11, row=r, col=c)
+        fig.update_xaxes(title_text="seed", title_font_size=11, row=r, col=c)
     verdict = claim.evaluate(seeds)[0]
     shown = list(dict.fromkeys(s for p in panels for s in p["values"]))
     fig.update_layout(title=f"{claim.id}: {verdict} ({seeds_caption(shown)})<br><sup>dots = "

@@ -26,6 +26,7 @@ __all__ = [
     "write_cr5_figure",
     "write_cr6_figure",
     "write_cr7_figure",
+    "task_vector_views_figure",
     "write_task_vector_views",
 ]
 
@@ -134,11 +135,13 @@ def _sweep_figure(sweep: list[dict], stem, claim_seeds: list | None = None) -> d
         fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80",
                       annotation_position="bottom left")
         fig.update_layout(title=title, barmode="group", scattermode="group", xaxis=acc,
-                          yaxis={"autorange": "reversed", "automargin": True},
+                          yaxis={"autorange": "reversed", "automargin": True,
+                                 "title": "ICL+Grm finetuning setting"},
                           legend={"orientation": "h", "y": -0.08})
         return save_figure(fig, stem, width=1100, height=160 + 46 * len(labels))
     fig.add_hline(y=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
-    fig.update_layout(title=title, barmode="group", scattermode="group", yaxis=acc)
+    fig.update_layout(title=title, barmode="group", scattermode="group", yaxis=acc,
+                      xaxis_title="ICL+Grm finetuning setting")
     return save_figure(fig, stem, width=1100)
 
 
@@ -268,6 +271,7 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
                                      y=[row[key] for row in r["curve"]], mode="lines+markers",
                                      name=f"seed {r['seed']} {key}", showlegend=False,
                                      line=dict(color="#1f77b4", dash=dash)), 1, 2)
+    fig.update_xaxes(title_text="layer boundary", row=1, col=1)
     fig.update_xaxes(title_text="ICL finetuning step", row=1, col=2)
     fig.update_yaxes(title_text="type probe accuracy", range=[0, 1.02])
     fig.update_layout(title="CR-4: type probe accuracy (solid: top-PC probe, dotted: full probe; "
@@ -306,6 +310,7 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
         d = r0["pca"][p]
         x, y, t = np.asarray(d["x"]), np.asarray(d["y"]), np.asarray(d["type"])
         _add_type_scatter(fig, x, y, t, tcols, 1, j + 1, legend=j == 0, size=4)
+        _pc_titles(fig, d.get("var_ratio"), 1, j + 1)
     for p in phases:
         ks, vals = _k_values(results, p, "type_variance_fraction")
         fig.add_trace(go.Scatter(x=ks, y=[float(np.mean(v)) for v in vals],
@@ -353,25 +358,48 @@ def cr4_overview_figure(results: list[dict[str, Any]]):
     return fig
 
 
-def write_task_vector_views(views: list[tuple[str, dict[str, Any], np.ndarray, np.ndarray]],
-                            n_types: int, umap: bool, out_dir: Path) -> dict[str, str]:
-    """Scatter of 2-D task-vector coordinates per checkpoint (at most four, evenly spaced),
-    coloured by attribute type. ``views``: (checkpoint name, its probe row, (N, 2)
-    coordinates, (N,) types)."""
+def _pc_titles(fig, var_ratio, row: int, col: int) -> None:
+    """Axis titles ``PC1 (x% var)`` / ``PC2 (y% var)`` of a PCA scatter subplot (the share of
+    variance when ``var_ratio`` is given)."""
+    for i, update in enumerate((fig.update_xaxes, fig.update_yaxes)):
+        share = (f" ({var_ratio[i]:.0%} var)" if var_ratio is not None and len(var_ratio) > i
+                 else "")
+        update(title_text=f"PC{i + 1}{share}", row=row, col=col)
+
+
+def task_vector_views_figure(views: list[tuple], n_types: int, umap: bool):
+    """The figure of :func:`write_task_vector_views` (not written)."""
     from plotly.subplots import make_subplots
 
     shown = views if len(views) <= 4 else [views[int(i)] for i in
                                             np.linspace(0, len(views) - 1, 4).round()]
     fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[
-        f"{name} ({r['boundary_label']}, top-PC {r['acc_pc']:.2f})" for name, r, _, _ in shown])
+        f"{v[0]} ({v[1]['boundary_label']}, top-PC {v[1]['acc_pc']:.2f})" for v in shown])
     cols = _type_colors(n_types)
-    for j, (_name, _r, Z, t) in enumerate(shown):
+    for j, v in enumerate(shown):
+        Z, t = v[2], v[3]
         _add_type_scatter(fig, Z[:, 0], Z[:, 1], t, cols, 1, j + 1, legend=j == 0, size=5)
+        if umap:
+            fig.update_xaxes(title_text="UMAP 1", row=1, col=j + 1)
+            fig.update_yaxes(title_text="UMAP 2", row=1, col=j + 1)
+        else:
+            _pc_titles(fig, v[4] if len(v) > 4 else None, 1, j + 1)
     kind = "UMAP" if umap else "PCA"
     fig.update_layout(title=f"Task vectors of held-out-subject ICL prompts ({kind}), coloured "
-                            "by attribute type")
+                            "by attribute type", legend_title_text="attribute type")
+    return fig
+
+
+def write_task_vector_views(views: list[tuple], n_types: int, umap: bool,
+                            out_dir: Path) -> dict[str, str]:
+    """Scatter of 2-D task-vector coordinates per checkpoint (at most four, evenly spaced),
+    coloured by attribute type, with axis titles (``PC1 (x% var)``, ``PC2``; ``UMAP 1``,
+    ``UMAP 2``). ``views``: (checkpoint name, its probe row, (N, 2) coordinates, (N,) types
+    [, the two components' explained-variance ratios for PCA])."""
+    fig = task_vector_views_figure(views, n_types, umap)
+    kind = "UMAP" if umap else "PCA"
     return save_figure(fig, Path(out_dir) / f"task_vectors_{kind.lower()}",
-                       width=380 * len(shown) + 200, height=460)
+                       width=380 * min(len(views), 4) + 200, height=460)
 
 
 # ------------------------------------------------------------------------------------------------

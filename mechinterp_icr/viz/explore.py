@@ -157,16 +157,18 @@ def _curve_groups(kind: str | None, metric_names: list[str], n_heads: int) -> li
     if kind == "cr":
         keys = [f"CR-7 {p} probe L0H{h}" for h in range(n_heads) for p in ("OV", "KQ")]
         groups.append({"label": "CR-7: OV and KQ probes (layer-0 heads)",
-                       "keys": [k for k in keys if k in metric_names]})
+                       "keys": [k for k in keys if k in metric_names],
+                       "y": "probe value (0 to 1)"})
     if kind == "ir" or any(k.startswith("row1") for k in metric_names):
         groups.append({"label": "IR-4: step-1 attention row (query s_q)",
-                       "keys": [k for k in metric_names if k.startswith("row1")]})
+                       "keys": [k for k in metric_names if k.startswith("row1")],
+                       "y": "attention weight"})
     accs = [k for k in metric_names if k in ("heldout_icl_exact", "step1_acc", "step2_acc",
                                              "eval_acc", "heldout_iclgrm_exact", "pt_typed")]
     if accs:
-        groups.append({"label": "held-out accuracy", "keys": accs})
+        groups.append({"label": "held-out accuracy", "keys": accs, "y": "accuracy"})
     groups = [g for g in groups if g["keys"]]
-    groups += [{"label": k, "keys": [k]} for k in metric_names]
+    groups += [{"label": k, "keys": [k], "y": k} for k in metric_names]
     return groups
 
 
@@ -302,6 +304,8 @@ table.roles { border-collapse: collapse; font-size: 13px; }
 table.roles th, table.roles td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
 table.roles th { background: #f4f4f4; }
 table.roles td.top { background: #dbe9ff; font-weight: bold; }
+#side-panel { width: 580px; flex: 0 0 580px; }
+#curve-note { max-width: 560px; }
 #curve-svg { border: 1px solid #ddd; background: #fff; }
 </style></head>
 <body>
@@ -320,7 +324,7 @@ table.roles td.top { background: #dbe9ff; font-weight: bold; }
     <div class="muted">hover a head thumbnail to enlarge it; rows are query positions,
     columns key positions</div>
     <div id="attention-holder"></div></div>
-  <div><h3>head roles</h3><div class="muted" id="roles-note"></div>
+  <div id="side-panel"><h3>head roles</h3><div class="muted" id="roles-note"></div>
     <table class="roles" id="roles-table"></table>
     <h3>training dynamics</h3>
     <select id="curve-select"></select>
@@ -375,53 +379,84 @@ _SCRIPT = r"""
 
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                   "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+  // The x axis spans every checkpoint of the current phase on the slider (and every logged
+  // point of the shown series), so the dashed current-step line is always inside it; the
+  // end steps are labelled. Points are marked, so a series of one point is visible, and the
+  // note says why a curve has one point or none.
   function drawCurves(ck) {
     const svg = document.getElementById("curve-svg"), W = 560, Hh = 300;
     const g = D.curve_groups[+sel.value || 0];
     const series = D.curves[ck.phase] || {};
-    const keys = g ? g.keys.filter(k => series[k]) : [];
+    const keys = g ? g.keys.filter(k => series[k] && series[k].length) : [];
     const note = document.getElementById("curve-note");
-    if (!keys.length) { svg.innerHTML = '<text x="20" y="40" font-size="13">no ' +
-      'curve of this kind was logged in phase ' + esc(ck.phase) + '</text>'; note.textContent = "";
-      return; }
-    let steps = [], vals = [];
+    const onSlider = cks.filter(c => c.phase === ck.phase).map(c => c.step);
+    const cr7 = g && g.keys.some(k => k.startsWith("CR-7"));
+    if (!keys.length) {
+      const why = cr7 ? "the CR-7 probes are computed only for CR runs, at the selected " +
+        "checkpoints; phase " + ck.phase + " has none" : "no curve of this kind was " +
+        "logged in phase " + ck.phase;
+      svg.innerHTML = '<text id="curve-empty" x="20" y="40" font-size="13">' + esc(why) +
+        '</text>';
+      note.textContent = ""; return;
+    }
+    let steps = onSlider.slice(), vals = [];
     keys.forEach(k => series[k].forEach(p => { steps.push(p[0]); vals.push(p[1]); }));
     steps.push(ck.step);
-    const logx = Math.max.apply(null, steps) > 20;
+    const smin = Math.min.apply(null, steps), smax = Math.max.apply(null, steps);
+    const logx = smax - smin > 20 && smax > 20;
     const fx = s => logx ? Math.log10(s + 1) : s;
-    const x0 = fx(Math.min.apply(null, steps)), x1 = Math.max(fx(Math.max.apply(null, steps)),
-      x0 + 1e-9);
+    let x0 = fx(smin), x1 = fx(smax);
+    if (x1 - x0 < 1e-9) { const pad = logx ? 0.3 : 1; x0 -= pad; x1 += pad; }
     let y0 = Math.min(0, Math.min.apply(null, vals)), y1 = Math.max.apply(null, vals);
     if (y1 <= 1.0 && y0 >= 0) y1 = 1.0;
     if (y1 - y0 < 1e-9) y1 = y0 + 1;
     const L = 55, R = 150, T = 12, B = 42;
     const px = s => L + (fx(s) - x0) / (x1 - x0) * (W - L - R);
     const py = v => Hh - B - (v - y0) / (y1 - y0) * (Hh - T - B);
-    let s = '<line x1="' + L + '" y1="' + (Hh - B) + '" x2="' + (W - R) + '" y2="' + (Hh - B) +
-      '" stroke="#444"/><line x1="' + L + '" y1="' + T + '" x2="' + L + '" y2="' + (Hh - B) +
-      '" stroke="#444"/>';
+    let s = '<line id="x-axis" x1="' + L + '" y1="' + (Hh - B) + '" x2="' + (W - R) +
+      '" y2="' + (Hh - B) + '" stroke="#444"/><line x1="' + L + '" y1="' + T + '" x2="' + L +
+      '" y2="' + (Hh - B) + '" stroke="#444"/>';
     for (let i = 0; i <= 4; i++) { const v = y0 + (y1 - y0) * i / 4;
       s += '<text x="' + (L - 6) + '" y="' + (py(v) + 4) + '" font-size="11" ' +
         'text-anchor="end">' + v.toPrecision(2) + '</text>'; }
-    const ticks = logx ? [0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000] : [];
-    if (!logx) { const a = Math.min.apply(null, steps), b = Math.max.apply(null, steps);
-      for (let i = 0; i <= 4; i++) ticks.push(Math.round(a + (b - a) * i / 4)); }
-    ticks.filter(t => fx(t) >= x0 - 1e-9 && fx(t) <= x1 + 1e-9).forEach(t => {
-      s += '<text x="' + px(t) + '" y="' + (Hh - B + 15) + '" font-size="11" ' +
-        'text-anchor="middle">' + t + '</text>'; });
+    let ticks = [];
+    if (logx) [0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000, 300000]
+      .forEach(t => { if (t > smin && t < smax) ticks.push(t); });
+    else for (let i = 1; i < 4; i++) ticks.push(Math.round(smin + (smax - smin) * i / 4));
+    // the end steps always; an inner tick too close to one (in pixels) is dropped
+    ticks = ticks.filter(t => Math.abs(px(t) - px(smin)) > 28 && Math.abs(px(t) - px(smax)) > 28);
+    ticks = [smin].concat(ticks, smax > smin ? [smax] : []);
+    ticks.forEach(t => {
+      s += '<line x1="' + px(t) + '" x2="' + px(t) + '" y1="' + (Hh - B) + '" y2="' +
+        (Hh - B + 4) + '" stroke="#444"/><text class="x-tick" x="' + px(t) + '" y="' +
+        (Hh - B + 15) + '" font-size="11" text-anchor="middle">' + t + '</text>'; });
     s += '<text x="' + ((L + W - R) / 2) + '" y="' + (Hh - 6) + '" font-size="12" ' +
       'text-anchor="middle">step in phase ' + esc(ck.phase) + (logx ? ' (log scale)' : '') +
       '</text>';
-    keys.forEach((k, i) => { const c = COLORS[i % COLORS.length];
-      const pts = series[k].map(p => px(p[0]).toFixed(1) + "," + py(p[1]).toFixed(1));
+    s += '<text x="14" y="' + ((T + Hh - B) / 2) + '" font-size="12" text-anchor="middle" ' +
+      'transform="rotate(-90 14 ' + ((T + Hh - B) / 2) + ')">' +
+      esc(g.y || (keys.length === 1 ? keys[0] : "value")) + '</text>';
+    const notes = [];
+    keys.forEach((k, i) => { const c = COLORS[i % COLORS.length], pts = series[k];
       s += '<polyline fill="none" stroke="' + c + '" stroke-width="1.8" points="' +
-        pts.join(" ") + '"/>';
+        pts.map(p => px(p[0]).toFixed(1) + "," + py(p[1]).toFixed(1)).join(" ") + '"/>';
+      if (pts.length <= 60) pts.forEach(p => { s += '<circle cx="' + px(p[0]).toFixed(1) +
+        '" cy="' + py(p[1]).toFixed(1) + '" r="2.6" fill="' + c + '"/>'; });
       s += '<text x="' + (W - R + 8) + '" y="' + (T + 14 * (i + 1)) + '" font-size="11" ' +
-        'fill="' + c + '">' + esc(k) + '</text>'; });
+        'fill="' + c + '">' + esc(k) + '</text>';
+      const last = pts[pts.length - 1][0];
+      if (last < ck.step && !notes.some(n => n.startsWith("logged")))
+        notes.push("logged up to step " + last + " in this phase"); });
     s += '<line id="current-step" x1="' + px(ck.step) + '" x2="' + px(ck.step) + '" y1="' + T +
       '" y2="' + (Hh - B) + '" stroke="#000" stroke-dasharray="4,3"/>';
     svg.innerHTML = s;
-    note.textContent = "dashed line: the current checkpoint (step " + ck.step + ")";
+    if (keys.every(k => series[k].length === 1))
+      notes.unshift(cr7 ? "one point: the CR-7 probes are computed at the selected " +
+        "checkpoints and phase " + ck.phase + " has one on the slider (select more, " +
+        "e.g. --checkpoints all, for a curve)" : "one point: logged once in phase " +
+        ck.phase);
+    note.textContent = "dashed line: the current checkpoint (step " + ck.step + ")" +
+      (notes.length ? "; " + notes.join("; ") : "");
   }
 
   function show(i) {

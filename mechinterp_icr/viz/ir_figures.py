@@ -138,8 +138,9 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
     if unequal:
         show += [(unequal[0], "#d62728", "dash"), (unequal[-1], "#8c564b", "dash")]
     show += [("uniform", "#7f7f7f", "dot"), ("induction", "#9467bd", "dashdot")]
-    fig = make_subplots(rows=3, cols=len(names), shared_yaxes=True, subplot_titles=names,
-                        vertical_spacing=0.08)
+    # the three rows of a column share its checkpoints: labelled and titled once, at the bottom
+    fig = make_subplots(rows=3, cols=len(names), shared_yaxes=True, shared_xaxes=True,
+                        subplot_titles=names, vertical_spacing=0.06)
     for j, name in enumerate(names):
         rows = ow_runs[name]
         x = [r["label"] for r in rows]
@@ -151,6 +152,7 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
                                          line={"color": color, "dash": dash}, legendgroup=row,
                                          showlegend=(i == 0 and j == 0)),
                               row=i + 1, col=j + 1)
+    fig.update_xaxes(title_text="checkpoint", row=3)
     fig.update_yaxes(title_text="swap: P(r*)", row=1, col=1)
     fig.update_yaxes(title_text="swap: step-1 acc", row=2, col=1)
     fig.update_yaxes(title_text="single-pair: step-1 acc", row=3, col=1)

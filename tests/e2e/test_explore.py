@@ -89,3 +89,77 @@ def test_moving_the_slider_changes_the_rendered_attention(page, chromium, tmp_pa
     left = slice(0, 560)  # the attention panel
     assert np.abs(a[:, left] - b[:, left]).mean() > 0.5
     assert png_stats(pngs[1])["nonwhite"] > 0.05
+
+
+CR_TINY = ["--set", "train.steps=24", "--set", "train.batch_size=8", "--set",
+           "train.progress=false", "--set", "train.checkpoint_schedule=linear", "--set",
+           "train.checkpoint_every=12", "--set", "model.d_model=16", "--set", "model.d_head=8",
+           "--set", "model.n_heads=2", "--set", "model.n_layers=1", "--set", "model.d_mlp=32",
+           "--set", "task.n_subjects=8", "--set", "task.n_types=2", "--set",
+           "task.n_values=4", "--set", "task.n_grammar=4", "--set", "task.n_tuples=2",
+           "--set", "task.n_demos=2", "--set", "task.max_demos=3"]
+
+
+@pytest.fixture(scope="module")
+def cr_pages(tmp_path_factory):
+    """A tiny CR run's page over all its checkpoints (steps 0, 12, 24: a log step axis) and
+    over the last one."""
+    d = tmp_path_factory.mktemp("explore-cr")
+    r = CliRunner().invoke(main, ["train", "--task", "cr", "--out", str(d / "run"), *CR_TINY])
+    assert r.exit_code == 0, r.output
+    pages = {}
+    for sel in ("all", "last"):
+        pages[sel] = d / f"{sel}.html"
+        r = CliRunner().invoke(main, ["explore", str(d / "run"), "--checkpoints", sel,
+                                      "--out", str(pages[sel])])
+        assert r.exit_code == 0, r.output
+    return pages
+
+
+def _curve(dom: str) -> dict:
+    """The drawn curve panel: the x axis' ends, the dashed line's x, the tick labels, the
+    number of polylines and point markers, the note."""
+    svg = re.search(r'<svg id="curve-svg".*?</svg>', dom, re.S).group(0)
+    axis = re.search(r'<line id="x-axis" x1="([\d.]+)"[^>]* x2="([\d.]+)"', svg)
+    cur = re.search(r'<line id="current-step" x1="([\d.]+)"', svg)
+    note = re.search(r'id="curve-note"[^>]*>([^<]*)<', dom).group(1)
+    return {"axis": (float(axis.group(1)), float(axis.group(2))) if axis else None,
+            "current": float(cur.group(1)) if cur else None,
+            "ticks": re.findall(r'class="x-tick"[^>]*>([^<]*)<', svg),
+            "lines": svg.count("<polyline"), "points": svg.count("<circle"), "note": note,
+            "empty": 'id="curve-empty"' in svg, "log": "(log scale)" in svg}
+
+
+def test_the_current_step_is_inside_the_curve_axis(page, cr_pages, chromium):
+    """The x axis spans every checkpoint of the phase on the slider: the dashed line is on it
+    and its step is labelled, at the first and the last checkpoint, for logged metrics
+    (induction) and the CR-7 probes."""
+    cases = [(page[1], "train-0000000", "0", "12"), (page[1], "train-0000012", "12", "12"),
+             (cr_pages["all"], "pretrain-0000000", "0", "24"),
+             (cr_pages["all"], "pretrain-0000024", "24", "24")]
+    for html_file, name, step, end in cases:
+        frag = "ck=0" if step == "0" else "ck=-1"
+        dom = dump_dom(html_file, fragment=frag)
+        assert _attr(dom, "data-current") == name
+        c = _curve(dom)
+        assert c["axis"] and c["current"] is not None and c["lines"] >= 1, (name, c)
+        lo, hi = c["axis"]
+        assert lo - 0.5 <= c["current"] <= hi + 0.5, (name, c)
+        assert step in c["ticks"] and c["ticks"][0] == "0", (name, c)
+        assert c["ticks"][-1] == end, (name, c)
+        assert c["log"] == (end == "24"), (name, c)  # steps spanning > 20: a log axis
+    assert "CR-7" in dump_dom(cr_pages["all"]).split('id="curve-select"')[1][:200]
+
+
+def test_one_cr_checkpoint_shows_its_probes_and_says_why_there_is_no_curve(cr_pages,
+                                                                            chromium):
+    """With one checkpoint selected the CR-7 probes are one point each: drawn as markers on
+    an axis around that step, with a line saying why there is no curve (the panel was an
+    empty frame before)."""
+    dom = dump_dom(cr_pages["last"], fragment="ck=-1")
+    assert _attr(dom, "data-current") == "pretrain-0000024"
+    c = _curve(dom)
+    assert not c["empty"] and c["points"] == 4  # OV and KQ of L0H0 and L0H1
+    lo, hi = c["axis"]
+    assert lo < c["current"] < hi and c["ticks"] == ["24"]
+    assert "one point" in c["note"] and "--checkpoints all" in c["note"]

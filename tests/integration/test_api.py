@@ -129,3 +129,56 @@ def test_the_package_root_stays_light():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parent, timeout=120)
     assert res.stdout.split() == ["False", "False"]
+
+
+def test_generate_works_with_default_arguments(cr_run):
+    """No task vocabulary has an end token: generate runs to max_new_tokens without being
+    told stop_at_eos=False, on a string (the prompt and the new tokens, by name, [BOS] kept)
+    and on a token tensor (the tokens)."""
+    model, task = mi.load(cr_run)
+    assert model.tokenizer.eos_token_id is None
+    prompt = "[BOS] S1 A0_3 [SEP] S2"
+    text = model.generate(prompt, max_new_tokens=3)
+    assert isinstance(text, str) and text.startswith(prompt + " ")
+    assert len(text.split()) == 5 + 3 and all(t in task.vocab.index for t in text.split())
+    tokens = model.to_tokens(prompt)
+    out = model.generate(tokens, max_new_tokens=3)
+    assert isinstance(out, torch.Tensor) and out.shape == (1, 5 + 3)
+    assert torch.equal(out[:, :5], tokens)
+    # greedy: the next token is the forward pass's argmax; a batch (left-padded with [PAD],
+    # masked) gives each prompt what it gives alone; an explicit eos_token_id still stops
+    greedy = dict(do_sample=False, verbose=False)
+    with torch.no_grad():
+        top = int(model(tokens)[0, -1].argmax())
+    assert int(model.generate(tokens, 1, **greedy)[0, -1]) == top
+    assert model.generate(prompt, 1, **greedy).split()[-1] == task.vocab.names[top]
+    alone = [model.generate(p, 3, **greedy) for p in (prompt, "[BOS] S2")]
+    assert model.generate([prompt, "[BOS] S2"], 3, **greedy) == alone
+    assert model.generate(prompt, 3, return_type="tokens", **greedy).shape == (1, 8)
+    stopped = model.generate(prompt, 3, eos_token_id=top, **greedy)
+    assert stopped == prompt + " " + task.vocab.names[top]
+    streamed = list(model.generate_stream(tokens, max_new_tokens=2, verbose=False))
+    assert streamed[-1].shape == (1, 5 + 2)  # one yield: the prompt and 2 tokens
+
+
+def test_generate_on_a_vocabulary_without_a_pad_token():
+    """IR has no [PAD]: token 0 is subject S0, so pad_token_id is -1 and a prompt that ends
+    with S0 is not masked as padding (TransformerLens masks ids equal to pad_token_id)."""
+    from mechinterp_icr.api import attach_tokenizer
+    from mechinterp_icr.pipeline import model_for_task
+
+    cfg = resolve_run_config("ir", 0, ["model.n_layers=1", "model.d_model=16",
+                                       "model.d_head=8", "model.n_heads=2", "model.d_mlp=32"])
+    task = cfg.task.build(cfg.seed)
+    model = attach_tokenizer(model_for_task(cfg), task)
+    tok = model.tokenizer
+    assert tok.pad_token is None and tok.pad_token_id == -1 and tok.eos_token_id is None
+    assert tok.decode([0, 1], skip_special_tokens=True) == "S0 S1"
+    tokens = torch.tensor([[5, int(task.ans_ids[0]), 0]])
+    with torch.no_grad():
+        top = int(model(tokens)[0, -1].argmax())
+    assert int(model.generate(tokens, 1, do_sample=False, verbose=False)[0, -1]) == top
+    assert model.generate(tok.decode(tokens[0]), 2).startswith("S5 A0 S0 ")
+    assert model.to_tokens(["S1 S2", "S1"])[1].tolist() == [1, 0]  # padded with token 0
+    with pytest.raises(ValueError, match="no pad token"):
+        model.generate(["S1 S2", "S1"], 1)

@@ -575,8 +575,12 @@ def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
         rows.append(r)
         H = _tvset(model, task, 400, seed, 9, task.heldout_subjects, names=[r["hook"]])
         X = H.at(0)
-        Z = tv.umap_embed(X, seed=seed) if umap else tv.pca(X, 2).transform(X)
-        views.append((ck.name, r, Z, H.types))
+        if umap:
+            Z, var = tv.umap_embed(X, seed=seed), None
+        else:
+            pc = tv.pca(X, 2)
+            Z, var = pc.transform(X), pc.explained_variance_ratio_.tolist()
+        views.append((ck.name, r, Z, H.types, var))  # var: the PCs' shares, axis titles
         if log:
             extra = (f", transfer {r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f}"
                      f", random dirs {r['acc_random_dir']:.3f}, eta^2 {r['eta2']:.3f}"
