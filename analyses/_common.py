@@ -154,3 +154,59 @@ def write_table(run, name: str, rows: list[dict], cols: list[str], csv: str | No
     print_table(rows, cols, labels, csv)
     print(f"wrote {out}")
     return out
+
+
+def checkpoint_rows(run, selection: str, fn) -> list[dict]:
+    """``fn(checkpoint, model) -> list of row dicts``, over the checkpoints ``selection``
+    names (:func:`checkpoints`, one model at a time), each row prefixed with the checkpoint's
+    ``checkpoint``, ``phase`` and ``step``."""
+    from mechinterp_icr.interp.cache import map_checkpoints
+
+    rows = []
+    for name in checkpoints(run, selection):
+        for r in map_checkpoints(run, name, lambda ck, model: {"rows": fn(ck, model)}):
+            rows += [{"checkpoint": r["checkpoint"], "phase": r["phase"], "step": r["step"],
+                      **x} for x in r["rows"]]
+    return rows
+
+
+def add_heatmap_args(ap: argparse.ArgumentParser) -> None:
+    """``--min-gap`` (the smallest clean - corrupted metric gap a recovery is shown for) and
+    ``--max-panels`` (how many checkpoints the PNG of a per-checkpoint heatmap stacks)."""
+    ap.add_argument("--min-gap", type=float, default=0.5,
+                    help="smallest clean - corrupted logit difference for which recoveries "
+                         "are shown (default 0.5)")
+    ap.add_argument("--max-panels", type=int, default=6,
+                    help="checkpoints shown in the PNG (evenly chosen, first and last "
+                         "included; the HTML has a slider over all); default 6")
+
+
+def open_prompts(a, kinds: tuple[str, ...]):
+    """:func:`setup`, :func:`open_run` of ``a.run`` / ``a.checkpoints``, and ``a.n`` answer
+    prompt pairs of its task (``interp.lens.answer_prompts``, seed ``a.seed``): ``(run,
+    config, task, prompts)``."""
+    setup(a)
+    run, cfg, task = open_run(a.run, kinds, a.checkpoints)
+    from mechinterp_icr.interp.lens import answer_prompts
+
+    return run, cfg, task, answer_prompts(task, a.n, a.seed)
+
+
+def write_guarded_table(run, name: str, rows: list[dict], labels: dict[str, str],
+                        min_gap: float, csv: str | None = None,
+                        keys: tuple[str, ...] = ("recovery",)) -> Path:
+    """:func:`save_json` of the raw ``rows``, then :func:`print_table` of the columns
+    ``labels`` names, the ``keys`` printed as ``n/a`` where the row's ``gap`` is below
+    ``min_gap`` (or negative: no recovery to measure)."""
+    out = save_json(run, name, rows)
+    shown = [r if r["gap"] >= min_gap else dict(r, **{k: "n/a" for k in keys}) for r in rows]
+    print_table(shown, list(labels), labels, csv)
+    print(f"recoveries where the logit gap is below {min_gap:g} are shown as n/a; wrote {out}")
+    return out
+
+
+def print_figures(paths: dict[str, str]) -> None:
+    """One line naming the figure files ``viz.figures.save_figure`` wrote (and why there is
+    no PNG, when kaleido failed)."""
+    print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths)
+          + (f" (no PNG: {paths['png_error']})" if "png_error" in paths else ""))

@@ -137,3 +137,64 @@ def test_cr_scripts_run_on_a_cr_run(tmp_path):
     assert {"type_gap", "subject_gap"} <= set(roles[0])
     sims = json.loads((run / "analyses" / "construction_checkpoints.json").read_text())
     assert {r["checkpoint"] for r in sims} == {r["checkpoint"] for r in roles}  # honoured
+
+
+# --- the circuit tools (logit lens, DLA, patching heatmap, path patching) on CR, IR, induction
+CIRCUIT = {"logit_lens": "answer probability", "dla": "direct attribution to the answer logit",
+           "patching_heatmap": "exact patching recovery", "path_patching": "path patching recovery"}
+
+
+@pytest.fixture(scope="module")
+def cr_run(tmp_path_factory):
+    from helpers import CR_TINY
+
+    out = tmp_path_factory.mktemp("circuit") / "cr"
+    sets = [x for item in CR_TINY if item.startswith(("task.", "model.")) for x in ("--set", item)]
+    res = subprocess.run(
+        [str(ICR), "train", "--task", "cr", "--out", str(out), "--phase", "pretrain", *sets,
+         "--set", "train.steps=20", "--set", "train.checkpoint_every=10"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def ir_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("circuit") / "ir"
+    res = subprocess.run([str(ICR), "train", "--task", "ir", "--out", str(out), "--phase",
+                          "raw-pgd", "--set", "ht_steps=6", "--set", "ht_n=16", "--set",
+                          "ht_eval=64", "--set", "ht_N=32"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+# the CR run in the default suite; IR and induction (the same scripts, 8 more subprocesses of
+# 10-20 s each) in the slow step
+@pytest.mark.parametrize("kind", ["cr", pytest.param("ir", marks=pytest.mark.slow),
+                                  pytest.param("induction", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", list(CIRCUIT))
+def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name):
+    import os
+
+    from mechinterp_icr.viz.figures import chromium_path
+
+    run = request.getfixturevalue(f"{kind}_run")
+    env = {k: v for k, v in os.environ.items() if k != "MECHINTERP_ICR_NO_PNG"}
+    csv = tmp_path / f"{name}.csv"
+    res = subprocess.run([sys.executable, str(ROOT / "analyses" / f"{name}.py"), str(run),
+                          "--checkpoints", "first,last", "--n", "8", "--csv", str(csv),
+                          # draw the CR heatmaps although 20 steps barely tell the pairs apart
+                          *(["--min-gap=-1e9"] if kind == "cr" and "patching" in name else [])],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert CIRCUIT[name] in res.stdout.splitlines()[0]  # full column names
+    lines = csv.read_text().splitlines()
+    rows = json.loads((run / "analyses" / f"{name}.json").read_text())
+    assert len(lines) == 1 + len(rows) and len({r["checkpoint"] for r in rows}) == 2
+    html = run / "analyses" / f"{name}.html"
+    assert html.exists() and (run / "analyses" / "plotly.min.js").exists()
+    if name in ("patching_heatmap", "path_patching"):
+        assert '"sliders"' in html.read_text()  # the slider over checkpoints
+    if chromium_path():  # kaleido writes PNGs only with a system Chromium
+        assert (run / "analyses" / f"{name}.png").stat().st_size > 1000
