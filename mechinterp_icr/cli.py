@@ -206,9 +206,9 @@ def _check_init_path(init: str) -> None:
                           "with RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
 
 
-def _check_run_path(run: str) -> None:
-    """RUN is a run directory with a config.json: refused in a fraction of a second, before
-    torch is imported (``store.rundir.RunDir`` checks the same, later)."""
+def _check_run_path(run: str, config: bool = True) -> None:
+    """RUN is a directory (with a config.json when ``config``): refused in a fraction of a
+    second, before torch is imported (``store.rundir.RunDir`` checks the same, later)."""
     import os
 
     p = Path(run)
@@ -216,7 +216,7 @@ def _check_run_path(run: str) -> None:
         what = "is not a directory" if os.path.lexists(p) else "does not exist"
         raise ConfigError(f"run directory {p} {what}; train one with `icr train` or `icr "
                           "reproduce`, or check the path")
-    if not os.path.lexists(p / "config.json"):
+    if config and not os.path.lexists(p / "config.json"):
         raise ConfigError(f"run directory {p} has no config.json")
 
 
@@ -384,7 +384,7 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
     """List the checkpoints of RUN (phase, step, metrics at that step); a damaged one (bad
     sidecar, weights missing, of the wrong size, not a regular file; with --verify also a
     wrong hash) is listed with its problem instead of its metrics."""
-    _check_run_path(run)
+    _check_run_path(run, config=False)  # listing checkpoints needs no config
     from mechinterp_icr.store.checkpoint import CheckpointError, verify_checkpoint
     from mechinterp_icr.store.rundir import RunDir, RunError
 
