@@ -236,7 +236,10 @@ def _train_recipe(task_kind: str, phase: str, out: str, seed: int | None,
     finally:
         if tracker is not None:
             tracker.finish()
-    if res.started_from:
+    for w in res.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if res.started_from and not (res.phase is not None and (res.phase.finished or
+                                                            res.phase.resumed_from is not None)):
         click.echo(f"started from {res.started_from}")
     if res.phase is not None:
         _report_phase(res.phase, phase, out)

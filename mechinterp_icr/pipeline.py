@@ -49,7 +49,8 @@ from mechinterp_icr.training.loop import (
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
            "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
            "main_phase", "resolve_selection", "parse_init", "task_metrics",
-           "check_phase_settings", "init_state"]
+           "check_phase_settings", "init_state",
+           "trainable_names"]
 
 MAX_EVAL_BATCHES = 10_000
 
@@ -216,18 +217,46 @@ def init_state(spec: str, model) -> tuple[dict, str]:
     return state, f"{run.path}:{cks[0].name}"
 
 
-def check_phase_settings(run: RunDir, phase: str, train: TrainConfig) -> None:
+def trainable_names(model, train: TrainConfig) -> list[str]:
+    """The parameters a phase under ``train`` trains on ``model`` (its trainable set less the
+    parameters frozen by construction), as ``training.loop.train_phase`` records them."""
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    return [n for n in resolve_trainable(model, train.trainable) if n not in frozen]
+
+
+def _same_start(a: str | None, b: str | None) -> bool:
+    """Two ``init_from`` records (``RUN:CHECKPOINT``) name the same checkpoint."""
+    if a is None or b is None:
+        return a == b
+    (ra, _, ca), (rb, _, cb) = a.rpartition(":"), b.rpartition(":")
+    return ca == cb and Path(ra).resolve() == Path(rb).resolve()
+
+
+def check_phase_settings(run: RunDir, phase: str, train: TrainConfig,
+                         trainable: list[str] | None = None,
+                         init_from: str | None = None) -> None:
     """Refuse to resume ``phase`` of ``run`` under other training settings than its
-    checkpoints were made with (a larger ``steps`` extends it; ``progress`` does not count)."""
+    checkpoints were made with (a larger ``steps`` extends it; ``progress`` does not count),
+    with another set of trained parameters, or from another starting checkpoint."""
     from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
 
     cks = [c for c in run.checkpoints() if c.phase == phase]
     if not cks:
         return
     try:
-        old = read_sidecar(cks[-1].stem).get("train")
+        side = read_sidecar(cks[-1].stem)
     except CheckpointError:
         return  # a damaged last checkpoint: the resume skips it and says so
+    if trainable is not None and side.get("trainable") not in (None, trainable):
+        raise ConfigError(
+            f"phase {phase!r} of {run.path} trained other parameters ({len(side['trainable'])} "
+            f"tensors, now {len(trainable)}: the model or its frozen parts differ); repeat the "
+            "settings it was made with, or train into another --out")
+    if "init_from" in side and not _same_start(side["init_from"], init_from):
+        raise ConfigError(
+            f"phase {phase!r} of {run.path} started from {side['init_from']}, not from "
+            f"{init_from}; resume it from the same --init, or train into another --out")
+    old = side.get("train")
     if not isinstance(old, dict):
         return
     new = to_dict(train)
@@ -285,11 +314,15 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
         state, init_from = init_state(init, model)
         model.load_state_dict(state)
     existed = out.exists()
-    extended = _extension(out, cfg) if existed else None
+    # a finetuning phase (phase_train) never extends the run's config.json: that records the
+    # pretraining, which only its own phase extends
+    extended = _extension(out, cfg) if existed and phase_train is None else None
     if existed and extended is None:
         RunDir(out).check_config(cfg)  # another run's directory: refused before any write
     if existed and phase_train is not None:
-        check_phase_settings(RunDir(out), phase, phase_train)
+        check_phase_settings(RunDir(out), phase, phase_train, trainable_names(model,
+                                                                          phase_train),
+                             init_from)
     before = _existing(out)
     run = RunDir(out, create=True)
     try:
@@ -344,13 +377,14 @@ def load_run_model(run: RunDir):
 def main_phase(run: RunDir) -> str:
     """The phase that ``last`` / ``first`` mean for a person reading a run: ``ft-icl`` when
     the run has it (a CR reproduction run, whose last phase is an all-weights comparison arm),
-    else the last phase trained that is not an all-weights arm (``*-allw``)."""
+    else the last phase trained that is not an all-weights arm (``*-allw``) or a mixed-type
+    control (``*-mixed``)."""
     phases = run.phases()
     if not phases:
         raise RunError(f"run directory {run.path} has no checkpoints")
     if "ft-icl" in phases:
         return "ft-icl"
-    usable = [p for p in phases if not p.endswith("-allw")]
+    usable = [p for p in phases if not p.endswith(("-allw", "-mixed"))]
     return (usable or phases)[-1]
 
 

@@ -48,6 +48,13 @@ class Recipe:
     name: str
     summary: str
     start: str | None = None
+    ckpt: str | None = None  # the phase name of its checkpoints (None: the recipe's name)
+
+    @property
+    def phase(self) -> str:
+        """The phase its checkpoints carry: the reproduction's name, so that the batches
+        (drawn from the seed, the phase and the step) are the reproduction's."""
+        return self.ckpt or self.name
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class RecipeResult:
     phase: Any
     started_from: str | None = None
     row: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
 
 
 _CR_BRANCH_LINES = {
@@ -92,10 +100,10 @@ _RECIPES: dict[str, dict[str, Recipe]] = {
            for name, line in _CR_BRANCH_LINES.items()},
         "mech-pretrain": Recipe("cr", "mech-pretrain", "PT of the 1-layer, 2-head "
                                 "attention-only mechanism model, frozen orthonormal "
-                                "embeddings (CR-5, CR-7)"),
+                                "embeddings (CR-5, CR-7; phase pretrain)", ckpt="pretrain"),
         "mech-ft-icl": Recipe("cr", "mech-ft-icl", "ICL finetuning of the mechanism model at "
                               "cascade.ft_lr; logs the OV and KQ probes at every checkpoint "
-                              "(CR-5, CR-7)", "mech-pretrain"),
+                              "(CR-5, CR-7; phase ft-icl)", "mech-pretrain", ckpt="ft-icl"),
     },
     "ir": {**{name: Recipe("ir", name, line) for name, line in _IR_LINES.items()},
            **_IR_MEMORY},
@@ -147,7 +155,7 @@ def _cr_config(profile: str, ov: dict[str, Any], rc: RunConfig | None, section: 
                 "(cascade.pt_steps, cascade.pt_lr, cascade.ft_steps, cascade.ft_lr, ...; "
                 "icr config cr)")
     ov = {(f"{section}.{k[6:]}" if k.startswith("train.") else k): v for k, v in ov.items()}
-    base = cr_profile(profile)
+    base = replace(cr_profile(profile), sweep=())  # the CR-3 sweep is no phase's setting
     # the end-of-phase K list is the reproduction's; a smaller task.max_demos shortens it
     max_demos = rc.task.max_demos if rc is not None else ov.get("task.max_demos",
                                                                  base.task.max_demos)
@@ -181,37 +189,50 @@ def _fixed_keys(task, model, pretrain) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------
 # the starting checkpoint
 # ------------------------------------------------------------------------------------------
-def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig]:
-    """(``RUN:CHECKPOINT`` to start from, that run's config) for a recipe with a start
-    phase. Without ``--init``: ``out``'s own last checkpoint of the start phase. A bare
+def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig, list[str]]:
+    """(``RUN:CHECKPOINT`` to start from, that run's config, warnings) for a recipe with a
+    start phase. Without ``--init``: ``out``'s own last checkpoint of the start phase. A bare
     ``--init RUN`` means ``RUN:phase:<start>:last``; the checkpoint must be of the start
-    phase (or of ``pretrain`` for the mechanism model, the reproduction's name)."""
+    phase. An ``--out`` that holds its own start phase is only finetuned from it."""
     from mechinterp_icr.pipeline import parse_init, resolve_selection
     from mechinterp_icr.store.rundir import RunDir
 
+    start = _RECIPES[rec.task][rec.start].phase
+    own = (out / "config.json").exists() and start in RunDir(out).phases()
     if init is None:
-        if not (out / "config.json").exists() or rec.start not in RunDir(out).phases():
-            raise ConfigError(f"--phase {rec.name} starts from a {rec.start!r} checkpoint: "
-                              f"give --init RUN[:CHECKPOINT] (a run with a {rec.start!r} "
-                              f"phase), or --out a run that has one")
+        if not own:
+            raise ConfigError(f"--phase {rec.name} starts from a {rec.start} checkpoint (phase "
+                              f"{start!r}): give --init RUN[:CHECKPOINT], or --out a run that "
+                              "has one")
         init = str(out)
+    given = init
     if Path(init).is_dir():
-        init = f"{init}:phase:{rec.start}:last"
+        init = f"{init}:phase:{start}:last"
     path, sel = parse_init(init)
+    if own and Path(path).resolve() != out.resolve():
+        raise ConfigError(f"--init = {given!r} is not allowed: --out {out} holds its own "
+                          f"{start!r} phase, so its branches start from it (leave --init out), "
+                          "or train into another --out")
     run = RunDir(path)
     rc = run.read_config()
     kind = getattr(type(rc.task), "kind", None)
     if kind != rec.task:
-        raise ConfigError(f"--init = {init!r} is not allowed: {path} is a {kind!r} run; "
+        raise ConfigError(f"--init = {given!r} is not allowed: {path} is a {kind!r} run; "
                           f"--phase {rec.name} starts from a {rec.task!r} run")
-    cks = run.select(resolve_selection(run, sel))
-    allowed = (rec.start, "pretrain") if rec.start == "mech-pretrain" else (rec.start,)
-    if len(cks) != 1 or cks[0].phase not in allowed:
+    try:
+        cks = run.select(resolve_selection(run, sel))
+    except Exception as e:  # noqa: BLE001 - a bad selection: said in --init's words
+        raise ConfigError(f"--init = {given!r} is not allowed: {e}") from None
+    if len(cks) != 1 or cks[0].phase != start:
         got = ", ".join(sorted({c.phase for c in cks}))
-        raise ConfigError(f"--init = {init!r} is not allowed: --phase {rec.name} starts from "
-                          f"one checkpoint of phase {rec.start!r}; it selects "
-                          f"{len(cks)} of phase(s) {got}")
-    return init, rc
+        raise ConfigError(f"--init = {given!r} is not allowed: --phase {rec.name} starts from "
+                          f"one checkpoint of phase {start!r}; it selects {len(cks)} of "
+                          f"phase(s) {got}")
+    warnings = []
+    if rec.task == "cr" and cks[0].step < rc.train.steps:  # (an IR memory has no steps)
+        warnings.append(f"starting from {cks[0].name}, step {cks[0].step} of the {rc.train.steps} "
+                        f"steps its run was configured for (its {start} is unfinished)")
+    return init, rc, warnings
 
 
 # ------------------------------------------------------------------------------------------
@@ -243,18 +264,30 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
 
     name = out.resolve().name or "run"
     resources = _resources(res)
-    start, rc = (None, None) if rec.start is None else _start(rec, out, init)
+    if rec.start is None and init is not None:
+        raise ConfigError(f"--init is not allowed for --phase {rec.name}: it trains a fresh "
+                          "model (its finetuning phases take --init)")
+    start, rc, warnings = (None, None, []) if rec.start is None else _start(rec, out, init)
     if rc is not None and seed_given and rc.seed != seed:
         raise ConfigError(f"--seed = {seed} is not allowed: the run it starts from has seed "
                           f"{rc.seed}, whose knowledge base the model learnt; leave --seed out")
     seed = rc.seed if rc is not None else seed
     section = "pretrain" if rec.name == "pretrain" else (
         "finetune" if rec.name in BRANCHES else None)
+    other = {"pretrain": ("finetune", "cascade"), "finetune": ("cascade",),
+             None: ("model", "pretrain", "finetune")}[section]
+    _refuse(ov, other, f"--phase {rec.name} does not use these settings (icr config cr lists "
+            "each section; the mechanism model is set in cascade.*)")
+    both = sorted(k for k in ov if k.startswith("train.") and f"{section}.{k[6:]}" in ov)
+    if both:
+        raise ConfigError(f"--set {both[0]} is not allowed together with --set "
+                          f"{section}.{both[0][6:]}: train.* is the {section} section here")
     cfg = _cr_config(profile, ov, rc, section)
     task = cfg.task.build(seed)
 
     if rec.name == "pretrain":
         rc, _ = run_config_for(cfg, seed, name)
+        _no_stale_branches(out, rc)
         return RecipeResult(train_single_phase(
             replace(rc, resources=resources), out, rec.name,
             trainer=lambda model, run, meta, log: pretrain_run(cfg, task, rc, run, seed,
@@ -272,32 +305,74 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
 
         return RecipeResult(train_single_phase(rc, out, rec.name, init=start, trainer=ft,
                                                phase_train=branch_train_config(cfg, rec.name),
-                                               on_log=on_log), start)
+                                               on_log=on_log), start, warnings=tuple(warnings))
 
     ccfg = cfg.cascade
     if rec.name == "mech-pretrain":
         rc = replace(C.mechanism_run_config(task, cfg.task, seed, ccfg, name),
                      resources=resources)
+        _no_stale_branches(out, rc)
         return RecipeResult(train_single_phase(
-            rc, out, rec.name, build=lambda: C.build_mechanism_model(task, seed, ccfg),
+            rc, out, rec.phase, build=lambda: C.build_mechanism_model(task, seed, ccfg),
             trainer=lambda model, run, meta, log: C.mechanism_pretrain(
-                model, task, seed, ccfg, run, phase=rec.name, run_config=rc,
+                model, task, seed, ccfg, run, phase=rec.phase, run_config=rc,
                 eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), on_log=log),
             on_log=on_log))
     # mech-ft-icl
     if not _is_mechanism_run(rc, cfg):
         raise ConfigError(f"--init = {start!r} is not allowed: --phase mech-ft-icl starts "
                           "from a mechanism-model run (--phase mech-pretrain)")
+    _check_mechanism_start(start, rc, ccfg, task)
     rc = replace(rc, name=name, resources=resources)
     probes = checkpoint_probes(task, C.probe_batch_for(task, seed, ccfg))
     ft_train = C.mechanism_ft_config(ccfg, ccfg.ft_lr)
     return RecipeResult(train_single_phase(
-        rc, out, rec.name, init=start,
+        rc, out, rec.phase, init=start,
         build=lambda: C.build_mechanism_model(task, seed, ccfg),
         trainer=lambda model, run, meta, log: C.mechanism_finetune(
-            model, task, seed, ccfg, ccfg.ft_lr, run, probes, phase=rec.name,
+            model, task, seed, ccfg, ccfg.ft_lr, run, probes, phase=rec.phase,
             run_config=replace(rc, train=ft_train), extra_meta=meta, on_log=log),
-        phase_train=ft_train, on_log=on_log), start)
+        phase_train=ft_train, on_log=on_log), start, warnings=tuple(warnings))
+
+
+def _no_stale_branches(out: Path, rc: RunConfig) -> None:
+    """Refuse to extend a pretraining whose run already has phases started from it (they
+    would start from another PT state than the branches trained after the extension)."""
+    from mechinterp_icr.store.rundir import RunDir
+
+    if not (out / "config.json").exists():
+        return
+    run = RunDir(out)
+    old, later = run.read_config(), [p for p in run.phases() if p != "pretrain"]
+    if later and old.train.steps != rc.train.steps:
+        raise ConfigError(f"train.steps = {rc.train.steps} is not allowed for {out}: its "
+                          f"phases {', '.join(later)} started from its {old.train.steps}-step "
+                          "pretraining; extend a copy without them, or train into another --out")
+
+
+def _check_mechanism_start(start: str, rc: RunConfig, ccfg, task) -> None:
+    """The mechanism model of ``ccfg`` is the one the starting run pretrained (shape and
+    which embeddings are frozen)."""
+    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
+    from mechinterp_icr.pipeline import parse_init
+    from mechinterp_icr.store.checkpoint import read_sidecar
+    from mechinterp_icr.store.rundir import RunDir
+
+    want = mechanism_model_config(task, ccfg)
+    if want != rc.model:
+        raise ConfigError(f"--init = {start!r} is not allowed: its model (d_model "
+                          f"{rc.model.d_model}, d_head {rc.model.d_head}) is not the one "
+                          f"cascade.* gives (cascade.embedding = {ccfg.embedding!r}: d_model "
+                          f"{want.d_model}, cascade.d_head = {want.d_head}); "
+                          "repeat the cascade settings it was pretrained with")
+    path, sel = parse_init(start)
+    run = RunDir(path)
+    (ck,) = run.select(sel)
+    learned = "embed.W_E" in (read_sidecar(ck.stem).get("trainable") or [])
+    if learned != (ccfg.embedding == "learned"):
+        raise ConfigError(f"cascade.embedding = {ccfg.embedding!r} is not allowed here: "
+                          f"{start} was pretrained with "
+                          f"{'learned' if learned else 'frozen'} embeddings")
 
 
 # ------------------------------------------------------------------------------------------
@@ -306,44 +381,51 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
 def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
               profile: str, seed_given: bool) -> RecipeResult:
     from mechinterp_icr.experiments.ir.config import profile as ir_profile
-    from mechinterp_icr.experiments.ir.memory_runs import memory_pgd_run, memory_pretrain_run
-    from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
-    from mechinterp_icr.experiments.ir.train import hooked_run
     from mechinterp_icr.store.rundir import RunDir
 
     if res:
         raise ConfigError(f"--set {sorted(res)[0]} is not allowed for an IR phase (its "
                           "resources are fixed by its sizes)")
     cfg = apply_overrides(ir_profile(profile), ov)
-    out = Path(out)
+    out = Path(out).resolve() if str(out) in ("", ".") else Path(out)
     before = out.exists()
     try:
-        if rec.name == "memory-pretrain" or rec.name in _IR_LINES:
-            if init is not None:
-                raise ConfigError(f"--init is not allowed for --phase {rec.name}: it starts "
-                                  "from the construction (copy circuit, uniform attention)")
-            if rec.name == "memory-pretrain":
-                return RecipeResult(None, row=memory_pretrain_run(cfg, seed, out))
-            sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
-            return RecipeResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
-                                                     perturb, target, fresh=False))
-        start, rc = _start(rec, out, init)
-        if seed_given and rc.seed != seed:
-            raise ConfigError(f"--seed = {seed} is not allowed: the memory run it starts from "
-                              f"has seed {rc.seed}; leave --seed out")
-        from mechinterp_icr.pipeline import init_state, model_for_task
-
-        model = model_for_task(rc, device="cpu")
-        state, init_from = init_state(start, model)
-        model.load_state_dict(state)
-        return RecipeResult(None, start, row=memory_pgd_run(
-            cfg, rc.seed, out, model, init_from, replace(rc, name=out.name)))
+        with RunDir(out, create=True).writer_lock():  # one process trains a run at a time
+            return _train_ir_locked(rec, out, seed, cfg, init, seed_given)
     except BaseException:
         if not before and out.is_dir() and not RunDir(out).checkpoints():
             import shutil
 
             shutil.rmtree(out, ignore_errors=True)  # a refused start leaves nothing behind
         raise
+
+
+def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
+                     seed_given: bool) -> RecipeResult:
+    from mechinterp_icr.experiments.ir.memory_runs import memory_pgd_run, memory_pretrain_run
+    from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
+    from mechinterp_icr.experiments.ir.train import hooked_run
+
+    if rec.name == "memory-pretrain" or rec.name in _IR_LINES:
+        if init is not None:
+            raise ConfigError(f"--init is not allowed for --phase {rec.name}: it starts "
+                              "from the construction (copy circuit, uniform attention)")
+        if rec.name == "memory-pretrain":
+            return RecipeResult(None, row=memory_pretrain_run(cfg, seed, out))
+        sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
+        return RecipeResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
+                                                 perturb, target, fresh=False))
+    start, rc, _ = _start(rec, out, init)
+    if seed_given and rc.seed != seed:
+        raise ConfigError(f"--seed = {seed} is not allowed: the memory run it starts from "
+                          f"has seed {rc.seed}; leave --seed out")
+    from mechinterp_icr.pipeline import init_state, model_for_task
+
+    model = model_for_task(rc, device="cpu")
+    state, init_from = init_state(start, model)
+    model.load_state_dict(state)
+    return RecipeResult(None, start, row=memory_pgd_run(
+        cfg, rc.seed, out, model, init_from, replace(rc, name=out.resolve().name or "run")))
 
 
 def train_recipe(task: str, phase: str, out: str | Path, seed: int = 0,

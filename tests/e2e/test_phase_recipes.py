@@ -117,7 +117,35 @@ def test_bad_phases_and_starts_are_refused_before_anything_is_written(pt_run, tm
     assert r.exit_code == 2 and "seed" in r.output
     r = _icr("train", "--task", "ir", "--out", out, "--phase", "raw-pgd", "--set", "nope=1")
     assert r.exit_code == 2 and "nope" in r.output
+    r = _icr("train", "--task", "cr", "--out", out, "--phase", "pretrain", "--init", pt_run)
+    assert r.exit_code == 2 and "--init is not allowed" in r.output
+    r = _icr("train", "--task", "cr", "--out", out, "--phase", "pretrain", "--set",
+             "cascade.pt_steps=3")
+    assert r.exit_code == 2 and "cascade.pt_steps" in r.output
+    r = _icr("train", "--task", "cr", "--out", out, "--phase", "ft-icl", "--init", pt_run,
+             "--set", "train.steps=5", "--set", "finetune.steps=7")
+    assert r.exit_code == 2 and "together" in r.output
     assert not out.exists()
+
+
+def test_another_runs_pretraining_never_mixes_into_a_run(pt_run, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(pt_run, other)
+    for p in (other / "checkpoints").glob("ft-*"):
+        p.unlink()  # a run with only its own pretraining
+    r = _icr("train", "--task", "cr", "--out", other, "--phase", "ft-icl", "--init", pt_run,
+             *_sets(FT))
+    assert r.exit_code == 2 and "holds its own" in r.output
+    ft = tmp_path / "ft"
+    args = ("train", "--task", "cr", "--out", ft, "--phase", "ft-icl", *_sets(FT))
+    assert _icr(*args, "--init", pt_run).exit_code == 0
+    r = _icr(*args, "--init", f"{pt_run}:pretrain-0000000")  # another start on resume
+    assert r.exit_code == 2 and "started from" in r.output
+    r = _icr("train", "--task", "cr", "--out", pt_run, "--phase", "pretrain", *_sets(PT),
+             "--set", "train.steps=400")  # its branches started from the 300-step PT
+    assert r.exit_code == 2 and "ft-" in r.output
 
 
 def test_icr_phases_lists_every_recipe():
@@ -141,13 +169,30 @@ def test_mechanism_model_pt_then_ft_logs_the_cascade_probes(tmp_path):
              *_sets(["cascade.ft_steps=12", "cascade.d_head=64"]))
     assert r.exit_code == 0, r.output
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    probes = [x for x in rows if x.get("phase") == "mech-ft-icl" and "h0_ov_margin" in x]
+    probes = [x for x in rows if x.get("phase") == "ft-icl" and "h0_ov_margin" in x]
     assert len(probes) == 13  # every step 0..12 is a checkpoint (dense_until 40)
-    side = json.loads(sorted((run / "checkpoints").glob("mech-ft-icl-*.json"))[-1].read_text())
+    side = json.loads(sorted((run / "checkpoints").glob("ft-icl-*.json"))[-1].read_text())
     assert "embed.W_E" not in side["trainable"]  # the orthonormal embeddings stay frozen
     r = _icr("train", "--task", "cr", "--out", run, "--phase", "mech-pretrain",
              "--set", "train.steps=5")
     assert r.exit_code == 2 and "cascade.pt_steps" in r.output
+    # the reproduction's phase names, so the batches are the reproduction's: the CLI's PT
+    # equals experiments.cr.cascade.mechanism_pretrain bit for bit
+    from mechinterp_icr.config import apply_overrides
+    from mechinterp_icr.experiments.cr import cascade as C
+    from mechinterp_icr.experiments.cr.config import profile
+
+    cfg = apply_overrides(profile("quick"), task + ["cascade.pt_steps=20", "eval_ks=[1,2,3]"])
+    t = cfg.task.build(0)
+    model = C.build_mechanism_model(t, 0, cfg.cascade)
+    C.mechanism_pretrain(model, t, 0, cfg.cascade, None)
+    cli = _weights(run / "checkpoints" / "pretrain-0000020.safetensors")
+    assert all(torch.equal(cli[f"model.{k}"], v) for k, v in model.state_dict().items())
+    # another model or other frozen embeddings than the PT's are refused
+    for bad in ("cascade.d_head=32", "cascade.embedding=learned"):
+        r = _icr("train", "--task", "cr", "--out", tmp_path / "m2", "--phase", "mech-ft-icl",
+                 "--init", run, "--set", bad)
+        assert r.exit_code == 2 and bad.split("=")[0] in r.output, r.output
 
 
 def test_an_ir_pgd_phase_trains_resumes_and_refuses_another_config(tmp_path):
@@ -164,6 +209,8 @@ def test_an_ir_pgd_phase_trains_resumes_and_refuses_another_config(tmp_path):
     assert all(torch.equal(first[k], again[k]) for k in first)
     r = _icr(*args[:-1], "ht_N=64")
     assert r.exit_code == 2 and "different config" in r.output
+    r = _icr(*args, "--set", "big_lr=0.5")  # not in config.json: in the checkpoints' PGD record
+    assert r.exit_code == 2 and "big_lr" in r.output
 
 
 def test_checkpoints_of_a_run_without_any_exits_2(tmp_path):
@@ -208,3 +255,6 @@ def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
     assert not torch.equal(mem["model.blocks.0.attn.W_K"], after["model.blocks.0.attn.W_K"])
     r = _icr("train", "--task", "ir", "--out", tmp_path / "x", "--phase", "memory-pgd")
     assert r.exit_code == 2 and "memory-pretrain" in r.output and not (tmp_path / "x").exists()
+    r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pgd", *small,
+             "--set", "pre_ft_steps=5", "--set", "pre_ft_lr=9")
+    assert r.exit_code == 2 and "lr" in r.output

@@ -24,7 +24,11 @@ from typing import Any
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.experiments.ir.stages import pretrained_pgd, pretrained_setting
-from mechinterp_icr.experiments.ir.train import hooked_metrics_fn, tagged_rng
+from mechinterp_icr.experiments.ir.train import (
+    check_pgd_resume,
+    hooked_metrics_fn,
+    tagged_rng,
+)
 from mechinterp_icr.models.ir import build_ir_hooked, ir_model_config, memory_retrieval
 from mechinterp_icr.store.checkpoint import read_sidecar
 from mechinterp_icr.store.rundir import RunDir
@@ -91,10 +95,14 @@ def memory_pgd_run(cfg: IRConfig, seed: int, path: Path, model, init_from: str,
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("blocks.0.attn."))
     run = RunDir.open_for(path, rcfg)
+    pgd = pretrained_pgd(cfg)
+    settings = {"pre_N": cfg.pre_N, "eval_size": cfg.eval_size, "ht_dense": cfg.ht_dense}
+    check_pgd_resume(run, pgd, settings)
     train = task.sample(tagged_rng(seed, "train6", n), cfg.pre_N)
     ev = _eval_batch(cfg, task, seed)
-    pgd_hooked(model, train, pretrained_pgd(cfg), run, seed, eval_fn=hooked_metrics_fn(task, ev),
-               dense_until=cfg.ht_dense, extra_meta={"init_from": init_from}, first_order=1)
+    pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
+               dense_until=cfg.ht_dense, first_order=1,
+               extra_meta={"init_from": init_from, "ir_settings": settings})
     last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
     return {"run": str(path), "n_checkpoints": len(run.checkpoints()),
             **{k: last[k] for k in ("step1_acc", "step2_acc", "within_pair_gap", "a",

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from mechinterp_icr.config import RunConfig, TrainConfig
+from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.interp.ir_attention import ir_accuracy, ir_metric_record, row_stats
 from mechinterp_icr.models.ir import (
@@ -40,6 +40,7 @@ __all__ = [
     "FINAL_KEYS",
     "batch_accuracy",
     "ceiling",
+    "check_pgd_resume",
     "escape_step",
     "eval_steps",
     "fast_metrics",
@@ -216,6 +217,31 @@ def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2, E=None,
     return best
 
 
+def check_pgd_resume(run: RunDir, pgd: PGDConfig, settings: dict[str, Any]) -> None:
+    """Refuse to resume a PGD run under other PGD settings (step sizes, steps, perturbation,
+    clipping) or other evaluation settings than its checkpoints were made with."""
+    from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
+
+    new = {"pgd": {k: getattr(pgd, k) for k in pgd.__dataclass_fields__},
+           "ir_settings": settings}
+    for ck in run.checkpoints()[-1:]:
+        try:
+            side = read_sidecar(ck.stem)
+        except CheckpointError:
+            return  # damaged: the resume skips it and says so
+        for part, want in new.items():
+            have = side.get(part)
+            if have is None or part == "ir_settings" and not isinstance(have, dict):
+                continue
+            diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+            if diff:
+                raise ConfigError(
+                    f"run directory {run.path} was trained with other settings ("
+                    + ", ".join(f"{k} {have.get(k)!r} then, {want.get(k)!r} now"
+                                for k in diff[:4])
+                    + "); repeat the settings it was made with, or train into another --out")
+
+
 def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
                target: str, fresh: bool = True) -> dict[str, Any]:
     """One HookedTransformer PGD (``perturb``) or GD run at ``n = ht_n`` into ``root/name``,
@@ -231,24 +257,30 @@ def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, pertu
     path = root / name
     rcfg = RunConfig(name=name, seed=seed, task=tcfg, model=ir_model_config(task, spec),
                      train=TrainConfig(steps=cfg.ht_steps, batch_size=cfg.ht_N,
-                                       optimizer="sgd", lr=cfg.lr, grad_clip=0.0,
+                                       optimizer="sgd",
+                                       lr=cfg.lr if target == "pos" else cfg.ht_attn_lr,
+                                       grad_clip=0.0 if target == "pos" else cfg.ht_attn_clip,
                                        trainable={"pos": "blocks.0.attn.W_K", "qk": "qk",
                                                   "attention": "attention"}[target],
                                        progress=False))
-    if fresh and path.exists():
-        shutil.rmtree(path)
-    run = RunDir.open_for(path, rcfg)  # refuses a directory holding another run
-    train = task.sample(tagged_rng(seed, "train", cfg.ht_n, sym), cfg.ht_N)
-    ev = task_config(cfg, cfg.ht_n).build(seed).sample(tagged_rng(seed, "eval", cfg.ht_n),
-                                                      cfg.ht_eval)
     big_lr = cfg.big_lr if target == "pos" else cfg.ht_attn_big_lr  # qk / attention
     pgd = PGDConfig(big_lr=big_lr, sigma=cfg.sigma, lr=cfg.lr if target == "pos" else
                     cfg.ht_attn_lr, steps=cfg.ht_steps, perturb=perturb, target=target,
                     clip=0.0 if target == "pos" else cfg.ht_attn_clip)
+    settings = {"ht_eval": cfg.ht_eval, "ht_dense": cfg.ht_dense}
+    if fresh and path.exists():
+        shutil.rmtree(path)
+    run = RunDir.open_for(path, rcfg)  # refuses a directory holding another run
+    if not fresh:
+        check_pgd_resume(run, pgd, settings)
+    train = task.sample(tagged_rng(seed, "train", cfg.ht_n, sym), cfg.ht_N)
+    ev = task_config(cfg, cfg.ht_n).build(seed).sample(tagged_rng(seed, "eval", cfg.ht_n),
+                                                      cfg.ht_eval)
     pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
                dense_until=cfg.ht_dense,
                extra_meta={"ir_model": {k: getattr(spec, k)
-                                        for k in spec.__dataclass_fields__}})
+                                        for k in spec.__dataclass_fields__},
+                           "ir_settings": settings})
     last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
     return {"run": str(path), "n_checkpoints": len(run.checkpoints()),
             **{k: last[k] for k in ("step1_acc", "step2_acc", "within_pair_gap", "a",
