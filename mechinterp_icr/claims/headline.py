@@ -189,9 +189,9 @@ def control_phrase(kind: str, name: str, cond: Condition | None, per_seed: Mappi
     return f"{head + ' ' if head else ''}{verb}: {cond.metric}, {phrase}"
 
 
-def stored_condition(entry: Mapping[str, Any], claim_id: str | None = None) -> Condition | None:
-    """The :class:`Condition` of a stored condition (its fields, else the registered one with
-    the same description, else parsed from the description)."""
+def _stored_fields(entry: Mapping[str, Any]) -> Condition | None:
+    """The :class:`Condition` of a stored entry's own fields (metric, op, threshold, rule);
+    None when it has none (a summary written before they were stored) or they are bad."""
     try:
         if {"metric", "op", "threshold", "rule"} <= set(entry):
             return Condition(str(entry["metric"]), str(entry["op"]), float(entry["threshold"]),
@@ -199,6 +199,15 @@ def stored_condition(entry: Mapping[str, Any], claim_id: str | None = None) -> C
                              float(entry.get("min_fraction", 1.0)), str(entry.get("text", "")))
     except (TypeError, ValueError):
         pass
+    return None
+
+
+def stored_condition(entry: Mapping[str, Any], claim_id: str | None = None) -> Condition | None:
+    """The :class:`Condition` of a stored condition (its fields, else the registered one with
+    the same description, else parsed from the description)."""
+    own = _stored_fields(entry)
+    if own is not None:
+        return own
     return _from_description(str(entry.get("condition", "")), claim_id, controls=False)
 
 
@@ -206,13 +215,9 @@ def stored_control_condition(entry: Mapping[str, Any],
                              claim_id: str | None = None) -> Condition | None:
     """The :class:`Condition` a stored control names (as :func:`stored_condition`; the
     registered control of the same name first)."""
-    try:
-        if {"metric", "op", "threshold", "rule"} <= set(entry):
-            return Condition(str(entry["metric"]), str(entry["op"]), float(entry["threshold"]),
-                             _RULE_WORDS.get(entry["rule"], entry["rule"]),
-                             float(entry.get("min_fraction", 1.0)), str(entry.get("text", "")))
-    except (TypeError, ValueError):
-        pass
+    own = _stored_fields(entry)
+    if own is not None:
+        return own
     if claim_id is not None:
         from mechinterp_icr.claims.registry import REGISTRY
 
