@@ -40,7 +40,7 @@ from mechinterp_icr.store.provenance import (
 )
 
 __all__ = ["CI_METHOD", "Claim", "Summary", "ci95", "claim_key", "format_claim_table",
-           "interval"]
+           "clip_interval", "interval"]
 
 CI_METHOD = ("two-sided 95% Student-t interval of the mean over seeds, clipped to the "
              "metric's declared range (claims.registry.METRIC_RANGES); no verdict reads it")
@@ -65,6 +65,13 @@ def interval(values, bounds: tuple[float, float] | None = None) -> tuple[float, 
         sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
         half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
         lo, hi = mean - half, mean + half
+    return clip_interval(lo, hi, bounds)
+
+
+def clip_interval(lo: float, hi: float, bounds: tuple[float, float] | None
+                  ) -> tuple[float, float, bool]:
+    """(lo, hi, clipped): the interval moved inside ``bounds`` (None: unchanged); also for an
+    interval stored before the metric ranges were declared."""
     if bounds is None:
         return (lo, hi, False)
     clo, chi = max(lo, float(bounds[0])), min(hi, float(bounds[1]))

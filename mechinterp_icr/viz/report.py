@@ -48,7 +48,7 @@ from mechinterp_icr.claims.headline import (
     stored_control_condition,
 )
 from mechinterp_icr.claims.registry import metric_range
-from mechinterp_icr.claims.summary import interval
+from mechinterp_icr.claims.summary import clip_interval, interval
 from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.store.provenance import TreeState, tree_state
 
@@ -187,10 +187,11 @@ OVERWRITE_FIGURE = "ir_causal_row_overwrite"
 
 
 def _unit(ci) -> tuple[float, float]:
-    """An interval of accuracies or attention-mass gaps (in [0, 1]) clipped to [0, 1]."""
-    lo, hi = (list(ci) + [float("nan")] * 2)[:2]
+    """A stored interval of accuracies or attention-mass gaps (in [0, 1]; None or short:
+    nan) clipped to [0, 1] (``claims.summary.clip_interval``)."""
+    lo, hi = (list(ci or []) + [float("nan")] * 2)[:2]
     try:
-        return max(0.0, min(1.0, float(lo))), max(0.0, min(1.0, float(hi)))
+        return clip_interval(float(lo), float(hi), (0.0, 1.0))[:2]
     except (TypeError, ValueError):
         return float("nan"), float("nan")
 
@@ -205,7 +206,7 @@ def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
     extra = []
     for row, accs in means.items():
         if isinstance(accs, dict) and "mean" in accs:  # a summary number, not a row
-            lo, hi = _unit((accs.get("ci95") or [float("nan")] * 2)[:2])
+            lo, hi = _unit(accs.get("ci95"))
             extra.append(f"<p>{html.escape(str(row).replace('_', ' '))}: "
                          f"<b>{_f(accs.get('mean'), 3)}</b> [{_f(lo, 3)}, {_f(hi, 3)}] "
                          "(mean over seeds [95% CI])</p>")
@@ -213,7 +214,7 @@ def _overwrite_html(t: dict[str, Any], out_dir: Path) -> str:
         cells = []
         for k in kinds:
             m = accs.get(k, {}) if isinstance(accs, dict) else {}
-            lo, hi = _unit((m.get("ci95") or [float("nan")] * 2)[:2])
+            lo, hi = _unit(m.get("ci95"))
             cells.append(f'<td class="num">{_f(m.get("mean"), 3)} '
                          f'<span class="muted">[{_f(lo, 3)}, {_f(hi, 3)}]</span></td>')
         rows.append(f"<tr><td><code>{html.escape(str(row))}</code></td>{''.join(cells)}</tr>")
