@@ -189,13 +189,24 @@ def _fixed_keys(task, model, pretrain) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------
 # the starting checkpoint
 # ------------------------------------------------------------------------------------------
-def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig, list[str]]:
-    """(``RUN:CHECKPOINT`` to start from, that run's config, warnings) for a recipe with a
-    start phase. Without ``--init``: ``out``'s own last checkpoint of the start phase. A bare
-    ``--init RUN`` means ``RUN:phase:<start>:last``; the checkpoint must be of the start
-    phase. An ``--out`` that holds its own start phase is only finetuned from it."""
+@dataclass(frozen=True)
+class _Start:
+    """Where a finetuning phase starts: ``RUN:CHECKPOINT`` (``init``), that run's config, the
+    checkpoint, and what the user should be warned of."""
+
+    init: str
+    rc: RunConfig
+    ck: Any
+    warnings: tuple[str, ...]
+
+
+def _start(rec: Recipe, out: Path, init: str | None) -> _Start:
+    """Where a recipe with a start phase starts (:class:`_Start`). Without ``--init``:
+    ``out``'s own last checkpoint of the start phase. A bare ``--init RUN`` means
+    ``RUN:phase:<start>:last``; the checkpoint must be of the start phase. An ``--out`` that
+    holds its own start phase is only finetuned from it."""
     from mechinterp_icr.pipeline import parse_init, resolve_selection
-    from mechinterp_icr.store.rundir import RunDir
+    from mechinterp_icr.store.rundir import RunDir, RunError
 
     start = _RECIPES[rec.task][rec.start].phase
     own = (out / "config.json").exists() and start in RunDir(out).phases()
@@ -221,7 +232,7 @@ def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig, li
                           f"--phase {rec.name} starts from a {rec.task!r} run")
     try:
         cks = run.select(resolve_selection(run, sel))
-    except Exception as e:  # noqa: BLE001 - a bad selection: said in --init's words
+    except (RunError, ConfigError) as e:  # a bad selection: said in --init's words
         raise ConfigError(f"--init = {given!r} is not allowed: {e}") from None
     if len(cks) != 1 or cks[0].phase != start:
         got = ", ".join(sorted({c.phase for c in cks}))
@@ -232,7 +243,7 @@ def _start(rec: Recipe, out: Path, init: str | None) -> tuple[str, RunConfig, li
     if rec.task == "cr" and cks[0].step < rc.train.steps:  # (an IR memory has no steps)
         warnings.append(f"starting from {cks[0].name}, step {cks[0].step} of the {rc.train.steps} "
                         f"steps its run was configured for (its {start} is unfinished)")
-    return init, rc, warnings
+    return _Start(init, rc, cks[0], tuple(warnings))
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,8 +260,6 @@ def _is_mechanism_run(rc: RunConfig, cfg) -> bool:
 
 def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
               profile: str, on_log, seed_given: bool) -> RecipeResult:
-    from mechinterp_icr.experiments.cr import cascade as C
-    from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
     from mechinterp_icr.experiments.cr.train import (
         BRANCHES,
         branch_train_config,
@@ -259,7 +268,6 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
         pretrain_run,
         run_config_for,
     )
-    from mechinterp_icr.interp.cascade import checkpoint_probes
     from mechinterp_icr.pipeline import train_single_phase
 
     name = out.resolve().name or "run"
@@ -267,11 +275,12 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
     if rec.start is None and init is not None:
         raise ConfigError(f"--init is not allowed for --phase {rec.name}: it trains a fresh "
                           "model (its finetuning phases take --init)")
-    start, rc, warnings = (None, None, []) if rec.start is None else _start(rec, out, init)
-    if rc is not None and seed_given and rc.seed != seed:
+    st = None if rec.start is None else _start(rec, out, init)
+    if st is not None and seed_given and st.rc.seed != seed:
         raise ConfigError(f"--seed = {seed} is not allowed: the run it starts from has seed "
-                          f"{rc.seed}, whose knowledge base the model learnt; leave --seed out")
-    seed = rc.seed if rc is not None else seed
+                          f"{st.rc.seed}, whose knowledge base the model learnt; leave --seed "
+                          "out")
+    seed = st.rc.seed if st is not None else seed
     section = "pretrain" if rec.name == "pretrain" else (
         "finetune" if rec.name in BRANCHES else None)
     other = {"pretrain": ("finetune", "cascade"), "finetune": ("cascade",),
@@ -282,9 +291,10 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
     if both:
         raise ConfigError(f"--set {both[0]} is not allowed together with --set "
                           f"{section}.{both[0][6:]}: train.* is the {section} section here")
-    cfg = _cr_config(profile, ov, rc, section)
+    cfg = _cr_config(profile, ov, None if st is None else st.rc, section)
     task = cfg.task.build(seed)
-
+    if section is None:
+        return _train_mechanism(rec, out, seed, cfg, task, st, name, resources, on_log)
     if rec.name == "pretrain":
         rc, _ = run_config_for(cfg, seed, name)
         _no_stale_branches(out, rc)
@@ -293,22 +303,31 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
             trainer=lambda model, run, meta, log: pretrain_run(cfg, task, rc, run, seed,
                                                                on_log=log)[1],
             on_log=on_log))
-    if rec.name in BRANCHES:
-        if _is_mechanism_run(rc, cfg):
-            raise ConfigError(f"--init = {start!r} is not allowed: it is a mechanism-model "
-                              "run; its finetuning phase is mech-ft-icl")
-        rc = replace(rc, name=name, resources=resources)
+    if _is_mechanism_run(st.rc, cfg):
+        raise ConfigError(f"--init = {st.init!r} is not allowed: it is a mechanism-model "
+                          "run; its finetuning phase is mech-ft-icl")
+    rc = replace(st.rc, name=name, resources=resources)
 
-        def ft(model, run, meta, log):
-            return finetune_run(cfg, task, rc, run, copy_state(model), rec.name, seed,
-                                extra_meta=meta, on_log=log)[1]
+    def ft(model, run, meta, log):
+        return finetune_run(cfg, task, rc, run, copy_state(model), rec.name, seed,
+                            extra_meta=meta, on_log=log)[1]
 
-        return RecipeResult(train_single_phase(rc, out, rec.name, init=start, trainer=ft,
-                                               phase_train=branch_train_config(cfg, rec.name),
-                                               on_log=on_log), start, warnings=tuple(warnings))
+    return RecipeResult(train_single_phase(rc, out, rec.name, init=st.init, trainer=ft,
+                                           phase_train=branch_train_config(cfg, rec.name),
+                                           on_log=on_log), st.init, warnings=st.warnings)
+
+
+def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | None,
+                     name: str, resources, on_log) -> RecipeResult:
+    """``mech-pretrain`` / ``mech-ft-icl``: the CR-5/CR-7 mechanism model's phases, under
+    the reproduction's phase names (:attr:`Recipe.phase`)."""
+    from mechinterp_icr.experiments.cr import cascade as C
+    from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
+    from mechinterp_icr.interp.cascade import checkpoint_probes
+    from mechinterp_icr.pipeline import train_single_phase
 
     ccfg = cfg.cascade
-    if rec.name == "mech-pretrain":
+    if st is None:  # mech-pretrain
         rc = replace(C.mechanism_run_config(task, cfg.task, seed, ccfg, name),
                      resources=resources)
         _no_stale_branches(out, rc)
@@ -318,21 +337,20 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
                 model, task, seed, ccfg, run, phase=rec.phase, run_config=rc,
                 eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), on_log=log),
             on_log=on_log))
-    # mech-ft-icl
-    if not _is_mechanism_run(rc, cfg):
-        raise ConfigError(f"--init = {start!r} is not allowed: --phase mech-ft-icl starts "
+    if not _is_mechanism_run(st.rc, cfg):
+        raise ConfigError(f"--init = {st.init!r} is not allowed: --phase mech-ft-icl starts "
                           "from a mechanism-model run (--phase mech-pretrain)")
-    _check_mechanism_start(start, rc, ccfg, task)
-    rc = replace(rc, name=name, resources=resources)
+    _check_mechanism_start(st, ccfg, task)
+    rc = replace(st.rc, name=name, resources=resources)
     probes = checkpoint_probes(task, C.probe_batch_for(task, seed, ccfg))
     ft_train = C.mechanism_ft_config(ccfg, ccfg.ft_lr)
     return RecipeResult(train_single_phase(
-        rc, out, rec.phase, init=start,
+        rc, out, rec.phase, init=st.init,
         build=lambda: C.build_mechanism_model(task, seed, ccfg),
         trainer=lambda model, run, meta, log: C.mechanism_finetune(
             model, task, seed, ccfg, ccfg.ft_lr, run, probes, phase=rec.phase,
             run_config=replace(rc, train=ft_train), extra_meta=meta, on_log=log),
-        phase_train=ft_train, on_log=on_log), start, warnings=tuple(warnings))
+        phase_train=ft_train, on_log=on_log), st.init, warnings=st.warnings)
 
 
 def _no_stale_branches(out: Path, rc: RunConfig) -> None:
@@ -350,28 +368,23 @@ def _no_stale_branches(out: Path, rc: RunConfig) -> None:
                           "pretraining; extend a copy without them, or train into another --out")
 
 
-def _check_mechanism_start(start: str, rc: RunConfig, ccfg, task) -> None:
+def _check_mechanism_start(st: _Start, ccfg, task) -> None:
     """The mechanism model of ``ccfg`` is the one the starting run pretrained (shape and
     which embeddings are frozen)."""
     from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
-    from mechinterp_icr.pipeline import parse_init
     from mechinterp_icr.store.checkpoint import read_sidecar
-    from mechinterp_icr.store.rundir import RunDir
 
-    want = mechanism_model_config(task, ccfg)
-    if want != rc.model:
-        raise ConfigError(f"--init = {start!r} is not allowed: its model (d_model "
-                          f"{rc.model.d_model}, d_head {rc.model.d_head}) is not the one "
+    want, have = mechanism_model_config(task, ccfg), st.rc.model
+    if want != have:
+        raise ConfigError(f"--init = {st.init!r} is not allowed: its model (d_model "
+                          f"{have.d_model}, d_head {have.d_head}) is not the one "
                           f"cascade.* gives (cascade.embedding = {ccfg.embedding!r}: d_model "
                           f"{want.d_model}, cascade.d_head = {want.d_head}); "
                           "repeat the cascade settings it was pretrained with")
-    path, sel = parse_init(start)
-    run = RunDir(path)
-    (ck,) = run.select(sel)
-    learned = "embed.W_E" in (read_sidecar(ck.stem).get("trainable") or [])
+    learned = "embed.W_E" in (read_sidecar(st.ck.stem).get("trainable") or [])
     if learned != (ccfg.embedding == "learned"):
         raise ConfigError(f"cascade.embedding = {ccfg.embedding!r} is not allowed here: "
-                          f"{start} was pretrained with "
+                          f"{st.init} was pretrained with "
                           f"{'learned' if learned else 'frozen'} embeddings")
 
 
@@ -415,7 +428,8 @@ def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
         sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
         return RecipeResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
                                                  perturb, target, fresh=False))
-    start, rc, _ = _start(rec, out, init)
+    st = _start(rec, out, init)
+    start, rc = st.init, st.rc
     if seed_given and rc.seed != seed:
         raise ConfigError(f"--seed = {seed} is not allowed: the memory run it starts from "
                           f"has seed {rc.seed}; leave --seed out")

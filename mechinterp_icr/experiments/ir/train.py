@@ -224,22 +224,23 @@ def check_pgd_resume(run: RunDir, pgd: PGDConfig, settings: dict[str, Any]) -> N
 
     new = {"pgd": {k: getattr(pgd, k) for k in pgd.__dataclass_fields__},
            "ir_settings": settings}
-    for ck in run.checkpoints()[-1:]:
-        try:
-            side = read_sidecar(ck.stem)
-        except CheckpointError:
-            return  # damaged: the resume skips it and says so
-        for part, want in new.items():
-            have = side.get(part)
-            if have is None or part == "ir_settings" and not isinstance(have, dict):
-                continue
-            diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-            if diff:
-                raise ConfigError(
-                    f"run directory {run.path} was trained with other settings ("
-                    + ", ".join(f"{k} {have.get(k)!r} then, {want.get(k)!r} now"
-                                for k in diff[:4])
-                    + "); repeat the settings it was made with, or train into another --out")
+    cks = run.checkpoints()
+    if not cks:
+        return
+    try:
+        side = read_sidecar(cks[-1].stem)
+    except CheckpointError:
+        return  # damaged: the resume skips it and says so
+    for part, want in new.items():
+        have = side.get(part)
+        if not isinstance(have, dict):
+            continue  # a checkpoint written before this record (or of the memory phase)
+        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        if diff:
+            raise ConfigError(
+                f"run directory {run.path} was trained with other settings ("
+                + ", ".join(f"{k} {have.get(k)!r} then, {want.get(k)!r} now" for k in diff[:4])
+                + "); repeat the settings it was made with, or train into another --out")
 
 
 def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
