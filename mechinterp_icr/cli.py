@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.config import ConfigError
+from mechinterp_icr.config import ConfigError, parse_init
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
@@ -168,7 +168,7 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
     from mechinterp_icr.experiments.recipes import RECIPE_TASKS, recipe, recipes
 
     if init is not None:
-        _check_init_path(init)
+        parse_init(init)  # RUN must exist: said before torch is imported
     if task_kind in RECIPE_TASKS:
         phase = recipes(task_kind)[0].name if phase is None else phase
         recipe(task_kind, phase)  # refused with the list before anything else
@@ -195,15 +195,6 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
         if tracker is not None:
             tracker.finish()
     _report_phase(res, phase, out)
-
-
-def _check_init_path(init: str) -> None:
-    """--init starts with an existing run directory (checked before torch is imported; the
-    whole value is parsed by ``pipeline.parse_init``)."""
-    cuts = [i for i, ch in enumerate(init) if ch == ":"] + [len(init)]
-    if not any(Path(init[:i]).is_dir() for i in cuts):
-        raise ConfigError(f"--init = {init!r} is not allowed; expected RUN or RUN:CHECKPOINT "
-                          "with RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
 
 
 def _check_run_path(run: str, config: bool = True) -> None:

@@ -20,6 +20,7 @@ import math
 import reprlib
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "from_dict",
     "apply_overrides",
     "parse_overrides",
+    "parse_init",
 ]
 
 
@@ -490,6 +492,22 @@ def parse_overrides(items) -> dict[str, Any]:
         check(key != "", "--set", item, "key=value with a non-empty key")
         out[key] = _parse_value(val.strip())
     return out
+
+
+def parse_init(spec: str) -> tuple[Path, str]:
+    """``RUN[:CHECKPOINT]`` (``--init``) -> (run directory, selection naming one checkpoint;
+    ``last`` when omitted); here, beside the other argument parsing, so the CLI checks it
+    before torch is imported. The run part is the longest prefix before a ``:`` that is a
+    directory, so selections such as ``phase:pretrain:last`` pass through."""
+    spec = str(spec)
+    cands = [i for i, ch in enumerate(spec) if ch == ":"]
+    for i in sorted(cands, reverse=True):
+        if Path(spec[:i]).is_dir():
+            return Path(spec[:i]), spec[i + 1:] or "last"
+    if Path(spec).is_dir():
+        return Path(spec), "last"
+    raise ConfigError(f"--init = {spec!r} is not allowed; expected RUN or RUN:CHECKPOINT with "
+                      "RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
 
 
 def apply_overrides(cfg: Any, overrides: dict[str, Any] | list[str]) -> Any:

@@ -31,6 +31,7 @@ from mechinterp_icr.config import (
     check_resources,
     count_params,
     gib,
+    parse_init,
     task_config_class,
     to_dict,
 )
@@ -183,21 +184,6 @@ def _extension(out: Path, cfg: RunConfig) -> RunConfig | None:
             f"train.steps = {old.train.steps} and is not shortened; analyse its first steps "
             f"with --checkpoints steps:0-{cfg.train.steps}, or train into another --out")
     return old
-
-
-def parse_init(spec: str) -> tuple[Path, str]:
-    """``RUN[:CHECKPOINT]`` (``--init``) -> (run directory, selection naming one checkpoint;
-    ``last`` when omitted). The run part is the longest prefix before a ``:`` that is a
-    directory, so selections such as ``phase:pretrain:last`` pass through."""
-    spec = str(spec)
-    cands = [i for i, ch in enumerate(spec) if ch == ":"]
-    for i in sorted(cands, reverse=True):
-        if Path(spec[:i]).is_dir():
-            return Path(spec[:i]), spec[i + 1:] or "last"
-    if Path(spec).is_dir():
-        return Path(spec), "last"
-    raise ConfigError(f"--init = {spec!r} is not allowed; expected RUN or RUN:CHECKPOINT with "
-                      "RUN an existing run directory, e.g. runs/pt:phase:pretrain:last")
 
 
 def init_state(spec: str, model) -> tuple[dict, str]:
