@@ -26,18 +26,15 @@ def main() -> None:
 
     from mechinterp_icr.interp import patching as P
     from mechinterp_icr.interp.cache import map_checkpoints
-    from mechinterp_icr.interp.patch_bench import patching_prompts
+    from mechinterp_icr.interp.lens import answer_prompts, head_pos_patching
 
-    clean, corr, metric, mpos = patching_prompts(task, a.n, a.seed)
+    pr = answer_prompts(task, a.n, a.seed)  # interp.patch_bench.patching_prompts, answered
 
     def fn(ck, model):
-        _, cache = model.run_with_cache(clean, names_filter=lambda n: n.endswith("hook_z"))
-        c_val, x_val = float(metric(model(clean))), float(metric(model(corr)))
-        exact = P.patch_head_out_by_pos(model, corr, cache, metric,
-                                        metric_positions=mpos)  # (L, T, H)
+        hp = head_pos_patching(model, pr)  # the exact engine, as patching_heatmap.py
+        c_val, x_val, exact, rec = hp["clean"], hp["corrupted"], hp["value"], hp["recovery"]
         with torch.enable_grad():
-            attr = P.attribution_patch(model, clean, corr, metric) + x_val
-        rec = P.normalised_recovery(exact, c_val, x_val)
+            attr = P.attribution_patch(model, pr.clean, pr.corrupted, pr.metric) + x_val
         rec_a = P.normalised_recovery(attr, c_val, x_val)
         return {"cells": [{"layer": l, "pos": p, "head": h, "head_name": f"L{l}H{h}",
                            "gap": c_val - x_val, "recovery": float(rec[l, p, h]),
