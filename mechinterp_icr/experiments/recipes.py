@@ -249,11 +249,11 @@ def _start(rec: Recipe, out: Path, init: str | None) -> _Start:
 # ------------------------------------------------------------------------------------------
 # CR
 # ------------------------------------------------------------------------------------------
-def _is_mechanism_run(rc: RunConfig, cfg) -> bool:
+def _is_mechanism_run(rc: RunConfig, cfg, task) -> bool:
+    """``rc``'s model has the mechanism model's shape (``task``: the run's, already built)."""
     from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
 
-    m, task = rc.model, rc.task.build(rc.seed)
-    mech = mechanism_model_config(task, cfg.cascade)
+    m, mech = rc.model, mechanism_model_config(task, cfg.cascade)
     return (m.n_layers, m.n_heads, m.attn_only) == (mech.n_layers, mech.n_heads,
                                                     mech.attn_only)
 
@@ -303,7 +303,7 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
             trainer=lambda model, run, meta, log: pretrain_run(cfg, task, rc, run, seed,
                                                                on_log=log)[1],
             on_log=on_log))
-    if _is_mechanism_run(st.rc, cfg):
+    if _is_mechanism_run(st.rc, cfg, task):
         raise ConfigError(f"--init = {st.init!r} is not allowed: it is a mechanism-model "
                           "run; its finetuning phase is mech-ft-icl")
     rc = replace(st.rc, name=name, resources=resources)
@@ -337,7 +337,7 @@ def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | 
                 model, task, seed, ccfg, run, phase=rec.phase, run_config=rc,
                 eval_fn=checkpoint_eval(task, seed, cfg.ckpt_eval_n), on_log=log),
             on_log=on_log))
-    if not _is_mechanism_run(st.rc, cfg):
+    if not _is_mechanism_run(st.rc, cfg, task):
         raise ConfigError(f"--init = {st.init!r} is not allowed: --phase mech-ft-icl starts "
                           "from a mechanism-model run (--phase mech-pretrain)")
     _check_mechanism_start(st, ccfg, task)
