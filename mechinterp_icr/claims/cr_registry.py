@@ -9,17 +9,58 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["CR_METRIC_RANGES", "CR_SPECS", "TYPE_BOUND"]
+__all__ = ["CR8_HEADROOM", "CR8_MIN_K", "CR9_MIN_LAM", "CR_METRIC_RANGES", "CR_SPECS",
+           "MAIN_RUN", "MECH_MODEL", "NECESSITY_BOUND", "SHARED_IDEAL_K1_MAX",
+           "SHARED_IDEAL_KMAX_MIN", "TASK", "TASKVEC", "TYPE_BOUND"]
 
 N_TYPES = 4
 TYPE_BOUND = 1.0 / N_TYPES + 0.05  # 0.30
 
 
-# The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile.
-# d_head 64 (was 32) and PT weight decay 0.1 (was 0) since 2026-12-01 session 8: heads with
-# mixed roles on some seeds (docs/registry.md); PT 2400 steps (was 1200) since 2026-12-02
-# session 9: a PT state that split a role between the heads (seed 123).
-MECH_MODEL = {"cascade.d_head": 64, "cascade.embedding": "orthonormal",
+# Every setting a CR verdict reads is registered below (SPEC 0, "every" is literal): the
+# task, the model, both training phases, the evaluation sizes, each stage's section. Keys a
+# verdict cannot read are in claims.registry.REPORT_ONLY (checkpoint spacing, logging) or
+# NOT_READ (unused under the registered settings); tests/unit/test_registry.py fails on any
+# config key that is in none of them. Dated changes: docs/registry.md.
+
+# The CR task (SPEC section 1 and its measured prototype). task.lam is CR-9's default lam.
+TASK = {"task.n_subjects": 64, "task.n_grammar": 16, "task.n_types": N_TYPES,
+        "task.n_values": 16, "task.lam": 0.9, "task.dirichlet_alpha": 0.02,
+        "task.shared_alpha": 1.0, "task.grammar_len_min": 2, "task.grammar_len_max": 4,
+        "task.order": "gsa", "task.n_tuples": 4, "task.n_demos": 4, "task.max_demos": 8,
+        "task.finetune_fraction": 0.5, "task.iclgrm_len_min": 1, "task.iclgrm_len_max": 2,
+        "task.iclgrm_chain": "shared", "task.iclgrm_query_grammar": False,
+        "task.iclgrm_order": "sga", "task.icl_loss": "query", "task.finetune_k_min": 1,
+        "task.finetune_k_max": 0, "task.attr_share": 0.0}
+
+# The 2-layer main model (SPEC section 1); d_vocab 0 = the task's vocabulary (derived).
+MODEL = {"model.n_layers": 2, "model.n_heads": 1, "model.d_model": 64, "model.d_head": 64,
+         "model.d_mlp": 256, "model.attn_only": False, "model.normalization": "none",
+         "model.act_fn": "relu", "model.positional_embedding": "standard",
+         "model.init_range": 0.0, "model.n_ctx": 64}
+
+
+def _train(phase: str, steps: int, lr: float, batch: int, trainable: str) -> dict:
+    return {f"{phase}.steps": steps, f"{phase}.lr": lr, f"{phase}.batch_size": batch,
+            f"{phase}.optimizer": "adamw", f"{phase}.weight_decay": 0.0,
+            f"{phase}.betas": (0.9, 0.999), f"{phase}.momentum": 0.0,
+            f"{phase}.grad_clip": 1.0, f"{phase}.warmup_steps": 0,
+            f"{phase}.decay": "constant", f"{phase}.min_lr_ratio": 0.1,
+            f"{phase}.trainable": trainable}
+
+
+# The main run's training (CR-1..CR-4, CR-8, CR-9 read it). PT 2000 steps (500 until
+# 2026-12-01: not converged, docs/registry.md).
+MAIN_RUN = {**TASK, **MODEL, **_train("pretrain", 2000, 2e-3, 64, "all"),
+            **_train("finetune", 200, 1e-3, 128, "attention"),
+            "eval_n": 512, "eval_n_by_k": 2048, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
+            "mixed_controls": True}
+
+# The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile,
+# on the task above. d_head 64 (was 32) and PT weight decay 0.1 (was 0) since 2026-12-01:
+# heads with mixed roles on some seeds; PT 2400 steps (was 1200) since 2026-12-02: a PT state
+# that split a role between the heads (docs/registry.md).
+MECH_MODEL = {**TASK, "cascade.d_head": 64, "cascade.embedding": "orthonormal",
               "cascade.out_scale": 8.0, "cascade.pt_steps": 2400, "cascade.pt_batch": 64,
               "cascade.pt_lr": 6e-3, "cascade.pt_weight_decay": 0.1,
               "cascade.ft_steps": 300, "cascade.ft_batch": 128,
@@ -27,11 +68,28 @@ MECH_MODEL = {"cascade.d_head": 64, "cascade.embedding": "orthonormal",
               "cascade.dense_until": 40, "cascade.checkpoint_every": 10,
               "cascade.probe_batch": 128}
 
+# The CR-4 / CR-8 / CR-9 measurement (experiments.cr.taskvec), on the main run.
+TASKVEC = {"taskvec.n_pc": N_TYPES - 1, "taskvec.ks": (1, 2, 3, 4, 6, 8),
+           "taskvec.lams": (0.0, 0.3, 0.6, 0.9), "taskvec.lam_seeds": 0,
+           "taskvec.transplant_scale": 1.0, "taskvec.n_random_dirs": 8,
+           "taskvec.n_random_subspaces": 8, "taskvec.n_shuffles": 64,
+           "taskvec.lam_model": "main", "taskvec.test_fraction": 0.25,
+           "taskvec.dev_fraction": 0.25, "taskvec.n_heldout": 1200,
+           "taskvec.n_finetune": 800, "taskvec.n_subject_split": 600,
+           "taskvec.n_per_k": 600}
 
-# The main run's step budgets (CR-1..CR-4 read it). PT 2000 steps (500 until 2026-12-01,
-# session 7: not converged, docs/registry.md).
-MAIN_RUN = {"pretrain.steps": 2000, "pretrain.lr": 2e-3, "pretrain.batch_size": 64,
-            "finetune.steps": 200, "finetune.lr": 1e-3, "finetune.batch_size": 128}
+# CR-4 necessity: output-type accuracy after mean-replacing the type subspace, at most this
+NECESSITY_BOUND = 1.0 / N_TYPES + 0.10  # 0.35
+# CR-8: a seed whose held-out output-type accuracy at K = 1 is already >= this has no headroom
+# for a K trend ("not measurable"; SPEC section 1)
+CR8_HEADROOM = 0.90
+# CR-8 shared-token variant: the ideal reader's type accuracy must be <= the first at K = 1 and
+# >= the second at K = max_demos (SPEC section 1); the registered rate meets both
+SHARED_IDEAL_K1_MAX, SHARED_IDEAL_KMAX_MIN = 0.70, 0.99
+# CR-9: minimum number of lam values
+CR9_MIN_LAM = 4
+# CR-8: minimum number of K values
+CR8_MIN_K = 6
 
 
 CR_SPECS = (
@@ -47,8 +105,7 @@ CR_SPECS = (
         ),
         controls=(_neg("ICL-finetuned model", "ft_heldout_icl_best_attr_type", "<=",
                        TYPE_BOUND),),
-        hyperparameters={"task.n_types": N_TYPES, "task.n_demos": 4, "eval_n": 512,
-                         "eval_n_by_k": 2048, **MAIN_RUN},
+        hyperparameters=MAIN_RUN,
     ),
     ClaimSpec(
         "CR-2",
@@ -62,10 +119,7 @@ CR_SPECS = (
                   _neg("finetuned on mixed-type demos", "mixed_heldout_icl_exact", ">", 0.5)),
         # finetuning K ~ U[finetune_k_min, finetune_k_max or max_demos] per batch; held-out
         # ICL evaluated at every K of eval_ks (the K condition uses K >= 2)
-        hyperparameters={"task.n_demos": 4, "task.max_demos": 8, "task.finetune_k_min": 1,
-                         "task.finetune_k_max": 0, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
-                         "eval_n": 512, "eval_n_by_k": 2048,
-                         "finetune.trainable": "attention", "mixed_controls": True, **MAIN_RUN},
+        hyperparameters=MAIN_RUN,
     ),
     ClaimSpec(
         "CR-3",
@@ -76,47 +130,69 @@ CR_SPECS = (
         # type accuracy can only be lower)
         controls=(_neg("ICL+Grm finetuned on mixed-type demos",
                        "mixed_heldout_icl_best_attr_type", ">", TYPE_BOUND),),
-        hyperparameters={"task.iclgrm_order": "sga", "task.iclgrm_chain": "shared",
-                         "task.iclgrm_len_min": 1, "task.iclgrm_len_max": 2,
-                         "task.iclgrm_query_grammar": False, "task.n_demos": 4,
-                         "task.max_demos": 8, "task.finetune_k_min": 1,
-                         "task.finetune_k_max": 0, "finetune.trainable": "attention",
-                         "mixed_controls": True, **MAIN_RUN},
+        hyperparameters=MAIN_RUN,
     ),
     ClaimSpec(
         "CR-4",
-        "After finetuning the type is encoded in a low-dimensional subspace before the last "
-        "layer reads it out: top-(L-1)-PC probe >= 0.95 on held-out prompts, transfer >= 0.90, "
-        "eta^2 rises with K and with lam (Spearman >= 0.8, rise >= 0.1), and adding the "
-        "type-mean difference moves the answer on >= 0.80 of prompts.",
+        "After ICL finetuning the type is encoded in a low-dimensional subspace at "
+        "blocks.{L-1}.hook_resid_mid (query position): a top-(L-1)-PC probe decodes it "
+        "(>= 0.95) and transfers to held-out subjects (>= 0.90), adding the type-mean "
+        "difference moves the answer (>= 0.80), and mean-replacing the type subspace drops the "
+        "model's output-type accuracy to <= 1/L + 0.10 (necessity).",
         conditions=(
             _c("ft_acc_pc", ">=", 0.95, text="top-PC probe"),
             _c("ft_transfer_acc_pc", ">=", 0.90, text="transfer to held-out subjects"),
-            _c("ft_rho_k", ">=", 0.8, text="eta^2 vs K Spearman"),
-            _c("ft_rise_k", ">=", 0.1, text="eta^2 rise over K"),
-            _c("ft_rho_lam", ">=", 0.8, text="eta^2 vs lam Spearman"),
-            _c("ft_rise_lam", ">=", 0.1, text="eta^2 rise over lam"),
             _c("ft_patch_gain", ">=", 0.80,
                text="additive causal patch (minus the unpatched hit rate)"),
+            _c("ft_necessity_type_acc", "<=", NECESSITY_BOUND,
+               text="necessity: output-type accuracy with the type subspace mean-replaced"),
         ),
         controls=(
             _neg("PT-only probe", "pt_acc_pc", ">", 0.5),
-            _neg("PT-only eta^2 rise over K", "pt_rise_k", ">=", 0.1),
             _neg("PT-only patch", "pt_patch_gain", ">", 0.3),
             _neg("label shuffle (distance from chance)", "ft_shuffle_gap", ">", 0.05),
             _neg("norm-matched random vector patch", "ft_random_patch_gain", ">", 0.1),
-            _neg("3 random directions (top-PC probe minus random)", "ft_pc_minus_random",
-                 "<", 0.2),
+            _neg("random (L-1)-dim subspaces mean-replaced (drop of output-type accuracy, "
+                 "mean of the draws)", "ft_random_subspace_drop", ">", 0.05),
         ),
-        hyperparameters={"taskvec.n_pc": N_TYPES - 1, "taskvec.ks": (1, 2, 3, 4, 6, 8),
-                         "taskvec.lams": (0.0, 0.3, 0.6, 0.9), "taskvec.lam_seeds": 0,
-                         "taskvec.transplant_scale": 1.0, "taskvec.n_random_dirs": 8,
-                         "taskvec.n_shuffles": 64, "taskvec.lam_model": "main",
-                         "taskvec.test_fraction": 0.25, "taskvec.dev_fraction": 0.25,
-                         "taskvec.n_heldout": 1200, "taskvec.n_finetune": 800,
-                         "taskvec.n_subject_split": 600, "taskvec.n_per_k": 600,
-                         # the main run CR-4 reads (shared with CR-1..3)
-                         **MAIN_RUN, "finetune.trainable": "attention"},
+        hyperparameters={**MAIN_RUN, **TASKVEC},
+    ),
+    ClaimSpec(
+        "CR-8",
+        "More demonstrations make the type code clearer and recall better: partial eta^2 of "
+        "type (query subject removed) at the CR-4 hook has Spearman >= 0.8 with K and rises "
+        "by >= 0.1 on every seed, and held-out exact accuracy rises by >= 0.05 from K = 1 to "
+        "K = max; not measurable on a seed whose output-type accuracy at K = 1 is >= 0.90.",
+        conditions=(
+            _c("ft_partial_eta2_rho_k", ">=", 0.8, text="partial eta^2 vs K Spearman"),
+            _c("ft_partial_eta2_rise_k", ">=", 0.1, text="partial eta^2 rise over K"),
+            _c("ft_exact_rise_k", ">=", 0.05, text="held-out exact accuracy rise over K"),
+        ),
+        controls=(
+            _neg("mixed-type ICL finetune: partial eta^2 rise over K",
+                 "mixed_partial_eta2_rise_k", ">=", 0.1),
+        ),
+        # the shared-token variant's sharing rate (scripts/cr_shared_rate.py, chosen from the
+        # ideal reader on task seeds 100-119 before any training; docs/registry.md 2026-12-02)
+        hyperparameters={**MAIN_RUN, **TASKVEC, "shared_variant_share": 0.8},
+    ),
+    ClaimSpec(
+        "CR-9",
+        "Larger grammar separation makes the type code clearer: over >= 4 values of lam "
+        "(each a full PT + ICL finetuning) eta^2 at the CR-4 hook rises by >= 0.1 from the "
+        "smallest to the largest lam and never drops between consecutive values by more than "
+        "the registered retraining noise delta, on every seed.",
+        conditions=(
+            _c("ft_rise_lam", ">=", 0.1, text="eta^2 rise over lam"),
+            _c("ft_lam_drop_over_delta", "<=", 0.0,
+               text="largest drop between consecutive lam minus delta"),
+        ),
+        controls=(
+            _neg("mixed-type ICL finetune: eta^2 rise over lam", "mixed_rise_lam", ">=", 0.1),
+        ),
+        # delta: 2 x the std of eta^2 over 8 retrainings at lam 0.9 on seeds 200-207, measured
+        # before the decision run (scripts/cr9_noise.py; docs/registry.md 2026-12-02)
+        hyperparameters={**MAIN_RUN, **TASKVEC, "taskvec.lam_delta": 0.1234},
     ),
     ClaimSpec(
         "CR-5",
@@ -153,17 +229,29 @@ CR_SPECS = (
         ),
         controls=(_neg("ICL construction with the Relation OV zeroed",
                        "zeroed_relation_ov_icl_exact", ">", 0.5),),
+        hyperparameters=TASK,  # the construction is built on the task; it trains nothing
     ),
     ClaimSpec(
         "CR-7",
         "While finetuning the attention-only model on ICL, the Relation head's OV memory "
-        "improves before its KQ: OV onset earlier than KQ onset on at least 4 of 5 seeds at "
-        "both finetuning learning rates 3e-3 and 6e-3.",
+        "improves before its KQ, and KQ's learning waits for OV: at both finetuning learning "
+        "rates 3e-3 and 6e-3, on at least 4 of 5 seeds, (i) OV onset earlier than KQ onset, "
+        "(ii) with OV preset to its end-of-finetuning value the KQ onset comes in at most half "
+        "the normal run's KQ onset steps, (iii) with OV frozen at its PT value the KQ gain over "
+        "the normal budget is at most half the normal run's gain.",
         conditions=(
             _c("ov_first_lr_3e-3", ">=", 1.0, rule="fraction", min_fraction=0.8,
                text="OV first at lr 3e-3"),
             _c("ov_first_lr_6e-3", ">=", 1.0, rule="fraction", min_fraction=0.8,
                text="OV first at lr 6e-3"),
+            _c("preset_kq_onset_ratio_lr_3e-3", "<=", 0.5, rule="fraction",
+               min_fraction=0.8, text="OV preset: KQ onset / normal KQ onset at lr 3e-3"),
+            _c("preset_kq_onset_ratio_lr_6e-3", "<=", 0.5, rule="fraction",
+               min_fraction=0.8, text="OV preset: KQ onset / normal KQ onset at lr 6e-3"),
+            _c("frozen_kq_gain_ratio_lr_3e-3", "<=", 0.5, rule="fraction",
+               min_fraction=0.8, text="OV frozen: KQ gain / normal KQ gain at lr 3e-3"),
+            _c("frozen_kq_gain_ratio_lr_6e-3", "<=", 0.5, rule="fraction",
+               min_fraction=0.8, text="OV frozen: KQ gain / normal KQ gain at lr 6e-3"),
         ),
         controls=(
             _pos("placebo: OV-first synthetic schedule read as OV first", "placebo_ov_first",
@@ -175,9 +263,18 @@ CR_SPECS = (
                  "placebo_simultaneous_ov_first", ">=", 1.0),
             _neg("placebo: KQ one checkpoint ahead read as OV first",
                  "placebo_kq_leads_ov_first", ">=", 1.0),
+            # the same onsets with the other curve shapes (KQ linear, OV convex): read by
+            # onset, not by shape
+            _pos("placebo, shapes swapped: OV-first schedule read as OV first",
+                 "placebo_swapped_ov_first", ">=", 1.0),
+            _pos("placebo, shapes swapped: KQ-first schedule read as KQ first",
+                 "placebo_swapped_kq_first", ">=", 1.0),
         ),
         hyperparameters=dict(MECH_MODEL, **{"cascade.ft_lrs": (3e-3, 6e-3),
                                             "cascade.onset_fraction": 0.1,
+                                            "cascade.onset_fractions_reported":
+                                                (0.05, 0.2, 0.5),
+                                            "cascade.causal_arms": True,
                                             "cascade.plateau_tail": 0.1,
                                             "cascade.placebo_points": 21}),
     ),
@@ -203,12 +300,16 @@ CR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
                      "ft_pre_attn_acc_pc", "ft_patch_success", "pt_patch_success",
                      "pt_patch_unpatched_hit", "ft_random_dir", "ft_shuffle_gap", "ft_eta2",
                      "pt_eta2", "grm_acc_pc", "grm_transfer_acc_pc",
-                     "ft_query_subject_share"), UNIT),
+                     "ft_query_subject_share", "ft_necessity_type_acc",
+                     "ft_output_type_acc_k1", "ft_random_subspace_type_acc"), UNIT),
     # CR-4: Spearman correlations, rises of eta^2, gains = share minus share
     **dict.fromkeys(("ft_rho_k", "ft_rise_k", "ft_rho_lam", "ft_rise_lam", "pt_rise_k",
                      "grm_rho_k", "grm_rise_k", "ft_write_rise_k", "ft_patch_gain",
                      "pt_patch_gain", "ft_random_patch_gain", "ft_final_patch_gain",
-                     "ft_pc_minus_random"), SIGNED_UNIT),
+                     "ft_pc_minus_random", "ft_random_subspace_drop", "ft_necessity_drop",
+                     "ft_partial_eta2_rho_k", "ft_partial_eta2_rise_k", "ft_exact_rise_k",
+                     "mixed_partial_eta2_rise_k", "mixed_rise_lam", "ft_max_drop_lam",
+                     "ft_lam_drop_over_delta"), SIGNED_UNIT),
     # CR-5: moved_gain role scores (share moved minus share already answering), a share, 0/1
     **dict.fromkeys(("relation_role", "subject_role", "pt_relation_role",
                      "construction_relation", "construction_subject"), SIGNED_UNIT),
@@ -220,5 +321,9 @@ CR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
     # CR-7: 0/1 per seed
     **dict.fromkeys(("ov_first_lr_3e-3", "ov_first_lr_6e-3", "placebo_ov_first",
                      "placebo_kq_first", "placebo_simultaneous_ov_first",
-                     "placebo_kq_leads_ov_first"), UNIT),
+                     "placebo_kq_leads_ov_first", "placebo_swapped_ov_first",
+                     "placebo_swapped_kq_first"), UNIT),
+    # CR-7 causal arms: a ratio of onsets (>= 0) and a ratio of gains (any sign): unbounded
+    **dict.fromkeys(("preset_kq_onset_ratio_lr_3e-3", "preset_kq_onset_ratio_lr_6e-3",
+                     "frozen_kq_gain_ratio_lr_3e-3", "frozen_kq_gain_ratio_lr_6e-3"), None),
 }

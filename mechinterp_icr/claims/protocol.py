@@ -183,18 +183,21 @@ def _missing(v: Any) -> bool:
 
 def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str, Any]:
     """``{"condition", "value", "met", "per_seed", "missing"}`` for per-seed metric dicts (or
-    values). A seed whose value is missing or NaN makes the condition unmet under every rule
-    (no number, no evidence)."""
+    values). A seed whose value is missing or NaN makes the condition unmet under the
+    ``every_seed`` and ``mean`` rules (no number, no evidence); under ``fraction`` it counts as
+    one of the seeds that fail (a rule of "4 of 5 seeds" tolerates one such seed)."""
     vals = _values(per_seed, cond.metric)
     missing = sorted(s for s, v in vals.items() if _missing(v))
     ok = {s: compare(v, cond.op, cond.threshold) for s, v in vals.items()}
     mean = _mean([float(v) for s, v in vals.items() if s not in missing])
-    if not vals or missing:
+    if not vals:
+        met = False
+    elif cond.rule == "fraction":  # a seed without a number is one of the failing seeds
+        met = sum(ok.values()) / len(ok) >= cond.min_fraction - 1e-12
+    elif missing:
         met = False
     elif cond.rule == "mean":
         met = compare(mean, cond.op, cond.threshold)
-    elif cond.rule == "fraction":
-        met = sum(ok.values()) / len(ok) >= cond.min_fraction - 1e-12
     else:
         met = all(ok.values())
     return {"condition": cond.describe(), "value": mean, "met": bool(met),

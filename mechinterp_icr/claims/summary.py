@@ -8,6 +8,7 @@ Stage timings, peak memory and package versions sit beside it. Writes are atomic
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -261,9 +262,12 @@ class Summary:
 
 
 def claim_key(item):
+    """Sort key of a ``(claim id, ...)`` item: by prefix, then number, a variant (``CR-8
+    (shared tokens)``) right after its default claim."""
     cid = item[0]
-    prefix, _, num = cid.partition("-")
-    return (prefix, int(num) if num.isdigit() else 0, cid)
+    prefix, _, rest = cid.partition("-")
+    digits = "".join(itertools.takewhile(str.isdigit, rest))
+    return (prefix, int(digits) if digits else 0, cid)
 
 
 def _fmt(v: float) -> str:

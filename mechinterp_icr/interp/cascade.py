@@ -3,7 +3,7 @@ finetuning checkpoints, when each of them rises, and the synthetic-schedule plac
 
 Probes (both continuous, and both in the same units: raw pre-softmax logits, each a linear
 function of the weights it reads, so that the two rise on the same schedule when the weights
-move together; 2026-12-01, see docs/registry.md):
+move together; since 2026-12-01, see docs/registry.md):
 
 - **OV probe** ``ov_margin`` (:func:`ov_margin`): in the head's full OV circuit
   ``W_E W_V W_O W_U`` restricted to attribute tokens, the mean logit an attribute gives the
@@ -14,23 +14,29 @@ move together; 2026-12-01, see docs/registry.md):
   attribute tokens minus the mean score on the other visible tokens (in attention logits,
   ``hook_attn_scores``; linear in ``W_K``).
 
-Before 2026-12-01 the OV probe was ``ov_contrast`` (the margin divided by the block's
-spread: a ratio that rises steeply then flattens) and the KQ probe ``kq_mass`` (a softmax
-attention mass: flat, then a jump). With those two, OV and KQ weights moving together were
-read as OV first (an adversarial review); both are still logged as diagnostics.
+The earlier probes ``ov_contrast`` (the margin divided by the block's spread: a ratio that
+rises steeply then flattens) and ``kq_mass`` (a softmax attention mass: flat, then a jump)
+read OV and KQ weights moving together as OV first; both are still logged as diagnostics.
 
 :func:`checkpoint_probes` logs both (and the rank-based ``ov_precision`` / ``kq_top_attr`` of
-``interp.circuits``, as diagnostics) for every head at every checkpoint. :func:`onset_step`:
-the total gain is measured at the plateau (mean of the last ``tail`` share of checkpoints,
-at least 3) and the onset is the first checkpoint whose gain over the start reaches 10% of
-it. :func:`cascade_timing` picks the Relation head (larger attention mass on the demo
-attributes at the end) and says whether its OV onset comes strictly before its KQ onset.
+``interp.circuits``, as diagnostics) for every head at every checkpoint. :func:`plateau_gain`:
+the total gain is measured at the plateau (mean of the last ``tail`` share of checkpoints, at
+least 3) minus the start; :func:`onset_step`: the first checkpoint whose gain over the start
+reaches ``frac`` (the claim's 10%) of it. :func:`cascade_timing` picks the Relation head
+(larger attention mass on the demo attributes at the end) and says whether its OV onset
+comes strictly before its KQ onset, at the claim's fraction and at each reported fraction
+(``onsets``, keyed by :func:`fraction_name`); :func:`head_timing` reads the same numbers for
+a given head (the causal arms of ``experiments.cr.cascade``, read on the normal run's
+Relation head), and :func:`kq_onset_ratio` / :func:`kq_gain_ratio` compare an arm with the
+normal run.
 
 Placebo (:func:`synthetic_schedule`, :func:`placebo_orders`): models interpolated between
-the PT and the ICL construction (``models.construction``), one schedule moving the Relation
-head's OV first and its KQ second, one the other way round (positive: the same probe and
-onset code must read each order correctly), and two negative schedules that must NOT be read
-as OV first: both moving together, and KQ leading by one checkpoint (``kq_leads``).
+the PT and the ICL construction (``models.construction``). Positive (the same probe and onset
+code must read each order correctly): one schedule moving the Relation head's OV first and
+its KQ second, one the other way round (both linear ramps), and the same two orders with the
+curve shapes swapped (KQ linear, OV convex: a cubic ramp), which must be read by onset, not
+by shape. Negative (must NOT be read as OV first): both moving together, and KQ leading by
+one checkpoint (``kq_leads``).
 
 Nothing here trains: the mechanism model is trained by the CR experiment
 (``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its evaluation.
@@ -45,15 +51,43 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["KQ_PROBE", "ONSET_FRACTION", "OV_PROBE", "PLACEBO_ORDERS", "PLATEAU_TAIL",
-           "cascade_timing", "checkpoint_probes", "half_gain_step", "onset_step",
-           "ov_contrast", "ov_margin", "placebo_orders",
-           "probe_rows", "synthetic_schedule"]
+__all__ = ["KQ_PROBE", "ONSET_FRACTION", "OV_PROBE", "PLACEBO_METRICS", "PLACEBO_ORDERS",
+           "PLATEAU_TAIL", "SCHEDULE_RAMPS", "cascade_timing", "checkpoint_probes", "fraction_name",
+           "half_gain_step", "head_timing", "kq_gain_ratio", "kq_onset_ratio", "onset_step",
+           "ov_contrast", "ov_margin", "placebo_orders", "plateau_gain", "probe_rows",
+           "synthetic_schedule"]
 
 ONSET_FRACTION = 0.1  # SPEC: onset = first checkpoint with 10% of the total gain
 PLATEAU_TAIL = 0.1  # the plateau = mean of the last 10% of checkpoints (at least 3)
 OV_PROBE, KQ_PROBE = "ov_margin", "kq_logit"  # the claim's probes (raw logits, module doc)
-PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads")
+PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads", "swapped_ov_first",
+                  "swapped_kq_first")
+# each schedule's ramps on the path t in [0, 1]: (start, width, shape) of the OV and of the KQ
+# interpolation coefficient; "linear": (t - start) / width clipped to [0, 1], "cubic": its
+# cube (convex: slow, then fast). kq_leads' OV starts one checkpoint after its KQ (set per
+# n_points in synthetic_schedule). The swapped pair keeps the linear pair's ramp starts and
+# moves OV on a cubic ramp; in swapped_ov_first OV's cubic ramp spans [0, 0.8], so that it is
+# still rising when KQ starts at 0.4 and reaches half its gain (t = 0.635) after KQ does (t =
+# 0.6): read by half-gain (speed) that schedule is KQ first, read by onset it is OV first.
+SCHEDULE_RAMPS = {
+    "ov_first": ((0.0, 0.4, "linear"), (0.4, 0.4, "linear")),
+    "kq_first": ((0.4, 0.4, "linear"), (0.0, 0.4, "linear")),
+    "simultaneous": ((0.0, 0.5, "linear"), (0.0, 0.5, "linear")),
+    "kq_leads": ((None, 0.5, "linear"), (0.0, 0.5, "linear")),
+    "swapped_ov_first": ((0.0, 0.8, "cubic"), (0.4, 0.4, "linear")),
+    "swapped_kq_first": ((0.4, 0.4, "cubic"), (0.0, 0.4, "linear")),
+}
+# the placebo metric of each schedule: (name, the reading it is 1 for, control kind); a
+# positive control reads the schedule's own order, a negative one whether it is (wrongly)
+# read as OV first
+PLACEBO_METRICS = {
+    "ov_first": ("placebo_ov_first", "ov_first", "positive"),
+    "kq_first": ("placebo_kq_first", "kq_first", "positive"),
+    "simultaneous": ("placebo_simultaneous_ov_first", "ov_first", "negative"),
+    "kq_leads": ("placebo_kq_leads_ov_first", "ov_first", "negative"),
+    "swapped_ov_first": ("placebo_swapped_ov_first", "ov_first", "positive"),
+    "swapped_kq_first": ("placebo_swapped_kq_first", "kq_first", "positive"),
+}
 
 
 def half_gain_step(steps, values, frac: float = 0.5) -> float:
@@ -67,16 +101,28 @@ def half_gain_step(steps, values, frac: float = 0.5) -> float:
     return float(np.asarray(steps)[idx[0]])
 
 
-def onset_step(steps, values, frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL
-               ) -> float:
-    """First step whose gain over the start reaches ``frac`` of the total gain, the total
-    gain measured at the plateau (mean of the last ``tail`` share of values, at least 3).
-    nan when the probe does not rise."""
+def fraction_name(frac: float) -> str:
+    """0.05 -> '5': the percent a reported onset fraction is named by in metric names
+    (``ov_first_at_5_lr_3e-3``) and in ``onsets``."""
+    return str(int(round(100 * float(frac))))
+
+
+def plateau_gain(values, tail: float = PLATEAU_TAIL) -> float:
+    """The total gain of a probe curve: the mean of its last ``tail`` share of values (at
+    least 3, at most all) minus its first value; nan for fewer than 2 values."""
     v = np.asarray(values, dtype=float)
     if len(v) < 2:
         return float("nan")
     k = min(len(v), max(3, int(math.ceil(tail * len(v)))))
-    gain = float(v[-k:].mean() - v[0])
+    return float(v[-k:].mean() - v[0])
+
+
+def onset_step(steps, values, frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL
+               ) -> float:
+    """First step whose gain over the start reaches ``frac`` of the total gain, the total
+    gain measured at the plateau (:func:`plateau_gain`). nan when the probe does not rise."""
+    v = np.asarray(values, dtype=float)
+    gain = plateau_gain(v, tail)
     if not np.isfinite(gain) or gain <= 1e-9:
         return float("nan")
     # relative tolerance: a value at exactly 10% of the gain must not fall on either side by
@@ -159,18 +205,58 @@ def checkpoint_probes(task, batch):
     return fn
 
 
+def _order(t_ov: float, t_kq: float) -> dict[str, float]:
+    both = bool(np.isfinite(t_ov) and np.isfinite(t_kq))
+    return {"ov_first": float(t_ov < t_kq) if both else 0.0,
+            "kq_first": float(t_kq < t_ov) if both else 0.0}
+
+
 def _timing(steps, rows: list[dict[str, Any]], rel: int, frac: float = ONSET_FRACTION,
-            tail: float = PLATEAU_TAIL) -> dict[str, Any]:
+            tail: float = PLATEAU_TAIL, fractions=()) -> dict[str, Any]:
     ov = [r[f"h{rel}_{OV_PROBE}"] for r in rows]
     kq = [r[f"h{rel}_{KQ_PROBE}"] for r in rows]
     t_ov, t_kq = onset_step(steps, ov, frac, tail), onset_step(steps, kq, frac, tail)
     both = np.isfinite(t_ov) and np.isfinite(t_kq)
-    return {"steps": list(steps), "ov": ov, "kq": kq, "t_onset_ov": t_ov, "t_onset_kq": t_kq,
-            "ov_first": float(t_ov < t_kq) if both else 0.0,
-            "kq_first": float(t_kq < t_ov) if both else 0.0,
+    onsets = {}
+    for f in fractions:
+        a, b = onset_step(steps, ov, f, tail), onset_step(steps, kq, f, tail)
+        onsets[fraction_name(f)] = {"fraction": float(f), "t_onset_ov": a, "t_onset_kq": b,
+                                    **_order(a, b)}
+    return {"steps": list(steps), "ov": ov, "kq": kq, "onset_fraction": float(frac),
+            "t_onset_ov": t_ov, "t_onset_kq": t_kq, **_order(t_ov, t_kq),
             "lead_steps": (t_kq - t_ov) if both else float("nan"),
+            "onsets": onsets,
+            "ov_gain": plateau_gain(ov, tail), "kq_gain": plateau_gain(kq, tail),
             "t_half_ov": half_gain_step(steps, ov), "t_half_kq": half_gain_step(steps, kq),
             "ov_start": ov[0], "ov_end": ov[-1], "kq_start": kq[0], "kq_end": kq[-1]}
+
+
+def head_timing(rows: list[dict[str, Any]], head: int, frac: float = ONSET_FRACTION,
+                tail: float = PLATEAU_TAIL, fractions=()) -> dict[str, Any]:
+    """The OV and KQ curves of ``head`` from per-checkpoint probe ``rows`` (those of
+    :func:`checkpoint_probes` with a ``step``, sorted by step): their onsets at ``frac`` and
+    at each of ``fractions`` (``onsets``, keyed by :func:`fraction_name`), ``ov_first`` /
+    ``kq_first`` (strictly earlier; a tie or a probe that does not rise is neither), and
+    their total gains ``ov_gain`` / ``kq_gain`` (:func:`plateau_gain`)."""
+    return _timing([r["step"] for r in rows], rows, head, frac, tail, fractions)
+
+
+def kq_onset_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:
+    """An arm's KQ onset step over the normal run's (both :func:`head_timing` results); nan
+    when either KQ does not rise or the normal onset is at step 0."""
+    a, n = float(arm["t_onset_kq"]), float(normal["t_onset_kq"])
+    if not (np.isfinite(a) and np.isfinite(n)) or n <= 0:
+        return float("nan")
+    return a / n
+
+
+def kq_gain_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:
+    """An arm's KQ gain over the normal run's (both plateau gains, :func:`plateau_gain`, on
+    the same step budget); nan when the normal run's gain is not positive."""
+    a, n = float(arm["kq_gain"]), float(normal["kq_gain"])
+    if not (np.isfinite(a) and np.isfinite(n)) or n <= 0:
+        return float("nan")
+    return a / n
 
 
 def probe_rows(models, task, batch) -> list[dict[str, Any]]:
@@ -180,12 +266,13 @@ def probe_rows(models, task, batch) -> list[dict[str, Any]]:
 
 
 def cascade_timing(model, task, rows: list[dict[str, Any]], batch,
-                   frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> dict[str, Any]:
+                   frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL,
+                   fractions=()) -> dict[str, Any]:
     """The cascade of a finetuned 2-head model from its per-checkpoint probe ``rows`` (those of
     :func:`checkpoint_probes` with a ``step``, sorted by step): the Relation head (larger
-    attention mass on the demo attributes of ``batch`` at the end), its OV and KQ curves, their
-    onsets (:func:`onset_step`), ``ov_first`` and the similarity of each head to the
-    construction."""
+    attention mass on the demo attributes of ``batch`` at the end), its OV and KQ curves and
+    their timing (:func:`head_timing`: onsets at ``frac`` and at each of ``fractions``,
+    ``ov_first``, gains), and the similarity of each head to the construction."""
     from mechinterp_icr.interp.attention import head_role_table
     from mechinterp_icr.interp.circuits import construction_similarity
 
@@ -194,7 +281,7 @@ def cascade_timing(model, task, rows: list[dict[str, Any]], batch,
     rel = int(np.argmax([r["demo_attribute"] for r in roles]))
     sim = construction_similarity(model, task)
     return {"relation_head": rel, "subject_head": 1 - rel,
-            **_timing(steps, rows, rel, frac, tail),
+            **_timing(steps, rows, rel, frac, tail, fractions),
             "icl_curve": [r["icl_heldout_exact"] for r in rows],
             "ov_contrast": [r[f"h{rel}_ov_contrast"] for r in rows],
             "kq_mass": [r[f"h{rel}_kq_mass"] for r in rows],
@@ -208,21 +295,29 @@ def cascade_timing(model, task, rows: list[dict[str, Any]], batch,
 # ------------------------------------------------------------------------------------------
 # Placebo: synthetic schedules between the PT and the ICL construction
 # ------------------------------------------------------------------------------------------
+def _ramp(t: float, start: float, width: float, shape: str) -> float:
+    x = float(np.clip((t - start) / width, 0.0, 1.0))
+    return x ** 3 if shape == "cubic" else x
+
+
 @torch.no_grad()
 def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float = 0.2) -> list:
-    """Models on a synthetic "training" path from the PT to the ICL construction (Relation
-    head only; the Subject head is the same in both). ``order='ov_first'``: the Relation
-    head's OV moves over the first 40% of the path, its KQ over the next 40%, then a plateau;
-    ``'kq_first'`` the other way round; ``'simultaneous'``: both over the first 50%;
-    ``'kq_leads'``: KQ over [0, 0.5], OV one checkpoint later (the negative schedules: they
-    must not be read as OV first). A fixed random matrix (std ``noise_scale``) is added to the
-    Relation head's ``W_O`` at every point. Returns ``n_points`` models (checkpoints
-    0..n-1)."""
+    """Models on a synthetic "training" path t in [0, 1] from the PT to the ICL construction
+    (Relation head only; the Subject head is the same in both). The Relation head's ``W_O``
+    moves with the OV coefficient and its ``W_K`` with the KQ coefficient, each on the ramp of
+    :data:`SCHEDULE_RAMPS` (``order``): ``ov_first`` OV over [0, 0.4] then KQ over [0.4, 0.8]
+    (linear); ``kq_first`` the other way round; ``simultaneous`` both over [0, 0.5];
+    ``kq_leads`` KQ over [0, 0.5], OV one checkpoint later; ``swapped_ov_first`` /
+    ``swapped_kq_first`` the same starts with OV on a cubic (convex) ramp, KQ linear. Both
+    probes are linear in the weight they read, so each follows its coefficient. A fixed
+    random matrix (std ``noise_scale``) is added to the Relation head's ``W_O`` at every
+    point. Returns ``n_points`` models (checkpoints 0..n-1)."""
     from mechinterp_icr.config import check, check_choice
     from mechinterp_icr.models.construction import RELATION_HEAD, build_construction
 
     check_choice("order", order, list(PLACEBO_ORDERS))
-    check(n_points >= 5, "n_points", n_points, "at least 5 checkpoints")
+    check(isinstance(n_points, int) and n_points >= 5, "n_points", n_points,
+          "an integer of at least 5 checkpoints")
     pt, icl = build_construction(task, "pt"), build_construction(task, "icl")
     a_pt, a_icl = pt.blocks[0].attn, icl.blocks[0].attn
     h = RELATION_HEAD
@@ -230,19 +325,13 @@ def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float 
     # against the construction's 10), so that the OV block is not clean at any point
     g = torch.Generator().manual_seed(0xC7)
     noise = noise_scale * torch.randn(a_icl.W_O[h].shape, generator=g)
-    lag = 1.0 / (n_points - 1)  # one checkpoint
+    (ov_start, ov_w, ov_shape), (kq_start, kq_w, kq_shape) = SCHEDULE_RAMPS[order]
+    if ov_start is None:  # kq_leads: OV one checkpoint after KQ
+        ov_start = kq_start + 1.0 / (n_points - 1)
     models = []
     for t in np.linspace(0.0, 1.0, n_points):
-        first, second = float(np.clip(t / 0.4, 0, 1)), float(np.clip((t - 0.4) / 0.4, 0, 1))
-        if order == "ov_first":
-            a_ov, a_kq = first, second
-        elif order == "kq_first":
-            a_ov, a_kq = second, first
-        elif order == "simultaneous":
-            a_ov = a_kq = float(np.clip(t / 0.5, 0, 1))
-        else:  # kq_leads
-            a_kq = float(np.clip(t / 0.5, 0, 1))
-            a_ov = float(np.clip((t - lag) / 0.5, 0, 1))
+        a_ov = _ramp(t, ov_start, ov_w, ov_shape)
+        a_kq = _ramp(t, kq_start, kq_w, kq_shape)
         m = copy.deepcopy(icl)
         at = m.blocks[0].attn
         at.W_K[h].copy_((1 - a_kq) * a_pt.W_K[h] + a_kq * a_icl.W_K[h])
@@ -253,26 +342,29 @@ def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float 
 
 
 def placebo_orders(task, batch, n_points: int = 21, frac: float = ONSET_FRACTION,
-                   tail: float = PLATEAU_TAIL) -> dict[str, Any]:
-    """Read the synthetic schedules with the claim's probe and onset code (the Relation head
-    found as in :func:`cascade_timing`): ``placebo_ov_first`` is 1 when the OV-first schedule
-    is read as OV first, ``placebo_kq_first`` 1 when the KQ-first schedule is read as KQ
-    first (positive controls); ``placebo_simultaneous_ov_first`` and
-    ``placebo_kq_leads_ov_first`` are 1 when the simultaneous and the KQ-leading schedule are
-    (wrongly) read as OV first (negative controls: must be 0)."""
+                   tail: float = PLATEAU_TAIL, fractions=()) -> dict[str, Any]:
+    """Read every synthetic schedule (:data:`PLACEBO_ORDERS`) with the claim's probe and onset
+    code (the Relation head found as in :func:`cascade_timing`). Positive controls (1 when
+    read correctly): ``placebo_ov_first`` / ``placebo_kq_first`` (the linear pair) and
+    ``placebo_swapped_ov_first`` / ``placebo_swapped_kq_first`` (OV convex, KQ linear), each
+    1 when its schedule is read in its own order. Negative controls (must be 0):
+    ``placebo_simultaneous_ov_first`` and ``placebo_kq_leads_ov_first``, 1 when the
+    simultaneous and the KQ-leading schedule are (wrongly) read as OV first. ``schedules``
+    holds each schedule's curves, onsets (also at each of ``fractions``) and half-gain steps
+    (``t_half_ov`` / ``t_half_kq``: the speed reading an onset must not be confused with)."""
     from mechinterp_icr.interp.attention import head_role_table
 
     out: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
     for order in PLACEBO_ORDERS:
         models = synthetic_schedule(task, order, n_points)
         rows = probe_rows(models, task, batch)
         rel = int(np.argmax([r["demo_attribute"] for r in head_role_table(models[-1], batch)]))
-        tm = _timing(list(range(n_points)), rows, rel, frac, tail)
-        read = tm["kq_first"] if order == "kq_first" else tm["ov_first"]
-        out[order] = {"read_correctly" if order in ("ov_first", "kq_first") else "read_ov_first":
-                      read, "relation_head": rel,
-                      **{k: tm[k] for k in ("t_onset_ov", "t_onset_kq", "ov", "kq")}}
-    return {"placebo_ov_first": out["ov_first"]["read_correctly"],
-            "placebo_kq_first": out["kq_first"]["read_correctly"],
-            "placebo_simultaneous_ov_first": out["simultaneous"]["read_ov_first"],
-            "placebo_kq_leads_ov_first": out["kq_leads"]["read_ov_first"], "schedules": out}
+        tm = _timing(list(range(n_points)), rows, rel, frac, tail, fractions)
+        name, reading, kind = PLACEBO_METRICS[order]
+        metrics[name] = tm[reading]
+        out[order] = {"read_correctly" if kind == "positive" else "read_ov_first": tm[reading],
+                      "relation_head": rel,
+                      **{k: tm[k] for k in ("t_onset_ov", "t_onset_kq", "t_half_ov",
+                                            "t_half_kq", "onsets", "ov", "kq")}}
+    return {**metrics, "schedules": out}

@@ -50,12 +50,23 @@ class AnswerPrompts:
 
 def _icl_answer(task, tokens: Tensor, pos: Tensor) -> Tensor:
     """Answer of CR ICL prompts: the attribute of the query subject (the token at ``pos``) of
-    the type of the prompt's demo attributes (one shared type per prompt)."""
+    the prompt's type, the one type all its demo attribute tokens belong to (one shared type
+    per prompt; ``task.type_member``). In the shared-token variant a prompt whose demo tokens
+    all belong to two types has no type the tokens can tell: ValueError."""
     toks = tokens.numpy()
     rows = np.arange(len(toks))
-    types = task.attr_type_of_id(toks)  # (B, T), -1 off attributes
-    assert (types >= 0).any(1).all(), "an ICL prompt without a demo attribute"
-    ty = types[rows, (types >= 0).argmax(1)]
+    member = task.type_member[toks]  # (B, T, L)
+    is_attr = member.any(-1)  # (B, T) demo attribute positions
+    assert is_attr.any(1).all(), "an ICL prompt without a demo attribute"
+    cand = (member | ~is_attr[..., None]).all(1)  # (B, L) types every demo token belongs to
+    n_cand = cand.sum(1)
+    if not (n_cand == 1).all():
+        b = int(np.flatnonzero(n_cand != 1)[0])
+        raise ValueError(f"ICL prompt {b} of {len(toks)}: its demo attribute tokens belong to "
+                         f"types {np.flatnonzero(cand[b]).tolist()}; expected exactly one "
+                         "(the shared-token variant with too few demos leaves the type "
+                         "ambiguous: use more demos)")
+    ty = cand.argmax(1)
     subj = toks[rows, pos.numpy()] - task.subject_base
     return torch.as_tensor(task.answer_id(subj, ty))
 

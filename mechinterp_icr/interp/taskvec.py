@@ -23,7 +23,14 @@ Causal check (``transplant_accuracy``): add the difference of mean task vectors 
 minus type ``l``; ``mode='add'``), a random vector of the same norm (``mode='random'``, the
 control) or write the mean task vector of ``l'`` (``mode='replace'``) into a type-``l`` prompt
 at one hook of the query position, and count how often the answer becomes the query
-subject's ``l'`` attribute.
+subject's ``l'`` attribute. Necessity (``subspace_mean_replace_predictions``): replace the
+component of the query-position activation in a subspace U (:func:`type_subspace`, the span of
+the type-mean differences; or :func:`random_subspace`, the control) by the training mean's
+component and read the model's answers.
+
+Partial eta^2 (:func:`partial_type_variance_fraction`): the type's share of the variance left
+once the query subject's own contribution is removed, SS_type / (SS_type + SS_residual) in the
+additive type + subject decomposition (least squares on one-hot codes).
 
 CR-4 reads the code at :func:`readout_hook` (``blocks.{n-1}.hook_resid_mid``: after the last
 attention layer, before the last MLP), never at the final residual stream, whose type is
@@ -54,12 +61,16 @@ __all__ = [
     "n_components_for",
     "participation_ratio",
     "output_type_accuracy",
+    "partial_type_variance_fraction",
     "pca",
+    "random_subspace",
+    "subspace_mean_replace_predictions",
     "prompt_keys",
     "readout_hook",
     "readout_names",
     "silhouette",
     "transplant_accuracy",
+    "type_subspace",
     "type_variance_fraction",
     "umap_embed",
     "write_hook",
@@ -157,7 +168,12 @@ class TaskVectorSet:
         return float((self.pred == self.answer).mean()) if len(self) else float("nan")
 
     def prompt_ids(self) -> np.ndarray:
-        return prompt_keys(self.tokens)
+        """One id per distinct (prompt tokens, type): in the shared-token variant one token
+        sequence can be a prompt of two types (each demo's attribute token shared by both), and
+        those are two prompts. Where the tokens fix the type (the default task) these are the
+        ids of the token sequences alone (the type is the last sort key)."""
+        return prompt_keys(np.concatenate([np.asarray(self.tokens),
+                                           np.asarray(self.types)[:, None]], 1))
 
     def subset(self, idx) -> TaskVectorSet:
         idx = np.asarray(idx)
@@ -271,15 +287,13 @@ def iter_checkpoint_task_vectors(run, selection: str, n: int, K: int | None = No
 
 def output_type_accuracy(task, pred, types) -> float:
     """Share of prompts whose model answer (``pred``, token ids) is an attribute of the
-    prompt's type ``types`` (the type read from the model's own output, printed beside the
+    prompt's type ``types`` (``task.has_type``: in the shared-token variant a token of two
+    types is right for both; the type read from the model's own output, printed beside the
     CR-4 probe: a probe that only matches this reads the prediction, not an earlier code)."""
     pred, types = np.asarray(pred), np.asarray(types)
     if not len(pred):
         return float("nan")
-    V, L = task.cfg.n_values, task.cfg.n_types
-    rel = pred - task.attr_base
-    is_attr = (rel >= 0) & (rel < L * V)
-    return float((is_attr & (rel // V == types)).mean())
+    return float(np.asarray(task.has_type(pred, types)).mean())
 
 
 def resolve_subjects(task, subjects):
@@ -358,6 +372,81 @@ def type_variance_fraction(X, labels) -> float:
         m = labels == c
         between += m.sum() * float(((X[m].mean(0) - mu) ** 2).sum())
     return between / total
+
+
+def _residual_ss(X: np.ndarray, *codes: np.ndarray) -> float:
+    """Residual sum of squares of X regressed on the one-hot codes of ``codes`` (with an
+    intercept; least squares)."""
+    cols = [np.ones((X.shape[0], 1))]
+    for c in codes:
+        _, inv = np.unique(np.asarray(c), return_inverse=True)
+        cols.append(np.eye(inv.max() + 1)[inv][:, 1:])  # drop one level (intercept)
+    D = np.concatenate(cols, 1)
+    beta, *_ = np.linalg.lstsq(D, X, rcond=None)
+    return float(((X - D @ beta) ** 2).sum())
+
+
+def partial_type_variance_fraction(X, types, subjects) -> float:
+    """Partial eta^2 of ``types`` given ``subjects``: SS_type / (SS_type + SS_residual) in the
+    additive model X ~ type + subject, with SS_type = RSS(subject only) - RSS(type + subject)
+    (the type's share once the subject's own variance is removed; SPEC CR-8). In [0, 1]; 0
+    when nothing is left to explain."""
+    X = _as2d(X)
+    rss_sub = _residual_ss(X, subjects)
+    rss_full = _residual_ss(X, types, subjects)
+    ss_type = max(0.0, rss_sub - rss_full)
+    denom = ss_type + rss_full
+    return float(ss_type / denom) if denom > 0 else 0.0
+
+
+def type_subspace(X, labels) -> tuple[np.ndarray, np.ndarray]:
+    """(U, mean): an orthonormal basis U (d, k) of the span of the class-mean differences
+    (mean[c] - mean[c0] for every class c; k = number of classes - 1 at most, fewer when the
+    differences are linearly dependent) and the overall mean of X (the training mean a
+    mean-replacement writes). Fit it on training prompts only."""
+    X = np.asarray(X, dtype=np.float64)
+    _, means = class_means(X, labels)
+    D = (means[1:] - means[:1]).T  # (d, n_classes - 1)
+    check(D.shape[1] >= 1, "labels", "one class", "at least two classes")
+    Q, R = np.linalg.qr(D)
+    keep = np.abs(np.diag(R)) > 1e-9 * max(1.0, float(np.abs(R).max()))
+    return Q[:, keep], X.mean(0)
+
+
+def random_subspace(d: int, k: int, seed: int) -> np.ndarray:
+    """An orthonormal basis (d, k) of a uniformly random k-dimensional subspace of R^d (QR
+    of a Gaussian matrix; a pure function of ``seed``)."""
+    check_range("k", k, 1, d, integer=True)
+    g = np.random.default_rng([int(seed), 0x5B5]).standard_normal((d, k))
+    Q, _ = np.linalg.qr(g)
+    return Q
+
+
+@torch.no_grad()
+def subspace_mean_replace_predictions(model, tokens: torch.Tensor, query_pos, hook_name: str,
+                                      U: np.ndarray, mean: np.ndarray,
+                                      batch_size: int = 512) -> np.ndarray:
+    """The model's argmax answers with the query-position activation at ``hook_name``
+    replaced in the subspace spanned by the orthonormal columns of ``U`` by the component of
+    ``mean``: x -> x - U U^T (x - mean). Returns (N,) token ids."""
+    dev = next(model.parameters()).device
+    U_t = torch.as_tensor(np.asarray(U), dtype=torch.float32, device=dev)
+    mu_t = torch.as_tensor(np.asarray(mean), dtype=torch.float32, device=dev)
+    preds = []
+    for i in range(0, tokens.shape[0], batch_size):
+        tok = tokens[i:i + batch_size].to(dev)
+        qp = torch.as_tensor(np.asarray(query_pos[i:i + batch_size])).long().to(dev)
+        rows = torch.arange(tok.shape[0], device=dev)
+
+        def hook(resid, hook, rows=rows, qp=qp):  # (b, T, d_model)
+            resid = resid.clone()
+            x = resid[rows, qp]
+            resid[rows, qp] = x - ((x - mu_t) @ U_t) @ U_t.T
+            return resid
+
+        logits = model.run_with_hooks(tok, fwd_hooks=[(hook_name, hook)])
+        preds.append(logits[rows, qp].argmax(-1).cpu().numpy())
+    return np.concatenate(preds) if preds else np.zeros(0, dtype=np.int64)
 
 
 def cosine_within_between(X, labels, center: bool = True, max_n: int = 2000,

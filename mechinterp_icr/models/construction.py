@@ -64,6 +64,11 @@ def build_construction(task, variant: str = "icl", beta: float = 30.0, gamma: fl
     """The constructed model for ``task`` (a CRTask): ``variant`` ``"pt"`` or ``"icl"``."""
     check_choice("construction.variant", variant, ["pt", "icl"])
     c = task.cfg
+    if getattr(c, "attr_share", 0.0) > 0:
+        raise ConfigError(f"task.attr_share = {c.attr_share} is not allowed for the "
+                          "construction; expected 0 (its Relation head writes a type's whole "
+                          "value block, A{l}_0 .. A{l}_{V-1}, which needs the default task's "
+                          "disjoint types)")
     if variant == "pt" and c.n_grammar < c.n_types:
         raise ConfigError(f"task.n_grammar = {c.n_grammar} is not allowed for the PT "
                           f"construction; expected at least n_types = {c.n_types} (G_l is the "

@@ -5,12 +5,29 @@ Vocabulary, contiguous id blocks::
     0 [PAD]  1 [BOS]  2 [SEP]
     3 ..             subjects  S0 .. S{M-1}
     3+M ..           grammar   G0 .. G{G-1}
-    3+M+G ..         attributes, type-major: A{l}_{v} = attr_base + l*V + v
+    3+M+G ..         attributes, type-major: A{l}_{v} = attr_base + l*V + v (the names and
+                     ids; which types a token is a value of: ``value_ids``, below)
 
-A seeded knowledge base ``kb[s, l] = v`` gives every subject one value per type. Every type
-``l`` owns a first-order Markov chain over the grammar tokens; ``lam`` mixes a shared chain
-``Q`` with the type's own chain ``R_l``: ``P_l = (1-lam) Q + lam R_l`` (initial distribution and
-transition matrix alike), so ``lam = 0`` makes all types' grammar statistics identical.
+A seeded knowledge base ``kb[s, l] = v`` gives every subject one value *slot* per type; the
+token of type ``l``'s slot ``v`` is ``value_ids[l, v]`` and a subject's attribute is
+``answer_id(s, l) = value_ids[l, kb[s, l]]``. By default (``attr_share = 0``) ``value_ids[l, v]
+= attr_base + l*V + v``: the types' values are disjoint, so one attribute token reveals its type.
+
+Shared-token variant (``attr_share = r`` in (0, 1], SPEC section 1, CR-8): an attribute token
+may belong to two types; the ids and ``d_vocab`` do not change, only ``value_ids`` does (a pure
+function of (cfg, seed); ``attr_share = 0`` is the default task bit for bit). Its construction
+(which slots are shared, with whom; the dead tokens) and the ideal reader: ``tasks.cr_vocab``.
+
+Membership: ``type_member`` (d_vocab, L) says which types a token belongs to; ``has_type``
+reads it vectorised; ``attr_type_of_id`` is the type of a token that belongs to exactly one
+type (-2: several, -1: none). ``ideal_type_accuracy`` is the Bayes reader of the type from the
+demo attribute tokens alone (the reader the variant's sharing rate is chosen by, before any
+training: ``scripts/cr_shared_rate.py``).
+
+Every type ``l`` owns a first-order Markov chain over the grammar tokens; ``lam`` mixes a shared
+chain ``Q`` with the type's own chain ``R_l``: ``P_l = (1-lam) Q + lam R_l`` (initial
+distribution and transition matrix alike), so ``lam = 0`` makes all types' grammar statistics
+identical.
 
 Formats (one example holds several tuples; ``order`` = ``"sga"`` or ``"gsa"``):
 
@@ -37,23 +54,23 @@ chains and subject split of the seed passed to ``build``."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from mechinterp_icr.config import (
-    ConfigError,
-    ModelConfig,
-    check,
-    check_choice,
-    check_range,
-    register_task,
-)
-from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab, logits_at
+from mechinterp_icr.config import ModelConfig, check, check_choice, check_range, register_task
+from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab
+from mechinterp_icr.tasks.cr_eval import _scores as _scores  # re-exported (tests use it)
+from mechinterp_icr.tasks.cr_eval import evaluate_icl, evaluate_pt, ideal_reader_table
+from mechinterp_icr.tasks.cr_vocab import _value_table
+from mechinterp_icr.tasks.cr_vocab import ideal_type_accuracy as _ideal_type_accuracy
 
-__all__ = ["BOS", "PAD", "ROLES", "SEP", "CRTask", "CRTaskConfig", "evaluate_icl", "evaluate_pt"]
+# evaluate_icl, evaluate_pt, ideal_reader_table (and _scores): tasks.cr_eval, re-exported here
+__all__ = ["BOS", "PAD", "ROLES", "SEP", "CRTask", "CRTaskConfig", "evaluate_icl", "evaluate_pt",
+           "ideal_reader_table"]
 
 PAD, BOS, SEP = 0, 1, 2
 
@@ -89,6 +106,8 @@ class CRTaskConfig:
     icl_loss: str = "query"  # "query" | "all"
     finetune_k_min: int = 1  # finetuning K ~ U[min, max] per batch (max 0 = max_demos;
     finetune_k_max: int = 0  # min = max = n_demos is the first build's fixed K)
+    attr_share: float = 0.0  # shared-token variant: share of each type's value slots whose
+    # token belongs to two types (0 = disjoint types, the default task; module docstring)
 
     def __post_init__(self) -> None:
         check_range("task.n_subjects", self.n_subjects, 4, 100_000, integer=True)
@@ -123,6 +142,16 @@ class CRTaskConfig:
         check_range("task.finetune_k_max", self.finetune_k_max, 0, self.max_demos, integer=True)
         check_range("task.finetune_k_min", self.finetune_k_min, 1, self.finetune_ks[1],
                     integer=True)
+        check_range("task.attr_share", self.attr_share, 0.0, 1.0)
+        check(self.attr_share == 0 or self.n_types >= 2, "task.attr_share", self.attr_share,
+              f"0 when n_types = {self.n_types} (a token can only be shared between two "
+              "types)")
+
+    @property
+    def n_shared_slots(self) -> int:
+        """Value slots per type whose token is shared with another type: ``round(attr_share *
+        n_values)``, half up (fewer for a type the odd-L schedule pairs with its dummy)."""
+        return int(math.floor(self.attr_share * self.n_values + 0.5))
 
     @property
     def finetune_ks(self) -> tuple[int, int]:
@@ -155,6 +184,10 @@ def _dirichlet(rng: np.random.Generator, alpha: float, shape: tuple[int, ...]) -
     return g / s
 
 
+def _as_numpy(x) -> np.ndarray:
+    return np.asarray(x.cpu() if isinstance(x, torch.Tensor) else x)
+
+
 def _sample_rows(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
     """One categorical draw per row of ``probs`` (N, G) by inverse CDF."""
     cdf = np.cumsum(probs, axis=-1)
@@ -163,7 +196,13 @@ def _sample_rows(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
 
 
 class CRTask:
-    """A built CR task: vocabulary, knowledge base, grammar chains, subject split, samplers."""
+    """A built CR task: vocabulary, knowledge base, grammar chains, subject split, samplers.
+
+    Value tables (module docstring): ``value_ids`` (L, V) token of type l's value slot v;
+    ``shared_slots`` (L, V) whether that token belongs to two types; ``type_member``
+    (d_vocab, L) whether token t is one of type l's values; ``live_attr_ids`` the sorted
+    attribute tokens that belong to some type (all of ``attr_ids`` by default; the variant's
+    dead tokens are left out)."""
 
     def __init__(self, cfg: CRTaskConfig, seed: int = 0):
         self.cfg = cfg
@@ -180,7 +219,13 @@ class CRTask:
         self.attr_ids = np.arange(self.attr_base, self.attr_base + L * V)
 
         kb_rng = np.random.default_rng([self.seed, 0xCB0])
-        self.kb = kb_rng.integers(0, V, size=(M, L))  # (M, L) value index
+        self.kb = kb_rng.integers(0, V, size=(M, L))  # (M, L) value slot
+        self.value_ids, self.shared_slots = _value_table(cfg, self.seed, self.attr_base)
+        self.type_member = np.zeros((len(self.vocab), L), dtype=bool)
+        self.type_member[self.value_ids, np.arange(L)[:, None]] = True
+        self.live_attr_ids = np.unique(self.value_ids)
+        self._n_types_of = self.type_member.sum(1)  # (d_vocab,) types a token belongs to
+        self._first_type = np.where(self._n_types_of > 0, self.type_member.argmax(1), -1)
         ch_rng = np.random.default_rng([self.seed, 0xC4A1])
         q_init = _dirichlet(ch_rng, cfg.shared_alpha, (G,))
         q_trans = _dirichlet(ch_rng, cfg.shared_alpha, (G, G))
@@ -216,14 +261,29 @@ class CRTask:
         return np.asarray(g) + self.grammar_base
 
     def attr_id(self, l, v):
-        return self.attr_base + np.asarray(l) * self.cfg.n_values + np.asarray(v)
+        """Token id of type l's value slot v, ``value_ids[l, v]`` (vectorised, broadcast)."""
+        return self.value_ids[np.asarray(l), np.asarray(v)]
 
     def attr_type_of_id(self, ids):
-        """Type of each attribute token id, -1 for non-attribute ids (vectorised)."""
-        ids = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids)
-        rel = ids - self.attr_base
-        ok = (rel >= 0) & (rel < self.cfg.n_types * self.cfg.n_values)
-        return np.where(ok, rel // self.cfg.n_values, -1)
+        """Per token id (vectorised; numpy or torch): the type it belongs to when it belongs
+        to exactly one type, -2 when it belongs to several (a shared token of the variant),
+        -1 when it belongs to none (non-attribute ids, ids outside the vocabulary and the
+        variant's dead attribute tokens). By default every attribute token has one type.
+        Use :meth:`has_type` to ask whether a token is one of a given type's values."""
+        ids = _as_numpy(ids)
+        ok = (ids >= 0) & (ids < self.d_vocab)
+        safe = np.where(ok, ids, 0)
+        n = self._n_types_of[safe]
+        return np.where(ok & (n == 1), self._first_type[safe],
+                        np.where(ok & (n > 1), -2, -1))
+
+    def has_type(self, ids, types) -> np.ndarray:
+        """Whether each token id is one of the values of the matching type (``ids`` and
+        ``types`` broadcast; numpy or torch): ``type_member[ids, types]``, False for ids
+        outside the vocabulary, non-attribute and dead ids, and types outside [0, L)."""
+        ids, types = np.broadcast_arrays(_as_numpy(ids), _as_numpy(types))
+        ok = (ids >= 0) & (ids < self.d_vocab) & (types >= 0) & (types < self.cfg.n_types)
+        return ok & self.type_member[np.where(ok, ids, 0), np.where(ok, types, 0)]
 
     def answer_id(self, s, l):
         """Token id of subject s's attribute of type l (vectorised)."""
@@ -272,6 +332,14 @@ class CRTask:
                     logp += np.log(self.type_trans[:, g[:, j - 1], g[:, j]] + 1e-300)
                 vals.append(float((logp.argmax(0) == types).mean()))
         return float(np.mean(vals))
+
+    # -- the ideal reader of the demos ---------------------------------------------------------
+    def ideal_type_accuracy(self, K: int, n: int = 20000, seed: int = 0,
+                            subjects=None, reader: str = "generative") -> float:
+        """Type accuracy of the Bayes reader of ICL prompts from their K demo attribute tokens
+        alone, by Monte Carlo over ``n`` prompts (``reader`` 'generative' or 'kb'):
+        :func:`mechinterp_icr.tasks.cr_vocab.ideal_type_accuracy`, whose docstring says more."""
+        return _ideal_type_accuracy(self, K, n=n, seed=seed, subjects=subjects, reader=reader)
 
     def _grammar_runs(self, rng, lengths, types, width, chain: str) -> np.ndarray:
         """Grammar indices (N, width) of runs of the given lengths (entries past the length
@@ -501,100 +569,3 @@ class CRTask:
                 "n_finetune_subjects": len(self.finetune_subjects),
                 "n_heldout_subjects": len(self.heldout_subjects), "n_ctx": self.n_ctx,
                 "d_vocab": self.d_vocab}
-
-
-# ------------------------------------------------------------------------------------------------
-# Evaluation
-# ------------------------------------------------------------------------------------------------
-def _rng(rng_or_seed) -> np.random.Generator:
-    if isinstance(rng_or_seed, np.random.Generator):
-        return rng_or_seed
-    return np.random.default_rng(rng_or_seed)
-
-
-def _check_ctx(model, T: int) -> None:
-    n_ctx = int(model.cfg.n_ctx)
-    if T > n_ctx:
-        raise ConfigError(f"sequence length {T} is not allowed for this model; expected at most "
-                          f"model.n_ctx = {n_ctx} (fewer demos, shorter grammar, or a model "
-                          "built for this task's n_ctx)")
-
-
-@torch.no_grad()
-def _answer_logits(model, batch: Batch, pos: torch.Tensor) -> torch.Tensor:
-    dev = next(model.parameters()).device
-    B = batch.tokens.shape[0]
-    rows = torch.arange(B)[:, None].expand(pos.shape) if pos.ndim > 1 else torch.arange(B)
-    out = logits_at(model, batch.tokens.to(dev), rows.reshape(-1).to(dev),
-                    pos.reshape(-1).to(dev)).float().cpu()
-    return out.reshape(*pos.shape, out.shape[-1])
-
-
-def _scores(task: CRTask, logits: torch.Tensor, answer: torch.Tensor, types: torch.Tensor):
-    """exact / type / restricted / typed correctness for logits (..., V)."""
-    attr = torch.as_tensor(task.attr_ids)
-    pred = logits.argmax(-1)
-    exact = pred == answer
-    sub = logits[..., attr]  # (..., L*V)
-    r_pred = attr[sub.argmax(-1)]
-    restricted = r_pred == answer
-    pred_type = torch.as_tensor(task.attr_type_of_id(pred.numpy()))
-    type_ok = pred_type == types
-    V = task.cfg.n_values
-    typed_ids = task.attr_base + types[..., None] * V + torch.arange(V)  # (..., V)
-    typed_pred = torch.gather(logits, -1, typed_ids).argmax(-1) + task.attr_base + types * V
-    typed = typed_pred == answer
-    rtype_ok = torch.as_tensor(task.attr_type_of_id(r_pred.numpy())) == types
-    return {"exact": exact, "type": type_ok, "restricted": restricted, "typed": typed,
-            "restricted_type": rtype_ok}
-
-
-@torch.no_grad()
-def evaluate_icl(model, task: CRTask, rng_or_seed, subjects=None, K: int | None = None,
-                 n: int = 512, grammar: bool = False, batch_size: int = 512,
-                 fixed: dict | None = None) -> dict[str, float]:
-    """ICL (or ICL+Grm) accuracy at the query: ``exact`` (argmax over the vocabulary is the
-    answer), ``type`` (argmax is an attribute of the right type), ``restricted`` (argmax among
-    attribute tokens is the answer), plus ``typed`` (argmax among the right type's values) and
-    ``restricted_type`` (type of the best attribute guess is right; chance 1/L). ``fixed``:
-    arrays of ``n`` rows (``types``, ``query_subjects``, ``demo_subjects`` (n, K)) given to
-    ``sample_icl`` batch by batch (the same prompts at several K)."""
-    rng = _rng(rng_or_seed)
-    K = task.cfg.n_demos if K is None else K
-    _check_ctx(model, task.format_len(K, grammar))
-    acc: dict[str, float] = {}
-    done = 0
-    while done < n:
-        b = min(batch_size, n - done)
-        kw = {k: np.asarray(v)[done:done + b] for k, v in (fixed or {}).items()}
-        batch = task.sample_icl(rng, b, K=K, subjects=subjects, grammar=grammar, **kw)
-        logits = _answer_logits(model, batch, batch.meta["query_pos"])
-        sc = _scores(task, logits, batch.meta["answer"], batch.meta["type"])
-        for k, v in sc.items():
-            acc[k] = acc.get(k, 0.0) + float(v.float().sum())
-        done += b
-    return {k: v / n for k, v in acc.items()}
-
-
-@torch.no_grad()
-def evaluate_pt(model, task: CRTask, rng_or_seed, subjects=None, n: int = 512,
-                batch_size: int = 256) -> dict[str, float]:
-    """PT factual recall at every attribute of ``n`` PT sequences (tuples restricted to
-    ``subjects`` when given): ``typed`` (argmax among the true type's values), ``restricted``
-    (argmax among all attributes; bounded by the Bayes ceiling of reading the type from the
-    grammar), ``exact`` (argmax over the vocabulary), ``type``."""
-    rng = _rng(rng_or_seed)
-    _check_ctx(model, task.pt_len)
-    acc: dict[str, float] = {}
-    count = 0
-    done = 0
-    while done < n:
-        b = min(batch_size, n - done)
-        batch = task.sample_pt(rng, b, subjects=subjects)
-        logits = _answer_logits(model, batch, batch.meta["attr_pos"])
-        sc = _scores(task, logits, batch.meta["answer"], batch.meta["type"])
-        for k, v in sc.items():
-            acc[k] = acc.get(k, 0.0) + float(v.float().sum())
-        count += int(batch.meta["answer"].numel())
-        done += b
-    return {k: v / count for k, v in acc.items()}

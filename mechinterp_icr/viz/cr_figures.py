@@ -1,4 +1,5 @@
-"""Figures of the CR reproduction (claims CR-1 .. CR-7), drawn from result rows.
+"""Figures of the CR reproduction (claims CR-1 .. CR-4, CR-8, CR-9; CR-5 .. CR-7 in
+:mod:`.cr_mech_figures`, re-exported here), drawn from result rows.
 
 Every function takes the rows or dicts a CR stage produced (evaluation rows, sweep rows,
 task-vector results, head-role verdicts, cascade curves) and writes plotly figures with
@@ -17,6 +18,11 @@ import numpy as np
 
 from mechinterp_icr.claims import ci95
 from mechinterp_icr.claims.protocol import UNIT
+from mechinterp_icr.viz.cr_mech_figures import (  # CR-5 .. CR-7, re-exported
+    write_cr5_figure,
+    write_cr6_figure,
+    write_cr7_figure,
+)
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = [
@@ -26,6 +32,8 @@ __all__ = [
     "write_cr5_figure",
     "write_cr6_figure",
     "write_cr7_figure",
+    "write_cr8_figure",
+    "write_cr9_figure",
     "task_vector_views_figure",
     "write_task_vector_views",
 ]
@@ -403,135 +411,96 @@ def write_task_vector_views(views: list[tuple], n_types: int, umap: bool,
 
 
 # ------------------------------------------------------------------------------------------------
-# CR-5 .. CR-7
+# CR-8 and CR-9 (per-seed metrics of experiments.cr.claims_taskvec.per_seed_metrics)
 # ------------------------------------------------------------------------------------------------
-def _save_quietly(fig, out_dir: Path, stem: str) -> str | None:
-    """Write ``<out_dir>/figures/<stem>``; its path relative to ``out_dir``
-    (``figures/<stem>.html``, as every other claim's figure), or None when writing fails (a
-    figure must never cost a claim)."""
-    try:
-        save_figure(fig, Path(out_dir) / "figures" / stem)
-        return f"figures/{stem}.html"
-    except Exception:  # noqa: BLE001 - a figure must never cost a claim
+_SEED_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def _by_x(d: dict | None) -> tuple[list[float], list[float]]:
+    pts = sorted((float(k), float(v)) for k, v in (d or {}).items()
+                 if v is not None and not math.isnan(float(v)))
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroom: float,
+                     label: str = "default task", name: str = "cr8_by_k") -> str | None:
+    """CR-8: partial eta^2 of type, held-out exact accuracy and output-type accuracy against
+    K, one line per seed (the mixed-type control dashed), the headroom bound at K = 1
+    marked."""
+    if not per_seed:
         return None
-
-
-def write_cr5_figure(per_seed: dict, out_dir: Path) -> str | None:
-    """CR-5: per seed, the Relation and Subject role scores of the mechanism model's role
-    heads and of the other head, the PT-only Relation role and the 2-layer model beside."""
     import plotly.graph_objects as go
-
-    seeds = list(per_seed)
-    fig = go.Figure()
-    for key, name in (("relation_role", "Relation role (role head)"),
-                      ("relation_other_head", "Relation role (other head)"),
-                      ("subject_role", "Subject role (role head)"),
-                      ("subject_other_head", "Subject role (other head)"),
-                      ("pt_relation_role", "Relation role, PT-only (control)"),
-                      ("two_layer_subject_moved", "2-layer model: Subject moved (beside)")):
-        fig.add_bar(name=name, x=[f"seed {s}" for s in seeds],
-                    y=[per_seed[s].get(key) for s in seeds])
-    fig.add_hline(y=0.5, line_dash="dash")
-    fig.add_hline(y=0.2, line_dash="dot")
-    fig.update_layout(barmode="group", title="CR-5: head roles, 1-layer 2-head attention-only "
-                      "model<br><sub>share of prompts moved to the target (chance-corrected); "
-                      f"dashed 0.5, dotted 0.2; {seeds_caption(seeds)}</sub>", xaxis_title="seed",
-                      yaxis_title="role score", yaxis_range=[-0.1, 1.05])
-    return _save_quietly(fig, out_dir, "cr5_head_roles")
-
-
-def write_cr6_figure(cr6: dict, out_dir: Path) -> str | None:
-    """CR-6: exact accuracy of the constructed models in each format, and the control."""
-    import plotly.graph_objects as go
-
-    keys = ["pt_construction_pt_exact", "pt_construction_icl_heldout_exact",
-            "icl_construction_icl_heldout_exact", "icl_construction_pt_exact",
-            "zeroed_relation_ov_icl_exact"]
-    fig = go.Figure()
-    for s, r in cr6.items():
-        fig.add_bar(name=f"seed {s}", x=[k.replace("_", " ") for k in keys],
-                    y=[r.get(k) for k in keys])
-    fig.add_hline(y=0.99, line_dash="dash")
-    fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy"
-                      f"<br><sub>{seeds_caption(list(cr6))}</sub>",
-                      xaxis_title="model and format", yaxis_title="exact accuracy",
-                      yaxis_range=[0, 1.05])
-    return _save_quietly(fig, out_dir, "cr6_construction")
-
-
-def _progress(v) -> list[float]:
-    """A probe curve as the share of its total gain (plateau = mean of the last 10%)."""
-    v = np.asarray(v, dtype=float)
-    k = min(len(v), max(3, int(math.ceil(0.1 * len(v)))))
-    gain = v[-k:].mean() - v[0]
-    return ((v - v[0]) / gain).tolist() if gain > 1e-9 else [0.0] * len(v)
-
-
-def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> str | None:
-    """CR-7: per finetuning lr, the Relation head's OV and KQ probes as shares of their total
-    gain, with the onsets (10% of the gain) marked; a last panel the placebo schedules."""
-    import plotly.graph_objects as go  # noqa: F401
     from plotly.subplots import make_subplots
 
-    lrs = sorted({lr for r in cr7.values() for lr in r["by_lr"]}, key=float)
-    panels = [f"finetuning lr {lr}" for lr in lrs] + (["placebo (synthetic schedules)"]
-                                                      if placebo else [])
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, shared_yaxes=True)
-    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
-    steps = next((v["steps"] for r in cr7.values() for v in r["by_lr"].values()), [])
-    gaps = np.diff(steps) if len(steps) > 2 else np.array([1])
-    log_x = bool(len(gaps) > 2 and gaps[-1] > 2 * gaps[0])  # log-spaced checkpoints
-    xoff = 1 if log_x else 0  # step + 1 on a log axis (step 0 is the PT state)
-    for j, lr in enumerate(lrs):
-        for i, (s, r) in enumerate(cr7.items()):
-            v = r["by_lr"].get(lr)
-            if v is None:
-                continue
-            c = colours[i % len(colours)]
-            for key, dash, lab, on in (("ov", "solid", "OV", "t_onset_ov"),
-                                       ("kq", "dot", "KQ", "t_onset_kq")):
-                # one legend entry per seed (the line style, OV solid / KQ dotted, is in
-                # the title): ten entries did not fit beside the placebo's six
-                fig.add_scatter(x=[x + xoff for x in v["steps"]], y=_progress(v[key]),
-                                mode="lines",
-                                line={"color": c, "dash": dash}, legendgroup=f"s{s}",
-                                name=f"seed {s}", showlegend=j == 0 and lab == "OV",
-                                row=1, col=j + 1)
-                t = v[on]
-                if t is not None and not math.isnan(t):
-                    fig.add_scatter(x=[t + xoff], y=[0.1], mode="markers", showlegend=False,
-                                    marker={"color": c, "symbol": "circle" if lab == "OV"
-                                            else "x", "size": 9},
-                                    name=f"seed {s} {lab} onset", row=1, col=j + 1)
-    if placebo:
-        s0 = next(iter(placebo))
-        for order, dash in (("ov_first", "solid"), ("kq_first", "dash"),
-                            ("simultaneous", "dashdot")):
-            sch = placebo[s0]["schedules"].get(order)
-            if sch is None:
-                continue
-            x = list(range(len(sch["ov"])))
-            for key, col in (("ov", "#444"), ("kq", "#aaa")):
-                fig.add_scatter(x=x, y=_progress(sch[key]), mode="lines",
-                                line={"color": col, "dash": dash},
-                                name=f"placebo {order}: {key.upper()}", row=1,
-                                col=len(panels))
-    fig.add_hline(y=0.1, line_dash="dash", opacity=0.4)
-    for j in range(len(panels)):
-        if j < len(lrs):
-            fig.update_xaxes(title_text="finetuning step + 1 (log)" if log_x
-                             else "finetuning step", type="log" if log_x else "linear",
-                             row=1, col=j + 1)
-        else:
-            fig.update_xaxes(title_text="schedule point", row=1, col=j + 1)
-    fig.update_yaxes(title_text="share of total gain (plateau = 1)", row=1, col=1)
-    caption = seeds_caption(list(cr7))
-    if placebo:
-        caption += ("; placebo panel: " + seeds_caption(
-            [next(iter(placebo))], list(placebo),
-            "one seed's schedules; the placebo controls read every seed"))
-    fig.update_layout(title="CR-7: Relation-head OV (solid) and KQ (dotted) probes during ICL "
-                      "finetuning<br><sub>markers: onsets at 10% of the total gain (o OV, x KQ)"
-                      f"</sub><br><sub>{caption}</sub>", yaxis_range=[-0.4, 1.3],
-                      legend={"tracegroupgap": 2}, margin={"t": 170})
-    return _save_quietly(fig, out_dir, "cr7_cascade")
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[
+        "partial eta^2 of type (query subject removed)", "held-out exact accuracy",
+        "held-out output-type accuracy"])
+    for i, (seed, m) in enumerate(sorted(per_seed.items(), key=lambda kv: str(kv[0]))):
+        colr = _SEED_COLORS[i % len(_SEED_COLORS)]
+        for c, key in enumerate(("partial_eta2_by_k", "exact_by_k", "output_type_by_k")):
+            for ph, dash, show in (("ft", "solid", c == 0), ("mixed", "dash", False)):
+                x, y = _by_x(m.get(f"{ph}_{key}"))
+                if not x:
+                    continue
+                nm = f"seed {seed}" if ph == "ft" else f"seed {seed}, mixed-type finetune"
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=nm,
+                                         legendgroup=f"{seed}{ph}", showlegend=show or (
+                                             ph == "mixed" and c == 0 and i == 0),
+                                         line=dict(color=colr if ph == "ft" else "#999999",
+                                                   dash=dash)), 1, c + 1)
+    fig.add_hline(y=headroom, line=dict(color="black", dash="dot"), row=1, col=3,
+                  annotation_text=f"headroom bound at K = 1 ({headroom:g})",
+                  annotation_position="bottom right")
+    fig.update_xaxes(title_text="number of demonstrations K")
+    fig.update_yaxes(title_text="SS_type / (SS_type + SS_residual)", row=1, col=1,
+                     range=[0, 1.02])
+    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
+    fig.update_yaxes(title_text="accuracy", row=1, col=3, range=[0, 1.02])
+    fig.update_layout(title=f"CR-8 ({label}): the type code and recall against the number of "
+                            f"demonstrations, per seed (dashed grey: the mixed-type ICL "
+                            f"finetune, the control)<br><sub>"
+                            f"{seeds_caption(sorted(per_seed, key=str))}</sub>")
+    return save_figure(fig, Path(fig_dir) / name, width=1400, height=480)
+
+
+def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, delta: float
+                     ) -> str | None:
+    """CR-9: eta^2 at the CR-4 hook and held-out ICL exact accuracy against lam, one line per
+    seed (the mixed-type control dashed); each point's bar reaches delta below it (a drop to
+    the next lam within the bar is retraining noise)."""
+    if not per_seed or not any(m.get("ft_eta2_by_lam") for m in per_seed.values()):
+        return None
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "eta^2 of type at the CR-4 hook (bar: the noise band delta below each point)",
+        "held-out ICL exact accuracy"])
+    measured = delta is not None and delta >= 0
+    for i, (seed, m) in enumerate(sorted(per_seed.items(), key=lambda kv: str(kv[0]))):
+        colr = _SEED_COLORS[i % len(_SEED_COLORS)]
+        x, y = _by_x(m.get("ft_eta2_by_lam"))
+        err = dict(type="data", symmetric=False, array=[0.0] * len(y),
+                   arrayminus=[delta] * len(y), color=colr) if measured else None
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"seed {seed}",
+                                 legendgroup=str(seed), line=dict(color=colr), error_y=err),
+                      1, 1)
+        x, y = _by_x(m.get("mixed_eta2_by_lam"))
+        if x:
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="mixed-type finetune",
+                                     legendgroup="mixed", showlegend=i == 0,
+                                     line=dict(color="#999999", dash="dash")), 1, 1)
+        x, y = _by_x(m.get("ft_icl_exact_by_lam"))
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", showlegend=False,
+                                 legendgroup=str(seed), line=dict(color=colr)), 1, 2)
+    fig.update_xaxes(title_text="pretraining grammar separation lam")
+    fig.update_yaxes(title_text="between-type / total variance", row=1, col=1, range=[0, 1.02])
+    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
+    dl = f"delta = {delta:.3f}" if measured else "delta not registered"
+    fig.update_layout(title=f"CR-9: the type code against the grammar separation of "
+                            f"pretraining, per seed ({dl}; dashed grey: the mixed-type "
+                            f"finetune, the control)<br><sub>"
+                            f"{seeds_caption(sorted(per_seed, key=str))}</sub>")
+    return save_figure(fig, Path(fig_dir) / "cr9_by_lam", width=1300, height=480)
+

@@ -80,7 +80,9 @@ def test_tiny_end_to_end(tmp_path):
     summary = Summary("cr", "quick", [0])
     cr.reproduce(cfg, tmp_path, [0], summary)
     data = json.loads((tmp_path / "summary.json").read_text())
-    for cid in ("CR-1", "CR-2", "CR-3", "CR-4", "CR-5", "CR-6", "CR-7"):
+    shared = [f"CR-{i} (shared tokens)" for i in (1, 2, 3, 4, 8)]
+    for cid in ("CR-1", "CR-2", "CR-3", "CR-4", "CR-5", "CR-6", "CR-7", "CR-8", "CR-9",
+                *shared):
         c = data["claims"][cid]
         assert set(c) >= {"statement", "per_seed", "mean", "ci95", "threshold", "holds"}
         assert isinstance(c["holds"], bool) and "0" in c["per_seed"], cid
@@ -119,8 +121,14 @@ def test_tiny_end_to_end(tmp_path):
     for cid in ("CR-4", "CR-5", "CR-6", "CR-7"):
         assert data["claims"][cid]["controls"] and data["claims"][cid]["verdict"], cid
     assert (tmp_path / "runs" / "cr-mech" / "seed0" / "metrics.jsonl").exists()
-    for stem in ("cr_icl_by_k", "cr3_sweep", "cr4_overview", "cr7_cascade"):
+    for stem in ("cr_icl_by_k", "cr3_sweep", "cr4_overview", "cr7_cascade", "cr8_by_k"):
         assert (tmp_path / "figures" / f"{stem}.html").exists(), stem
+    # the shared-token variant: its own runs, figures and the ideal reader's table
+    assert (tmp_path / "shared-tokens" / "runs" / "cr" / "seed0" / "config.json").exists()
+    assert (tmp_path / "figures" / "shared-tokens" / "cr8_by_k.html").exists()
+    ideal = data["tables"]["CR shared-token ideal reader"]
+    assert [r["K"] for r in ideal] == [1, 2, 3] and ideal[0]["mean"] < 1.0
+    assert "CR-9 (shared tokens)" not in data["claims"]
     assert data["tables"]["CR attention views"]
     # the run directory is readable by the toolkit: config + phases in order
     from mechinterp_icr.pipeline import load_run_model

@@ -1,3 +1,5 @@
+import copy
+import json
 import math
 
 import numpy as np
@@ -83,3 +85,127 @@ def test_cascade_runs_end_to_end(tmp_path):
     v = r["by_lr"]["0.003"]
     assert len(v["steps"]) == len(v["ov"]) == len(v["kq"]) >= 10
     assert v["relation_head"] in (0, 1) and set(r["models"]) == {"0.003"}
+
+
+# ------------------------------------------------------------------------------------------
+# CR-7: the shape-swapped placebo and the causal arms on a tiny task
+# ------------------------------------------------------------------------------------------
+def _tiny_task():
+    from mechinterp_icr.tasks.cr import CRTaskConfig
+
+    return CRTaskConfig(n_subjects=16, n_grammar=4, n_types=2, n_values=4, n_demos=2,
+                        max_demos=3, n_tuples=2).build(0)
+
+
+@pytest.mark.parametrize("n_points", [11, 21])
+def test_shape_swapped_placebo_schedules_are_read_by_onset_not_by_shape(n_points):
+    """OV on a cubic (convex) ramp and KQ linear, from the linear pair's ramp starts: each
+    order is read correctly at the claim's onset fraction, although in the OV-first one the
+    half-gain (speed) reading puts KQ first."""
+    from mechinterp_icr.interp.cascade import placebo_orders
+
+    task = _tiny_task()
+    batch = task.sample_icl(np.random.default_rng(0), 16, subjects=task.heldout_subjects)
+    r = placebo_orders(task, batch, n_points, fractions=(0.05, 0.2, 0.5))
+    assert r["placebo_swapped_ov_first"] == 1.0 and r["placebo_swapped_kq_first"] == 1.0
+    assert r["placebo_ov_first"] == 1.0 and r["placebo_kq_first"] == 1.0
+    assert r["placebo_simultaneous_ov_first"] == 0.0 and r["placebo_kq_leads_ov_first"] == 0.0
+    sw = r["schedules"]["swapped_ov_first"]
+    assert sw["t_onset_ov"] < sw["t_onset_kq"]
+    assert sw["t_half_kq"] < sw["t_half_ov"]  # read by speed it would be KQ first
+    assert sw["onsets"]["50"]["ov_first"] == 0.0
+    # the shapes: OV convex (its increments grow), KQ linear (equal increments) while rising
+    ov, kq = np.diff(sw["ov"]), np.diff(sw["kq"])
+    rising_ov = ov[ov > 1e-9]
+    assert len(rising_ov) >= 4 and np.all(np.diff(rising_ov) > 0)
+    rising_kq = kq[kq > 1e-9]
+    assert np.allclose(rising_kq, rising_kq[0], rtol=1e-4)
+    kf = r["schedules"]["swapped_kq_first"]
+    assert kf["t_onset_kq"] < kf["t_onset_ov"] and kf["read_correctly"] == 1.0
+
+
+def _tiny_cascade_cfg(**kw):
+    from mechinterp_icr.experiments.cr.config import CascadeConfig
+
+    base = {"d_head": 8, "pt_steps": 20, "pt_batch": 16, "ft_steps": 6, "ft_batch": 16,
+            "ft_lr": 6e-3, "ft_lrs": (6e-3,), "dense_until": 2, "checkpoint_every": 2,
+            "probe_batch": 16, "ft_trainable": "all"}
+    return CascadeConfig(**{**base, **kw})
+
+
+def test_causal_arms_preset_and_freeze_only_the_relation_heads_ov():
+    """OV frozen: the Relation head's W_V / W_O stay at their PT values while the other
+    head's (and the Relation head's W_K) train; OV preset: the finetune starts with the
+    Relation head's OV equal to the normal run's final OV and everything else at PT."""
+    from mechinterp_icr.experiments.cr.cascade import (
+        OV_PARAMS,
+        causal_arms,
+        preset_head_ov,
+        train_mechanism_model,
+    )
+    from mechinterp_icr.interp.cascade import cascade_timing
+
+    torch.set_num_threads(1)
+    task = _tiny_task()
+    cc = _tiny_cascade_cfg()
+    pt, _, ft, batch = train_mechanism_model(task, 0, cc, None)
+    final, rows, _ = ft[6e-3]
+    normal = cascade_timing(final, task, rows, batch, cc.onset_fraction, cc.plateau_tail,
+                            cc.onset_fractions_reported)
+    rel = normal["relation_head"]
+    arms = causal_arms(pt, final, task, 0, cc, 6e-3, batch, rel, normal)
+    P = dict(pt.named_parameters())
+    F = dict(final.named_parameters())
+    frozen = dict(arms["models"]["ov_frozen"].named_parameters())
+    for n in OV_PARAMS:
+        assert torch.equal(frozen[n][rel], P[n][rel])
+        assert not torch.equal(frozen[n][1 - rel], P[n][1 - rel])
+    assert not torch.equal(frozen["blocks.0.attn.W_K"][rel], P["blocks.0.attn.W_K"][rel])
+    fo = arms["ov_frozen"]["ov"]
+    assert fo == [fo[0]] * len(fo) and math.isnan(arms["ov_frozen"]["t_onset_ov"])
+    # the preset start: only the Relation head's OV slices come from the normal run's end
+    start = copy.deepcopy(pt)
+    preset_head_ov(start, final, rel)
+    S = dict(start.named_parameters())
+    for n, p in S.items():
+        for h in range(2):
+            want = F[n][h] if (n in OV_PARAMS and h == rel) else P[n][h] if \
+                n in OV_PARAMS else P[n]
+            assert torch.equal(p[h] if n in OV_PARAMS else p, want)
+    # ... and the arm's probes at step 0: OV at the normal run's end, KQ at the PT value
+    assert arms["ov_preset"]["steps"] == normal["steps"]
+    assert arms["ov_preset"]["ov"][0] == pytest.approx(normal["ov"][-1], abs=1e-9)
+    assert arms["ov_preset"]["kq"][0] == pytest.approx(normal["kq"][0], abs=1e-9)
+    assert arms["ov_preset"]["onsets"].keys() == normal["onsets"].keys() == {"5", "20", "50"}
+    assert arms["preset_kq_onset_ratio"] == pytest.approx(
+        arms["ov_preset"]["t_onset_kq"] / normal["t_onset_kq"], nan_ok=True)
+    assert arms["frozen_kq_gain_ratio"] == pytest.approx(
+        arms["ov_frozen"]["kq_gain"] / normal["kq_gain"], nan_ok=True)
+    with pytest.raises(Exception, match=r"head = 2 is not allowed.*0\.\.1"):
+        preset_head_ov(start, final, 2)
+
+
+def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
+    from mechinterp_icr.experiments.cr.cascade import run_cascade
+    from mechinterp_icr.experiments.cr.claims_mech import cr7_seed_metrics
+    from mechinterp_icr.experiments.cr.evaluate import to_record
+
+    torch.set_num_threads(1)
+    task = _tiny_task()
+    r = run_cascade(task, 0, _tiny_cascade_cfg(), tmp_path / "a")
+    v = r["by_lr"]["0.006"]
+    assert set(v["arms"]) == {"ov_preset", "ov_frozen"} and set(r["arm_models"]["0.006"]) == \
+        {"ov_preset", "ov_frozen"}
+    assert set(v["onsets"]) == {"5", "20", "50"}
+    phases = {json.loads(x)["phase"] for x in (tmp_path / "a" / "metrics.jsonl").open()}
+    assert {"ft-icl-lr0.006", "ft-icl-lr0.006-ov-preset", "ft-icl-lr0.006-ov-frozen"} <= phases
+    for k in ("pt_model", "models", "arm_models", "probe_batch"):
+        r.pop(k)
+    m = cr7_seed_metrics(to_record(r), {})
+    assert {"preset_kq_onset_ratio_lr_6e-3", "frozen_kq_gain_ratio_lr_6e-3",
+            "ov_first_at_5_lr_6e-3", "ov_first_at_50_lr_6e-3", "t_onset_kq_preset_lr_6e-3",
+            "t_onset_kq_frozen_lr_6e-3"} <= set(m)
+    off = run_cascade(task, 0, _tiny_cascade_cfg(causal_arms=False), tmp_path / "b")
+    assert "arms" not in off["by_lr"]["0.006"] and off["arm_models"] == {}
+    m = cr7_seed_metrics({k: off[k] for k in ("by_lr",)}, {})
+    assert "preset_kq_onset_ratio_lr_6e-3" not in m

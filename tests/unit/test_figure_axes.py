@@ -48,6 +48,7 @@ def captured(monkeypatch):
     """Figures passed to ``save_figure`` by the viz modules, instead of written."""
     import mechinterp_icr.viz.claim_figures as claim_figures
     import mechinterp_icr.viz.cr_figures as cr_figures
+    import mechinterp_icr.viz.cr_mech_figures as cr_mech_figures
     import mechinterp_icr.viz.ir_figures as ir_figures
 
     figs = {}
@@ -56,7 +57,7 @@ def captured(monkeypatch):
         figs[str(stem).replace("\\", "/").rsplit("/", 1)[-1]] = fig
         return {"html": f"{stem}.html"}
 
-    for mod in (cr_figures, ir_figures, claim_figures):
+    for mod in (cr_figures, cr_mech_figures, ir_figures, claim_figures):
         monkeypatch.setattr(mod, "save_figure", fake)
     return figs
 
@@ -133,10 +134,16 @@ def test_every_cr_figure_titles_its_axes(captured, tmp_path):
     cf.write_cr7_figure({"0": {"by_lr": {"0.001": curve, "0.003": curve}}}, tmp_path,
                         placebo={"0": {"schedules": {"ov_first": {"ov": [0, .5, 1],
                                                                   "kq": [0, 0, 1]}}}})
+    per = {"0": {"ft_partial_eta2_by_k": {"1": 0.2, "8": 0.5}, "ft_exact_by_k": {"1": 0.5},
+                 "ft_output_type_by_k": {"1": 0.6}, "mixed_partial_eta2_by_k": {"1": 0.1},
+                 "ft_eta2_by_lam": {"0": 0.2, "0.9": 0.6}, "mixed_eta2_by_lam": {"0": 0.0},
+                 "ft_icl_exact_by_lam": {"0": 0.3, "0.9": 0.9}}}
+    cf.write_cr8_figure(per, tmp_path, 0.9)
+    cf.write_cr9_figure(per, tmp_path, 0.12)
     expected = {"cr4_pca_scatter", "cr4_separation_vs_k", "cr4_separation_vs_lam",
                 "cr4_probe_layers", "cr4_overview", "cr_icl_by_k", "cr_finetune_curves",
                 "cr3_sweep", "cr3_sweep_wide", "cr5_head_roles", "cr6_construction",
-                "cr7_cascade"}
+                "cr7_cascade", "cr8_by_k", "cr9_by_lam"}
     assert expected <= set(captured)
     bad = {name: untitled_axes(fig) for name, fig in captured.items() if untitled_axes(fig)}
     assert bad == {}

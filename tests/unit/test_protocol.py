@@ -79,7 +79,7 @@ def test_unregistered_claim_is_never_holds():
 
 
 def test_registry_has_every_claim_with_a_control():
-    assert sorted(REGISTRY) == sorted([f"CR-{i}" for i in range(1, 8)] +
+    assert sorted(REGISTRY) == sorted([f"CR-{i}" for i in range(1, 10)] +
                                       [f"IR-{i}" for i in range(1, 9)])
     for s in REGISTRY.values():
         assert s.conditions and s.controls, s.id
@@ -154,3 +154,22 @@ def test_a_value_equal_to_the_threshold_up_to_rounding_meets_it():
     assert compare(0.7999999999999998, ">=", 0.8) and not compare(0.79, ">=", 0.8)
     assert compare(0.02 + 1e-12, "<=", 0.02) and not compare(0.0201, "<=", 0.02)
     assert not compare(0.5 + 1e-12, ">", 0.5) and compare(0.51, ">", 0.5)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), None])
+def test_under_the_fraction_rule_a_missing_seed_is_a_failing_seed(bad):
+    """'On at least 4 of 5 seeds': one seed without a number is one failing seed (4 of 5 can
+    still meet the rule); two such seeds cannot."""
+    from mechinterp_icr.claims.protocol import Condition, evaluate_condition
+
+    cond = Condition("x", ">=", 1.0, "fraction", 0.8)
+    per = {s: {"x": 1.0} for s in SEEDS}
+    per["2"]["x"] = bad
+    r = evaluate_condition(cond, per)
+    assert r["met"] is True and r["missing"] == ["2"]
+    per["3"]["x"] = bad
+    assert evaluate_condition(cond, per)["met"] is False
+    per = {s: {"x": 1.0} for s in SEEDS}
+    per["2"]["x"] = 0.0
+    per["4"]["x"] = bad  # one failing and one missing: 3 of 5
+    assert evaluate_condition(cond, per)["met"] is False

@@ -7,64 +7,140 @@ import pytest
 from mechinterp_icr.claims import REGISTRY
 
 TYPE_BOUND = 1 / 4 + 0.05  # 1/L + 0.05 at L = 4 types
+F8 = ("fraction", 0.8)  # "on at least 4 of 5 seeds"
+E, M = "every_seed", "mean"
 
-# claim -> (rule thresholds, control thresholds), each a list of (op, value) from SPEC.
-SPEC_NUMBERS = {
-    "CR-1": ([(">=", 0.95), ("<=", TYPE_BOUND)], [("<=", TYPE_BOUND)]),
-    "CR-2": ([(">=", 0.90), ("<=", 0.02)], [(">", 0.5), (">", 0.5)]),
-    "CR-3": ([(">=", 0.80)], [(">", TYPE_BOUND)]),
-    "CR-4": ([(">=", 0.95), (">=", 0.90), (">=", 0.8), (">=", 0.1), (">=", 0.8), (">=", 0.1),
-              (">=", 0.80)],
-             [(">", 0.5), (">=", 0.1), (">", 0.3), (">", 0.05), (">", 0.1), ("<", 0.2)]),
-    "CR-5": ([(">=", 0.5), (">=", 0.5), (">=", 2.0), (">=", 2.0)],
-             [(">", 0.2), (">", 0.05), (">=", 0.9), (">=", 0.9)]),
-    "CR-6": ([(">=", 0.99), ("<=", 0.10)], [(">", 0.5)]),
-    "CR-7": ([(">=", 1.0), (">=", 1.0)], [(">=", 1.0), (">=", 1.0)]),
-    "IR-1": ([(">=", 1.0)], [(">", 0.1)]),
-    "IR-2": ([(">=", 0.999), (">=", 0.98), (">=", 0.90), (">=", 0.99)],
-             [(">=", 0.90), (">=", 0.90)]),
-    "IR-3": ([("<=", 0.02), (">=", 0.05), ("<=", 0.02)], [(">=", 0.05)]),
+# claim -> (conditions, controls) as SPEC states them: (metric, op, threshold, seed rule) and
+# (kind, metric, op, threshold, seed rule); a control's condition is the one the effect would
+# satisfy (a negative control must fail it, a positive one pass it). The first condition is the
+# headline. Metric names are the registry's names for SPEC's quantities.
+SPEC_PINS = {
+    "CR-1": ([("pt_typed_recall", ">=", 0.95, E), ("heldout_icl_best_attr_type", "<=",
+                                                    TYPE_BOUND, E)],
+             [("negative", "ft_heldout_icl_best_attr_type", "<=", TYPE_BOUND, E)]),
+    "CR-2": ([("heldout_icl_exact", ">=", 0.90, M), ("max_drop_over_k", "<=", 0.02, E)],
+             [("negative", "pt_heldout_icl_exact", ">", 0.5, E),
+              ("negative", "mixed_heldout_icl_exact", ">", 0.5, E)]),
+    "CR-3": ([("heldout_icl_exact", ">=", 0.80, M)],
+             [("negative", "mixed_heldout_icl_best_attr_type", ">", TYPE_BOUND, E)]),
+    "CR-4": ([("ft_acc_pc", ">=", 0.95, E), ("ft_transfer_acc_pc", ">=", 0.90, E),
+              ("ft_patch_gain", ">=", 0.80, E),
+              ("ft_necessity_type_acc", "<=", 1 / 4 + 0.10, E)],
+             [("negative", "pt_acc_pc", ">", 0.5, E), ("negative", "pt_patch_gain", ">", 0.3, E),
+              ("negative", "ft_shuffle_gap", ">", 0.05, E),
+              ("negative", "ft_random_patch_gain", ">", 0.1, E),
+              ("negative", "ft_random_subspace_drop", ">", 0.05, E)]),
+    "CR-5": ([("relation_role", ">=", 0.5, E), ("subject_role", ">=", 0.5, E),
+              ("relation_margin", ">=", 2.0, E), ("subject_margin", ">=", 2.0, E),
+              ("distinct_heads", ">=", 1.0, E)],
+             [("negative", "pt_relation_role", ">", 0.2, E),
+              ("negative", "subject_same_query_changed", ">", 0.05, E),
+              ("positive", "construction_relation", ">=", 0.9, E),
+              ("positive", "construction_subject", ">=", 0.9, E)]),
+    "CR-6": ([("own_format_min", ">=", 0.99, E),
+              ("pt_construction_icl_heldout_exact", "<=", 0.10, E)],
+             [("negative", "zeroed_relation_ov_icl_exact", ">", 0.5, E)]),
+    "CR-7": ([("ov_first_lr_3e-3", ">=", 1.0, F8), ("ov_first_lr_6e-3", ">=", 1.0, F8),
+              ("preset_kq_onset_ratio_lr_3e-3", "<=", 0.5, F8),
+              ("preset_kq_onset_ratio_lr_6e-3", "<=", 0.5, F8),
+              ("frozen_kq_gain_ratio_lr_3e-3", "<=", 0.5, F8),
+              ("frozen_kq_gain_ratio_lr_6e-3", "<=", 0.5, F8)],
+             [("positive", "placebo_ov_first", ">=", 1.0, E),
+              ("positive", "placebo_kq_first", ">=", 1.0, E),
+              ("negative", "placebo_simultaneous_ov_first", ">=", 1.0, E),
+              ("negative", "placebo_kq_leads_ov_first", ">=", 1.0, E),
+              ("positive", "placebo_swapped_ov_first", ">=", 1.0, E),
+              ("positive", "placebo_swapped_kq_first", ">=", 1.0, E)]),
+    "CR-8": ([("ft_partial_eta2_rho_k", ">=", 0.8, E), ("ft_partial_eta2_rise_k", ">=", 0.1, E),
+              ("ft_exact_rise_k", ">=", 0.05, E)],
+             [("negative", "mixed_partial_eta2_rise_k", ">=", 0.1, E)]),
+    "CR-9": ([("ft_rise_lam", ">=", 0.1, E), ("ft_lam_drop_over_delta", "<=", 0.0, E)],
+             [("negative", "mixed_rise_lam", ">=", 0.1, E)]),
+    "IR-1": ([("memory_acc", ">=", 1.0, E)], [("negative", "shuffled_memory_acc", ">", 0.1, E)]),
+    "IR-2": ([("step1_argmax_acc", ">=", 0.999, E), ("step1_expected_acc", ">=", 0.98, E),
+              ("swap_expected_acc", ">=", 0.90, E), ("step2_expected_acc", ">=", 0.99, E)],
+             [("negative", "saddle_swap_expected_acc", ">=", 0.90, E),
+              ("negative", "zero_data_swap_expected_acc", ">=", 0.90, E)]),
+    "IR-3": ([("within_pair_gap", "<=", 0.02, E), ("pair_mass_diff", ">=", 0.05, E),
+              ("mass_s3", "<=", 0.02, E), ("ir2_met", ">=", 1.0, E)],
+             [("negative", "large_step_pair_mass_diff", ">=", 0.05, E)]),
     # IR-4's GD/PGD >= 2.0 half is "not tested" when not shown (SPEC 2), so it is not part of
     # the rule; it is ir_registry.IR4_PERTURBATION_ROLE, pinned in tests/unit/test_claims_ir.py
-    "IR-4": ([("<=", 0.02), ("<=", 0.02)], [("<=", 0.02)]),
-    "IR-6": ([("<=", 0.02), (">=", 0.05), ("<=", 0.05)], [(">=", 0.05)]),
+    "IR-4": ([("saddle_tie_dev_sym", "<=", 0.02, E), ("saddle_tie_dev_raw", "<=", 0.02, E),
+              ("pgd_escaped", ">=", 1.0, E)],
+             [("negative", "no_swap_tie_dev", "<=", 0.02, E)]),
+    "IR-5": ([("polylog_beats_linear", ">=", 1.0, E), ("polylog_r2", ">=", 0.5, E),
+              ("growth_over_bound", "<=", 1.0, E)],
+             [("negative", "zero_data_reaches", ">=", 1.0, E)]),
+    "IR-6": ([("within_pair_gap", "<=", 0.02, E), ("pair_mass_diff", ">=", 0.05, E),
+              ("mass_s3", "<=", 0.05, E), ("ir2_met", ">=", 1.0, E)],
+             [("positive", "constructed_rows_met", ">=", 1.0, E),
+              ("negative", "large_step_pair_mass_diff", ">=", 0.05, E)]),
     # IR-7's control: the large-step state must not reach IR-2's swap bound (docs/registry.md,
     # 2026-12-01; the rows-met control could not fail at K = 3)
-    "IR-7": ([("<=", 0.02), ("<=", 0.02)], [(">=", 0.90)]),
-    "IR-8": ([("<=", 0.5), (">=", 0.99), ("<=", 0.1)], [(">=", 0.5), (">=", 0.5)]),
+    "IR-7": ([("within_pair_gap", "<=", 0.02, E), ("mass_s3", "<=", 0.02, E),
+              ("solved", ">=", 1.0, E)],
+             [("negative", "large_step_swap_expected_acc", ">=", 0.90, E)]),
+    "IR-8": ([("induction_row_step1_acc", "<=", 0.5, E),
+              ("learned_row_step1_acc", ">=", 0.99, E),
+              ("ir_head_score_minus_baseline", "<=", 0.1, E)],
+             [("positive", "induction_model_score_minus_baseline", ">=", 0.5, E),
+              ("positive", "induction_model_tl_score_minus_baseline", ">=", 0.5, E)]),
 }
 
 
-def _contains(registered, wanted):
-    pool = [(op, round(v, 9)) for op, v in registered]
-    for op, v in wanted:
-        key = (op, round(v, 9))
-        if key not in pool:
-            return key
-        pool.remove(key)
-    return None
+def _rule(c):
+    return ("fraction", round(c.min_fraction, 9)) if c.rule == "fraction" else c.rule
 
 
-@pytest.mark.parametrize("cid", sorted(SPEC_NUMBERS))
-def test_registry_has_specs_numbers(cid):
-    spec = REGISTRY[cid]
-    rule, controls = SPEC_NUMBERS[cid]
-    missing = _contains([(c.op, c.threshold) for c in spec.conditions], rule)
-    assert missing is None, f"{cid}: rule threshold {missing} not registered"
-    missing = _contains([(k.condition.op, k.condition.threshold) for k in spec.controls],
-                        controls)
-    assert missing is None, f"{cid}: control threshold {missing} not registered"
+def _pin(c):
+    return (c.metric, c.op, round(c.threshold, 9), _rule(c))
 
 
-def test_cr7_runs_at_both_learning_rates_on_four_of_five_seeds():
-    for c in REGISTRY["CR-7"].conditions:
-        assert c.rule == "fraction" and c.min_fraction == pytest.approx(0.8)
+def _want(t):
+    *head, thr, rule = t
+    rule = (rule[0], round(rule[1], 9)) if isinstance(rule, tuple) else rule
+    return (*head, round(thr, 9), rule)
+
+
+@pytest.mark.parametrize("cid", sorted(SPEC_PINS))
+def test_registry_is_specs_rule_and_controls(cid):
+    """Metric names, operators, thresholds and seed rules of every condition (in order: the
+    first is the headline) and of every control, as SPEC states them."""
+    s = REGISTRY[cid]
+    conds, ctrls = SPEC_PINS[cid]
+    assert [_pin(c) for c in s.conditions] == [_want(c) for c in conds]
+    assert [(k.kind, *_pin(k.condition)) for k in s.controls] == [_want(c) for c in ctrls]
 
 
 def test_every_claim_is_pinned():
-    assert set(REGISTRY) - set(SPEC_NUMBERS) <= {"IR-5"}  # IR-5 is pinned by its own rule
-    s5 = REGISTRY["IR-5"]
-    assert s5.controls and len(s5.conditions) >= 3
+    assert set(REGISTRY) == set(SPEC_PINS)
+
+
+def test_cr_constants_are_specs():
+    from mechinterp_icr.claims import cr_registry as cr
+
+    assert cr.CR8_HEADROOM == 0.90 and cr.CR8_MIN_K == 6 and cr.CR9_MIN_LAM == 4
+    assert (cr.SHARED_IDEAL_K1_MAX, cr.SHARED_IDEAL_KMAX_MIN) == (0.70, 0.99)
+    assert cr.NECESSITY_BOUND == pytest.approx(0.35)
+
+
+@pytest.mark.parametrize("target", ["cr", "ir"])
+def test_every_config_key_is_registered_or_not_read(target):
+    """SPEC 0: the whole resolved config of each run a verdict reads is registered. Every key
+    of the target's config is a registered hyperparameter of one of its claims, a
+    report-only key (REPORT_ONLY) or one no verdict reads under the registered settings
+    (NOT_READ); a new key fails here until it is placed."""
+    from mechinterp_icr.claims.registry import NOT_READ, REPORT_ONLY
+
+    keys = set(_profile_values(target, "quick")) | set(_profile_values(target, "paper"))
+    registered = set()
+    for cid, s in REGISTRY.items():
+        if cid.startswith(target.upper() + "-"):
+            registered |= set(s.hyperparameters)
+    placed = registered | set(REPORT_ONLY[target]) | set(NOT_READ[target])
+    assert sorted(keys - placed) == []
+    assert sorted(set(NOT_READ[target]) & registered) == []
 
 
 def _profile_values(target: str, name: str) -> dict:

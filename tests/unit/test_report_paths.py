@@ -200,14 +200,13 @@ def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
     from mechinterp_icr.claims import Claim, evaluate_control, spec
 
     sp = spec("CR-4")
-    base = {"ft_acc_pc": 0.99, "ft_transfer_acc_pc": 0.99, "ft_rho_k": 0.9, "ft_rise_k": 0.2,
-            "ft_rho_lam": 0.9, "ft_rise_lam": 0.3, "ft_patch_gain": 0.95, "pt_acc_pc": 0.3,
-            "pt_rise_k": 0.0, "pt_patch_gain": 0.0, "ft_shuffle_gap": 0.0,
-            "ft_random_patch_gain": 0.0, "ft_pc_minus_random": 0.5}
+    base = {"ft_acc_pc": 0.99, "ft_transfer_acc_pc": 0.99, "ft_patch_gain": 0.95,
+            "ft_necessity_type_acc": 0.26, "pt_acc_pc": 0.3, "pt_patch_gain": 0.0,
+            "ft_shuffle_gap": 0.0, "ft_random_patch_gain": 0.0, "ft_random_subspace_drop": 0.0}
     per = {str(s): dict(base) for s in range(5)}
     per["0"]["ft_acc_pc"] = 1.0
     per["1"]["ft_acc_pc"] = 0.96
-    per["3"]["ft_rho_k"] = 0.2
+    per["3"]["ft_necessity_type_acc"] = 0.6
     claim = Claim.from_spec(sp, per, controls=[evaluate_control(c, per) for c in sp.controls])
     summary = {"profile": "quick", "seeds": [0, 1, 2, 3, 4], "git_revision": "abc",
                "claims": {"CR-4": claim.to_dict([0, 1, 2, 3, 4])}}
@@ -215,10 +214,11 @@ def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
     row = text[text.index('<tr><td><a href="#CR-4">'):]
     row = row[:row.index("</tr>")]
     assert "does not hold" in row
-    assert "eta^2 vs K Spearman (ft_rho_k), every seed: min 0.2 on seed 3 &lt; 0.8" in row
+    assert ("necessity: output-type accuracy with the type subspace mean-replaced "
+            "(ft_necessity_type_acc), every seed: max 0.6 on seed 3 &gt; 0.35") in row
     assert "ft_acc_pc" not in row
     sec = text[text.index('<section class="claim" id="CR-4">'):]
     decided = sec[sec.index("Decided by:"):sec.index("</p>", sec.index("Decided by:"))]
-    assert "ft_rho_k" in decided and "ft_acc_pc" not in decided
+    assert "ft_necessity_type_acc" in decided and "ft_acc_pc" not in decided
     assert summary["claims"]["CR-4"]["ci95"][1] <= 1.0  # t-interval 0.99 +- ... clipped
     assert "clipped to its range [0, 1]" in sec

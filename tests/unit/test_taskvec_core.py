@@ -27,6 +27,10 @@ class FakeICLTask:
     def attr_id(self, l, v):
         return self.attr_base + np.asarray(l) * self.V + np.asarray(v)
 
+    def has_type(self, ids, types):
+        rel = np.asarray(ids) - self.attr_base
+        return (rel >= 0) & (rel < self.L * self.V) & (rel // self.V == np.asarray(types))
+
     def sample_icl(self, rng, B, K=2, subjects=None, types=None, grammar=False):
         K = 2 if K is None else K
         subj = np.arange(self.M) if subjects is None else np.asarray(subjects)

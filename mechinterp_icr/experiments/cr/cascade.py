@@ -8,7 +8,19 @@ roles CR-5 reads; shared when it is one of ``ft_lrs``). At every step up to
 continuous OV and KQ probes of both heads are logged
 (``interp.cascade.checkpoint_probes``) into the run's ``metrics.jsonl`` (phase
 ``ft-icl-lr<lr>``); :func:`run_cascade` times the two rises per learning rate
-(``interp.cascade.cascade_timing``).
+(``interp.cascade.cascade_timing``, onsets at ``cfg.onset_fraction`` and at each of
+``cfg.onset_fractions_reported``).
+
+The causal arms of CR-7 (:func:`causal_arms`, with ``cfg.causal_arms``; two more finetunes
+per learning rate, the same seed, data order, step budget and probe steps as the normal run,
+read on the normal run's Relation head): **OV preset** starts from the PT state with the
+Relation head's ``W_V`` and ``W_O`` slices set to their values at the end of the normal run
+(everything else trains as in it); **OV frozen** starts from the PT state with the gradient
+of those two slices masked to zero (``train_phase``'s ``grad_masks``; the finetunes have no
+weight decay, so they stay at their PT values) while the Subject head and every other
+parameter train normally. The Relation head's ``b_V`` slice and the shared ``b_O`` are left
+to train in both arms: they add a constant to the head's output, not its token-to-token OV
+map that the OV probe reads.
 
 Embeddings (``cfg.embedding``), the construction-matched initialisation of CR-5:
 ``orthonormal`` (the default) lays the residual stream out as the construction does
@@ -33,16 +45,27 @@ import torch
 
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.config import CascadeConfig
-from mechinterp_icr.interp.cascade import cascade_timing, checkpoint_probes
+from mechinterp_icr.interp.cascade import (
+    cascade_timing,
+    checkpoint_probes,
+    head_timing,
+    kq_gain_ratio,
+    kq_onset_ratio,
+)
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
-from mechinterp_icr.training.loop import checkpoint_steps, train_phase
+from mechinterp_icr.training.loop import checkpoint_steps, resolve_trainable, train_phase
 
-__all__ = ["build_mechanism_model", "cascade_lrs", "freeze_embeddings", "mechanism_finetune",
-           "mechanism_ft_config", "mechanism_model_config", "mechanism_pretrain",
-           "mechanism_pt_config", "mechanism_run_config", "probe_batch_for", "run_cascade",
-           "train_mechanism_model"]
+__all__ = ["ARMS", "OV_PARAMS", "build_mechanism_model", "cascade_lrs", "causal_arms",
+           "freeze_embeddings", "head_ov_masks", "mechanism_finetune", "mechanism_ft_config",
+           "mechanism_model_config", "mechanism_pretrain", "mechanism_pt_config",
+           "mechanism_run_config", "preset_head_ov", "probe_batch_for", "probed_finetune",
+           "run_cascade", "train_mechanism_model"]
+
+ARMS = ("ov_preset", "ov_frozen")  # the CR-7 causal arms, in the order they run
+# the weights of one head's OV map: the head's slice (first index) of each
+OV_PARAMS = ("blocks.0.attn.W_V", "blocks.0.attn.W_O")
 
 
 def mechanism_model_config(task, cfg: CascadeConfig) -> ModelConfig:
@@ -132,20 +155,43 @@ def mechanism_pretrain(model, task, seed: int, cfg: CascadeConfig, run: RunDir |
 
 def mechanism_finetune(model, task, seed: int, cfg: CascadeConfig, lr: float,
                        run: RunDir | None, eval_fn, phase: str = "ft-icl", run_config=None,
-                       extra_meta=None, on_log=None):
+                       extra_meta=None, on_log=None, grad_masks=None):
     """ICL finetuning (finetune subjects only) of the mechanism ``model`` in place at ``lr``;
-    ``eval_fn`` runs at every checkpoint step. Returns the ``PhaseResult``."""
+    ``eval_fn`` runs at every checkpoint step; ``grad_masks`` {parameter name: 0/1 tensor}
+    multiply those gradients (``train_phase``). The batches depend on ``seed`` and ``phase``
+    only, so two finetunes with the same ones see the same data. Returns the
+    ``PhaseResult``."""
     fts = task.finetune_subjects
     return train_phase(model, lambda rng, bs: task.sample_icl(rng, bs, subjects=fts),
                        mechanism_ft_config(cfg, lr), run, phase, seed, phase_order=1,
                        eval_fn=eval_fn, run_config=run_config, extra_meta=extra_meta,
-                       on_log=on_log)
+                       on_log=on_log, grad_masks=grad_masks)
 
 
 def probe_batch_for(task, seed: int, cfg: CascadeConfig):
     """The held-out ICL batch the OV and KQ probes are read on."""
     return task.sample_icl(np.random.default_rng([seed, 77]), cfg.probe_batch,
                            subjects=task.heldout_subjects)
+
+
+def probed_finetune(model, task, seed: int, cfg: CascadeConfig, lr: float, probe_batch,
+                    grad_masks=None) -> tuple[list[dict], float]:
+    """:func:`mechanism_finetune` of ``model`` in place (phase ``ft-icl``, no checkpoint
+    files) with the OV and KQ probes (``interp.cascade.checkpoint_probes`` on
+    ``probe_batch``) read at every checkpoint step. Returns (probe rows with their ``step``,
+    seconds)."""
+    steps = checkpoint_steps(mechanism_ft_config(cfg, lr))
+    rows: list[dict] = []
+    probe = checkpoint_probes(task, probe_batch)
+
+    def ev(mm):
+        rows.append({"step": steps[len(rows)], **probe(mm)})
+        return {}
+
+    t = time.perf_counter()
+    mechanism_finetune(model, task, seed, cfg, lr, None, ev, grad_masks=grad_masks)
+    model.eval()
+    return rows, time.perf_counter() - t
 
 
 def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | None,
@@ -163,32 +209,90 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
     finetuned = {}
     for lr in cascade_lrs(cfg):
         m = copy.deepcopy(model)
-        steps = checkpoint_steps(mechanism_ft_config(cfg, lr))
-        rows: list[dict] = []
-        probe = checkpoint_probes(task, probe_batch)
-
-        def ev(mm, rows=rows, steps=steps, probe=probe):
-            rows.append({"step": steps[len(rows)], **probe(mm)})
-            return {}
-
-        t = time.perf_counter()
         # run=None: the probes are the record (no checkpoint files for every probe step)
-        mechanism_finetune(m, task, seed, cfg, lr, None, ev)
-        m.eval()
+        rows, secs = probed_finetune(m, task, seed, cfg, lr, probe_batch)
         if run is not None:
             for r in rows:
                 run.log_metrics({"phase": f"ft-icl-lr{lr:g}", **r})
-        finetuned[lr] = (m, rows, time.perf_counter() - t)
+        finetuned[lr] = (m, rows, secs)
     return model, pt_eval, finetuned, probe_batch
+
+
+def _check_head(model, head) -> int:
+    n = model.cfg.n_heads
+    check(isinstance(head, (int, np.integer)) and not isinstance(head, bool) and 0 <= head < n,
+          "head", head, f"a head index in 0..{n - 1}")
+    return int(head)
+
+
+@torch.no_grad()
+def preset_head_ov(model, source, head: int) -> None:
+    """Set ``head``'s ``W_V`` and ``W_O`` slices of ``model`` (in place) to those of
+    ``source`` (same architecture); every other weight is left as it is."""
+    head = _check_head(model, head)
+    src = dict(source.named_parameters())
+    for n, p in model.named_parameters():
+        if n in OV_PARAMS:
+            p[head].copy_(src[n][head])
+
+
+def head_ov_masks(model, head: int, trainable: str = "all") -> dict[str, torch.Tensor]:
+    """Gradient masks (``train_phase``'s ``grad_masks``) that freeze ``head``'s ``W_V`` and
+    ``W_O`` slices: 0 on the slice, 1 elsewhere; only for those of the two parameters that
+    ``trainable`` trains (a parameter the finetune does not train needs no mask)."""
+    head = _check_head(model, head)
+    names = set(resolve_trainable(model, trainable))
+    masks = {}
+    for n, p in model.named_parameters():
+        if n in OV_PARAMS and n in names and p.requires_grad:
+            m = torch.ones_like(p)
+            m[head] = 0.0
+            masks[n] = m
+    return masks
+
+
+def causal_arms(pt_model, final_model, task, seed: int, cfg: CascadeConfig, lr: float,
+                probe_batch, head: int, normal: dict, run: RunDir | None = None) -> dict:
+    """The two CR-7 causal arms at ``lr`` (module doc), each a copy of ``pt_model`` finetuned
+    as the normal run was (:func:`probed_finetune`) and read on ``head`` (the normal run's
+    Relation head) with :func:`~mechinterp_icr.interp.cascade.head_timing`. ``ov_preset``
+    starts with ``head``'s OV from ``final_model`` (the normal run's end); ``ov_frozen`` keeps
+    it at the PT value. ``normal``: the normal run's timing (``cascade_timing``). Returns
+    ``{arm: timing + seconds, "preset_kq_onset_ratio", "frozen_kq_gain_ratio"}``; with a
+    ``run``, each arm's probe rows are logged as phase ``ft-icl-lr<lr>-<arm>``. The
+    finetuned models are ``{arm: model}`` under ``"models"`` (not serialisable: popped by
+    the caller)."""
+    fr = cfg.onset_fractions_reported
+    out: dict = {"models": {}}
+    for arm in ARMS:
+        m = copy.deepcopy(pt_model)
+        masks = None
+        if arm == "ov_preset":
+            preset_head_ov(m, final_model, head)
+        else:
+            masks = head_ov_masks(m, head, cfg.ft_trainable)
+        rows, secs = probed_finetune(m, task, seed, cfg, lr, probe_batch, grad_masks=masks)
+        if run is not None:
+            for r in rows:
+                run.log_metrics({"phase": f"ft-icl-lr{lr:g}-{arm.replace('_', '-')}", **r})
+        out[arm] = {**head_timing(rows, head, cfg.onset_fraction, cfg.plateau_tail, fr),
+                    "relation_head": head, "seconds": secs}
+        out["models"][arm] = m
+    out["preset_kq_onset_ratio"] = kq_onset_ratio(out["ov_preset"], normal)
+    out["frozen_kq_gain_ratio"] = kq_gain_ratio(out["ov_frozen"], normal)
+    return out
 
 
 def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
                 run_path: str | Path | None = None, task_cfg=None) -> dict:
-    """Train into ``run_path`` (afresh), then time the two rises per learning rate.
+    """Train into ``run_path`` (afresh), then time the two rises per learning rate and, with
+    ``cfg.causal_arms``, run the causal arms (:func:`causal_arms`) per learning rate.
 
-    Result: ``by_lr`` {str(lr): cascade timing + ``icl_heldout_exact``}, the PT numbers, and
-    (not serialisable, popped by the caller) ``pt_model``, ``models`` {lr: finetuned model}
-    and ``probe_batch``."""
+    Result: ``by_lr`` {str(lr): cascade timing + ``icl_heldout_exact`` + ``seconds`` (+
+    ``arms`` {``ov_preset``, ``ov_frozen``: timing}, ``preset_kq_onset_ratio``,
+    ``frozen_kq_gain_ratio`` with the arms)}, the PT numbers, and (not serialisable, popped by
+    the caller) ``pt_model``, ``models`` {lr: finetuned model}, ``arm_models`` {lr: {arm:
+    model}} (empty without the arms) and ``probe_batch``."""
     if run_path is None:
         raise ConfigError("run_path = None is not allowed; expected a run directory (the "
                           "probes are logged per checkpoint into it)")
@@ -202,14 +306,23 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
                 p.unlink()
     pt_model, pt_eval, finetuned, probe_batch = train_mechanism_model(task, seed, cfg, run,
                                                                       task_cfg)
-    by_lr = {}
+    by_lr, arm_models = {}, {}
     for lr, (m, rows, secs) in finetuned.items():
-        by_lr[f"{lr:g}"] = {**cascade_timing(m, task, rows, probe_batch, cfg.onset_fraction,
-                                             cfg.plateau_tail),
-                            "icl_heldout_exact": evaluate_icl(
-                                m, task, seed + 202, subjects=task.heldout_subjects,
-                                n=512)["exact"], "seconds": secs}
+        v = {**cascade_timing(m, task, rows, probe_batch, cfg.onset_fraction,
+                              cfg.plateau_tail, cfg.onset_fractions_reported),
+             "icl_heldout_exact": evaluate_icl(m, task, seed + 202,
+                                               subjects=task.heldout_subjects, n=512)["exact"],
+             "seconds": secs}
+        if cfg.causal_arms and float(lr) in cfg.ft_lrs:
+            arms = causal_arms(pt_model, m, task, seed, cfg, lr, probe_batch,
+                               v["relation_head"], v, run)
+            arm_models[f"{lr:g}"] = arms.pop("models")
+            v["preset_kq_onset_ratio"] = arms.pop("preset_kq_onset_ratio")
+            v["frozen_kq_gain_ratio"] = arms.pop("frozen_kq_gain_ratio")
+            v["arms"] = arms
+        by_lr[f"{lr:g}"] = v
     return {"by_lr": by_lr, "pt_typed": pt_eval.get("typed"),
             "pt_restricted": pt_eval.get("restricted"), "embedding": cfg.embedding,
+            "causal_arms": bool(cfg.causal_arms),
             "pt_model": pt_model, "models": {f"{lr:g}": v[0] for lr, v in finetuned.items()},
-            "probe_batch": probe_batch}
+            "arm_models": arm_models, "probe_batch": probe_batch}

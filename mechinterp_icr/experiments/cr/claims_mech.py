@@ -5,19 +5,23 @@
 - CR-5 from ``mechanism.mechanism_roles`` of the 1-layer 2-head mechanism model (the 2-layer
   main model's head roles are reported beside it, not deciding);
 - CR-6 from ``mechanism.construction_numbers``;
-- CR-7 from the cascade timings per finetuning learning rate and the synthetic placebo.
+- CR-7 from the cascade timings per finetuning learning rate, its causal arms (OV preset, OV
+  frozen) and the synthetic placebo.
 
 Nothing here trains, reads a run directory or draws a figure.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from mechinterp_icr.claims import Claim, evaluate_control, spec
+from mechinterp_icr.claims.protocol import condition, evaluate_condition
 
-__all__ = ["cr5_claim", "cr5_claim_from_metrics", "cr5_seed_metrics", "cr5_table",
-           "cr6_claim", "cr7_claim", "cr7_claim_from_metrics", "cr7_seed_metrics", "lr_name"]
+__all__ = ["CR7_CONTROLS", "CR7_PLACEBO_METRICS", "cr5_claim", "cr5_claim_from_metrics",
+           "cr5_seed_metrics", "cr5_table", "cr6_claim", "cr7_claim", "cr7_claim_from_metrics",
+           "cr7_convention_notes", "cr7_seed_metrics", "lr_name"]
 
 
 def _ctrls(claim_id: str, names: dict[str, str], per_seed: dict[str, dict[str, Any]]):
@@ -134,44 +138,114 @@ def lr_name(lr: float) -> str:
     return f"{float(mant):g}e{int(exp)}"
 
 
+CR7_CONTROLS = {
+    "placebo: OV-first synthetic schedule read as OV first": "placebo_ov_first",
+    "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first",
+    "placebo: simultaneous schedule read as OV first": "placebo_simultaneous_ov_first",
+    "placebo: KQ one checkpoint ahead read as OV first": "placebo_kq_leads_ov_first",
+    "placebo, shapes swapped: OV-first schedule read as OV first": "placebo_swapped_ov_first",
+    "placebo, shapes swapped: KQ-first schedule read as KQ first": "placebo_swapped_kq_first",
+}
+CR7_PLACEBO_METRICS = tuple(CR7_CONTROLS.values())
+_AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
+
+
 def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[str, Any]:
-    """One seed's CR-7 metrics: per finetuning lr ``ov_first_lr_<lr>`` and the onsets, and the
-    placebo's four readings."""
-    m: dict[str, Any] = {"placebo_ov_first": placebo["placebo_ov_first"],
-                         "placebo_kq_first": placebo["placebo_kq_first"],
-                         "placebo_simultaneous_ov_first":
-                             placebo.get("placebo_simultaneous_ov_first"),
-                         "placebo_kq_leads_ov_first": placebo.get("placebo_kq_leads_ov_first"),
-                         "pt_typed": cascade.get("pt_typed")}
+    """One seed's CR-7 metrics from a ``run_cascade`` record and ``placebo_orders``: the six
+    placebo readings; per finetuning lr ``<n>`` (:func:`lr_name`) ``ov_first_lr_<n>``, the
+    onsets ``t_onset_ov_lr_<n>`` / ``t_onset_kq_lr_<n>``, the KQ gain ``kq_gain_lr_<n>``, at
+    each reported fraction ``<p>`` (percent) ``ov_first_at_<p>_lr_<n>`` and its onsets; with
+    the causal arms ``preset_kq_onset_ratio_lr_<n>``, ``frozen_kq_gain_ratio_lr_<n>`` and each
+    arm's onsets and KQ gain (``t_onset_kq_preset_lr_<n>``, ``kq_gain_frozen_lr_<n>``, ...).
+    Without the arms their metrics are absent (the conditions on them are then unmet)."""
+    m: dict[str, Any] = {k: placebo.get(k) for k in CR7_PLACEBO_METRICS}
+    m["pt_typed"] = cascade.get("pt_typed")
     for lr, r in cascade["by_lr"].items():
         n = lr_name(float(lr))
         m.update({f"ov_first_lr_{n}": r["ov_first"], f"t_onset_ov_lr_{n}": r["t_onset_ov"],
                   f"t_onset_kq_lr_{n}": r["t_onset_kq"], f"lead_steps_lr_{n}": r["lead_steps"],
+                  f"kq_gain_lr_{n}": r.get("kq_gain"), f"ov_gain_lr_{n}": r.get("ov_gain"),
                   f"icl_heldout_exact_lr_{n}": r["icl_heldout_exact"],
                   f"relation_head_lr_{n}": r["relation_head"]})
+        for p, o in (r.get("onsets") or {}).items():
+            m.update({f"ov_first_at_{p}_lr_{n}": o["ov_first"],
+                      f"t_onset_ov_at_{p}_lr_{n}": o["t_onset_ov"],
+                      f"t_onset_kq_at_{p}_lr_{n}": o["t_onset_kq"]})
+        arms = r.get("arms")
+        if arms:
+            m[f"preset_kq_onset_ratio_lr_{n}"] = r["preset_kq_onset_ratio"]
+            m[f"frozen_kq_gain_ratio_lr_{n}"] = r["frozen_kq_gain_ratio"]
+            for arm, short in (("ov_preset", "preset"), ("ov_frozen", "frozen")):
+                a = arms[arm]
+                m.update({f"t_onset_ov_{short}_lr_{n}": a["t_onset_ov"],
+                          f"t_onset_kq_{short}_lr_{n}": a["t_onset_kq"],
+                          f"kq_gain_{short}_lr_{n}": a["kq_gain"],
+                          f"ov_gain_{short}_lr_{n}": a["ov_gain"]})
     return m
+
+
+def cr7_convention_notes(per_seed: dict[str, dict[str, Any]]) -> str:
+    """SPEC 0 "robust to conventions" for CR-7: for each reported onset fraction (from the
+    ``ov_first_at_<p>_lr_<n>`` metrics), on how many seeds OV comes first at each registered
+    learning rate, whether condition (i) would be met under that fraction (the registered
+    fraction rule of ``ov_first_lr_<n>``), and whether that differs from the registered
+    onset fraction, i.e. whether the verdict flips under the convention. Empty without
+    reported fractions."""
+    conds = [c for c in spec("CR-7").conditions if c.metric.startswith("ov_first_lr_")]
+    seeds = sorted(per_seed)
+    pcts = sorted({int(g.group(1)) for m in per_seed.values() for k in m
+                   if (g := _AT.match(k))})
+    if not pcts or not conds:
+        return ""
+
+    def status(metric_of) -> tuple[bool, list[str]]:
+        met, parts = True, []
+        for c in conds:
+            lr = c.metric[len("ov_first_lr_"):]
+            ev = evaluate_condition(condition(metric_of(lr), c.op, c.threshold, c.rule,
+                                              min_fraction=c.min_fraction), per_seed)
+            k = sum(1 for v in ev["per_seed"].values() if v is not None and v >= c.threshold)
+            miss = f", no value on seeds {ev['missing']}" if ev["missing"] else ""
+            parts.append(f"{k}/{len(seeds)} at lr {lr}{miss}")
+            met = met and ev["met"]
+        return met, parts
+
+    base, _ = status(lambda lr: f"ov_first_lr_{lr}")
+    out = []
+    for p in pcts:
+        met, parts = status(lambda lr, p=p: f"ov_first_at_{p}_lr_{lr}")
+        same = "as at the registered fraction" if met == base else (
+            "unlike the registered fraction: the verdict flips under this convention")
+        out.append(f"at {p}% of the gain OV first on {', '.join(parts)}: condition (i) "
+                   f"would {'' if met else 'not '}be met ({same})")
+    return "Onset order under other onset fractions: " + "; ".join(out) + "."
 
 
 def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
                            figure: str | None = None, details: dict | None = None) -> Claim:
-    """CR-7 from per-seed metrics (:func:`cr7_seed_metrics`)."""
-    names = {"placebo: OV-first synthetic schedule read as OV first": "placebo_ov_first",
-             "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first",
-             "placebo: simultaneous schedule read as OV first":
-                 "placebo_simultaneous_ov_first",
-             "placebo: KQ one checkpoint ahead read as OV first": "placebo_kq_leads_ov_first"}
+    """CR-7 from per-seed metrics (:func:`cr7_seed_metrics`); the notes say how the onset
+    order reads under each reported onset fraction (:func:`cr7_convention_notes`)."""
     return Claim.from_spec(
-        spec("CR-7"), per_seed, controls=_ctrls("CR-7", names, per_seed),
-        notes=("Continuous probes of the Relation head, both raw pre-softmax logits (linear in "
-               "the weights they read, so weights moving together rise together): OV = "
-               "same-type minus other-type mean OV logit over attribute tokens (ov_margin); "
-               "KQ = the query's mean attention score on the in-context attributes minus "
-               "that on the other visible tokens (kq_logit). Total gain at the plateau (mean "
-               "of the last 10% of the logged steps), onset = first logged step with 10% of "
-               "it; OV first = OV onset strictly earlier (a tie is not OV first). Placebo: "
-               "OV-first and KQ-first synthetic schedules must be read correctly, a "
-               "simultaneous one and one with KQ a checkpoint ahead must not be read as OV "
-               "first. " + notes).strip(),
+        spec("CR-7"), per_seed, controls=_ctrls("CR-7", CR7_CONTROLS, per_seed),
+        notes=" ".join(x for x in (
+            "Continuous probes of the Relation head, both raw pre-softmax logits (linear in "
+            "the weights they read, so weights moving together rise together): OV = "
+            "same-type minus other-type mean OV logit over attribute tokens (ov_margin); "
+            "KQ = the query's mean attention score on the in-context attributes minus "
+            "that on the other visible tokens (kq_logit). Total gain at the plateau (mean "
+            "of the last 10% of the logged steps) minus the start, onset = first logged step "
+            "with 10% of it; OV first = OV onset strictly earlier (a tie is not OV first). "
+            "Causal arms, each finetuned like the normal run (same PT state, seed, data order, "
+            "steps) and read on its Relation head: OV preset = that head's W_V and W_O set to "
+            "the normal run's end values, preset_kq_onset_ratio = its KQ onset / the normal "
+            "KQ onset (nan when either KQ does not rise); OV frozen = the gradient of that "
+            "head's W_V and W_O masked (they stay at their PT values, the other head trains), "
+            "frozen_kq_gain_ratio = its KQ gain / the normal KQ gain (nan when the normal gain "
+            "is not positive). A nan on any seed leaves a condition unmet. Placebo: the "
+            "OV-first and KQ-first synthetic schedules (linear ramps, and the same orders "
+            "with OV convex and KQ linear) must be read in their order, a simultaneous one "
+            "and one with KQ a checkpoint ahead must not be read as OV first.",
+            cr7_convention_notes(per_seed), notes) if x).strip(),
         figure=figure, details=dict(details or {}))
 
 
@@ -179,16 +253,24 @@ def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
     """CR-7 from the cascade results (``cascade.run_cascade`` without its models) and the
     placebo readings (``interp.cascade.placebo_orders``) per seed."""
     per = {str(s): cr7_seed_metrics(r, placebo[s]) for s, r in cr7.items()}
-    details = {str(s): {"by_lr": {lr: {k: v[k] for k in ("steps", "ov", "kq", "t_onset_ov",
-                                                         "t_onset_kq", "icl_curve",
-                                                         "relation_head", "ov_precision",
-                                                         "kq_top_attr", "ov_contrast",
-                                                         "kq_mass")}
+    keys = ("steps", "ov", "kq", "t_onset_ov", "t_onset_kq", "onsets", "kq_gain", "ov_gain")
+
+    def pick(v: dict, ks) -> dict:
+        return {k: v.get(k) for k in ks}
+
+    details = {str(s): {"by_lr": {lr: {**pick(v, keys + ("icl_curve", "relation_head",
+                                                          "ov_precision", "kq_top_attr",
+                                                          "ov_contrast", "kq_mass")),
+                                       "arms": {a: pick(x, keys)
+                                                for a, x in (v.get("arms") or {}).items()}}
                                   for lr, v in r["by_lr"].items()},
                         "placebo": placebo[s]["schedules"]} for s, r in cr7.items()}
+    arms = ("with the causal arms (OV preset, OV frozen) at each of those lrs"
+            if getattr(ccfg, "causal_arms", False) else
+            "without the causal arms (cascade.causal_arms = false: their conditions are unmet)")
     notes = (f"Mechanism model ({ccfg.embedding} embeddings) pretrained {ccfg.pt_steps} steps "
              f"at lr {ccfg.pt_lr:g} (weight decay {ccfg.pt_weight_decay:g}), finetuned "
              f"'{ccfg.ft_trainable}' for {ccfg.ft_steps} steps "
-             f"at each lr {[lr_name(x) for x in ccfg.ft_lrs]} from the same PT state; probes "
-             f"every {ccfg.checkpoint_every} steps.")
+             f"at each lr {[lr_name(x) for x in ccfg.ft_lrs]} from the same PT state, {arms}; "
+             f"probes every {ccfg.checkpoint_every} steps.")
     return cr7_claim_from_metrics(per, notes, figure, details)

@@ -84,6 +84,12 @@ class TaskvecConfig:
     lam_ft_steps: int = 80
     curve_max_checkpoints: int = 8  # probe accuracy across finetuning checkpoints
     transplant_scale: float = 1.0  # the additive patch adds this times (mean[l'] - mean[l])
+    # CR-4 necessity: the random-subspace control's draws of (L-1)-dim random subspaces
+    n_random_subspaces: int = 8
+    # CR-9: the retraining noise band delta (2 x the std of eta^2 over retrainings at the
+    # default lam on seeds outside the decision seeds, scripts/cr9_noise.py); -1: not
+    # measured, CR-9 is then inconclusive
+    lam_delta: float = -1.0
 
     def __post_init__(self) -> None:
         for name in ("n_heldout", "n_finetune", "n_subject_split", "n_per_k"):
@@ -116,6 +122,10 @@ class TaskvecConfig:
         _check_count("taskvec.lam_ft_steps", self.lam_ft_steps, 0, 10_000_000)
         _check_count("taskvec.curve_max_checkpoints", self.curve_max_checkpoints, 1, 100_000)
         check_range("taskvec.transplant_scale", self.transplant_scale, 0, 1e3)
+        _check_count("taskvec.n_random_subspaces", self.n_random_subspaces, 1, 10_000)
+        check(isinstance(self.lam_delta, (int, float)) and not isinstance(self.lam_delta, bool)
+              and (self.lam_delta == -1 or 0 <= self.lam_delta <= 1),
+              "taskvec.lam_delta", self.lam_delta, "a number in [0, 1] (-1: not measured)")
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,12 @@ class CascadeConfig:
     margin_floor: float = 0.05  # CR-5 margin = role / max(other head, this)
     onset_fraction: float = 0.1  # CR-7 onset: first step with this share of the total gain
     plateau_tail: float = 0.1  # CR-7 total gain at the mean of this last share of the steps
+    # CR-7: the onset order is also reported at these fractions of the gain (SPEC: robust
+    # to conventions); the verdict reads onset_fraction only
+    onset_fractions_reported: tuple = (0.05, 0.2, 0.5)
+    # CR-7: the causal arms (OV preset to its end-of-finetuning value, OV frozen at its PT
+    # value), one each per learning rate
+    causal_arms: bool = True
 
     def __post_init__(self) -> None:
         _check_count("cascade.d_model", self.d_model, 1, 8192)
@@ -190,6 +206,12 @@ class CascadeConfig:
         check_range("cascade.onset_fraction", self.onset_fraction, 0, 1, lo_open=True,
                     hi_open=True)
         check_range("cascade.plateau_tail", self.plateau_tail, 0, 1, lo_open=True)
+        fr = tuple(self.onset_fractions_reported)
+        check(all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1
+                  for x in fr), "cascade.onset_fractions_reported", list(fr),
+              "a list of fractions in (0, 1)")
+        object.__setattr__(self, "onset_fractions_reported", tuple(float(x) for x in fr))
+        _check_bool("cascade.causal_arms", self.causal_arms)
 
 
 @dataclass(frozen=True)
@@ -215,6 +237,10 @@ class CRConfig:
     ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
     sweep: tuple = ()  # CR-3 sweep settings: "label|task.k=v,finetune.k=v"
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
+    # the shared-token variant (CR-8; CR-1..CR-4 reported in it): its task.attr_share, the
+    # sharing rate chosen from the ideal reader before training (scripts/cr_shared_rate.py);
+    # 0: the variant is not run
+    shared_variant_share: float = 0.0
     taskvec: TaskvecConfig = field(default_factory=TaskvecConfig)
     mechanism: MechanismConfig = field(default_factory=MechanismConfig)
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
@@ -237,6 +263,7 @@ class CRConfig:
         check(all(isinstance(s, str) for s in self.sweep), "sweep", list(self.sweep),
               "a list of strings 'label|task.key=value,finetune.key=value'")
         _check_count("sweep_seeds", self.sweep_seeds, 0, 1000)
+        check_range("shared_variant_share", self.shared_variant_share, 0.0, 1.0)
         for name, cls in (("taskvec", TaskvecConfig), ("mechanism", MechanismConfig),
                           ("cascade", CascadeConfig)):
             check(isinstance(getattr(self, name), cls), name, getattr(self, name),
@@ -350,6 +377,13 @@ MECH_CASCADE = CascadeConfig(d_head=64, embedding="orthonormal", out_scale=8.0, 
                              checkpoint_every=10, probe_batch=128)
 
 
+# CR-9's retraining noise band, measured on seeds 200-207 before the decision run
+# (scripts/cr9_noise.py; docs/registry.md 2026-12-02), and the shared-token variant's sharing
+# rate, chosen from the ideal reader on task seeds 100-119 (scripts/cr_shared_rate.py)
+LAM_DELTA = 0.1234
+SHARED_VARIANT_SHARE = 0.8
+
+
 def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
     # bare ICL+Grm query (s1 g.. a1 [SEP] ... sq -> a): docs/cr.md, docs/registry.md
     task = CRTaskConfig(iclgrm_query_grammar=False)
@@ -369,7 +403,8 @@ def quick() -> CRConfig:
     """Three seeds in minutes on two CPU cores."""
     return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=QUICK_SWEEP, eval_n=512,
                  ckpt_eval_n=128, sweep_seeds=3, allweights_iclgrm=False,
-                 taskvec=TaskvecConfig(), mechanism=MechanismConfig(n_pairs=64,
+                 shared_variant_share=SHARED_VARIANT_SHARE,
+                 taskvec=TaskvecConfig(lam_delta=LAM_DELTA), mechanism=MechanismConfig(n_pairs=64,
                                                                     role_checkpoints=4),
                  cascade=MECH_CASCADE)
 
@@ -379,8 +414,8 @@ def paper() -> CRConfig:
     verdict depends on is quick's (SPEC 0; 2026-12-01, docs/registry.md): PT 2000 steps at
     2e-3, finetuning 200 steps, the taskvec sample sizes, 64 patching pairs."""
     return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=512,
-                 sweep_seeds=3,
-                 taskvec=TaskvecConfig(curve_max_checkpoints=16),
+                 sweep_seeds=3, shared_variant_share=SHARED_VARIANT_SHARE,
+                 taskvec=TaskvecConfig(curve_max_checkpoints=16, lam_delta=LAM_DELTA),
                  mechanism=MechanismConfig(n_pairs=64, role_checkpoints=12),
                  cascade=MECH_CASCADE)
 

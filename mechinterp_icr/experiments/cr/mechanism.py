@@ -12,7 +12,9 @@
   control: the ICL construction with its Relation head's OV zeroed.
 - **CR-7** the cascade on each seed's task: one PT and one finetune per learning rate in
   ``cascade.ft_lrs`` into ``<out>/runs/cr-mech/seed<N>/``; ``ov_first`` per lr from the
-  continuous probes' onsets; the placebo (``interp.cascade.placebo_orders``).
+  continuous probes' onsets (also at ``cascade.onset_fractions_reported``); with
+  ``cascade.causal_arms`` the OV-preset and OV-frozen finetunes per lr
+  (``experiments.cr.cascade.causal_arms``); the placebo (``interp.cascade.placebo_orders``).
 
 Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config; thresholds from
 the registry. In the reproduction each seed has two tasks: ``seed<N>/mechanism``
@@ -164,24 +166,31 @@ def mechanism_roles(model, pt_model, task, seed: int, n: int, score: str = "move
 def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pairs: int
                  ) -> dict[str, Any]:
     """Task ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
-    ``run_path``: one PT, one finetune per learning rate) on the task of ``task_cfg`` and
-    ``seed``, the synthetic-schedule placebo, and CR-5 on the mechanism model finetuned at
-    ``ccfg.ft_lr`` (:func:`mechanism_roles`). Record ``{cr7, placebo, cr5_mech, timings}``."""
+    ``run_path``: one PT, one finetune per learning rate and, with ``ccfg.causal_arms``, the
+    OV-preset and OV-frozen finetunes per lr of ``ccfg.ft_lrs``) on the task of ``task_cfg``
+    and ``seed``, the synthetic-schedule placebo, and CR-5 on the mechanism model finetuned
+    at ``ccfg.ft_lr`` (:func:`mechanism_roles`). Record ``{cr7, placebo, cr5_mech,
+    timings}``; ``timings`` splits CR-7 into the normal finetunes ("CR-7 cascade", with the
+    PT), the arms ("CR-7 causal arms", 0 without them) and the placebo."""
     task = task_cfg.build(seed)
     t = time.perf_counter()
     cr7 = run_cascade(task, seed, ccfg, run_path, task_cfg)
     pt_model, models, batch = cr7.pop("pt_model"), cr7.pop("models"), cr7.pop("probe_batch")
+    cr7.pop("arm_models")
     t7 = time.perf_counter() - t
+    t_arms = float(sum(a["seconds"] for v in cr7["by_lr"].values()
+                       for a in (v.get("arms") or {}).values()))
     t = time.perf_counter()
     placebo = placebo_orders(task, batch, ccfg.placebo_points, ccfg.onset_fraction,
-                             ccfg.plateau_tail)
+                             ccfg.plateau_tail, ccfg.onset_fractions_reported)
     tp = time.perf_counter() - t
     t = time.perf_counter()
     roles = mechanism_roles(models[f"{ccfg.ft_lr:g}"], pt_model, task, seed, n_pairs,
                             ccfg.role_score, ccfg.margin_floor)
     roles["icl_heldout_exact"] = cr7["by_lr"][f"{ccfg.ft_lr:g}"]["icl_heldout_exact"]
     return to_record({"cr7": cr7, "placebo": placebo, "cr5_mech": roles,
-                      "timings": {"CR-7 cascade": t7, "CR-7 placebo": tp,
+                      "timings": {"CR-7 cascade": t7 - t_arms, "CR-7 causal arms": t_arms,
+                                  "CR-7 placebo": tp,
                                   "CR-5 head roles": time.perf_counter() - t}})
 
 

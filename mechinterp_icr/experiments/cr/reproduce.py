@@ -17,7 +17,13 @@ task                             after                       writes
 ``seed<N>/cr4``                  ``seed<N>/train``           ``runs/cr/seed<N>/analyses``
 ``seed<N>/mechanism``            ``seed<N>/train``           (record only)
 ``views``                        ``seed<first>/train``       ``views/``
+``shared/seed<N>/train``         (none)                      ``shared-tokens/runs/cr/seed<N>``
+``shared/seed<N>/cr4``           ``shared/seed<N>/train``    (its run's ``analyses``)
 ===============================  ==========================  =================================
+
+The ``shared/`` tasks are the shared-token variant (``shared_variant_share`` > 0: the same
+config with ``task.attr_share`` set to it), where CR-8 can be decided; CR-1 .. CR-4 and CR-8
+are reported in it beside the default, under their own ids (``CR-8 (shared tokens)``).
 
 The CR-3 sweep runs on the first ``sweep_seeds`` seeds (its default setting is the main
 ``ft-iclgrm`` branch: no task), the CR-4 lam sweep on every seed.
@@ -30,12 +36,14 @@ seed and setting, so the summary is the same whatever the order or number of wor
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import check
 from mechinterp_icr.experiments.cr.claims import cr123_claims, cr123_tables
+from mechinterp_icr.experiments.cr.claims_taskvec import variant_id
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import finetune_curves, heldout_icl_by_k
 from mechinterp_icr.experiments.cr.mechanism import add_mechanism, cascade_seed, mechanism_seed
@@ -46,7 +54,7 @@ from mechinterp_icr.experiments.cr.sweep import (
     sweep_table,
     sweep_task,
 )
-from mechinterp_icr.experiments.cr.taskvec import (
+from mechinterp_icr.experiments.cr.taskvec_stage import (
     add_cr4,
     lam_seed_cap,
     lam_sweep_wanted,
@@ -61,11 +69,24 @@ from mechinterp_icr.experiments.cr.train import (
 )
 from mechinterp_icr.jobs import Task, run_tasks
 from mechinterp_icr.store.io import atomic_write_json
+from mechinterp_icr.tasks.cr import ideal_reader_table
 from mechinterp_icr.viz.cr_figures import write_cr123_figures
 from mechinterp_icr.viz.views import write_reproduction_views
 
-__all__ = ["cr_run_dirs", "lam_seeds", "plan", "reproduce",
+__all__ = ["SHARED_DIR", "cr_run_dirs", "lam_seeds", "plan", "reproduce", "shared_config",
            "summarise", "views_task"]
+
+SHARED_DIR = "shared-tokens"  # the shared-token variant's output folder under <out>
+
+
+def shared_config(cfg: CRConfig) -> CRConfig | None:
+    """The shared-token variant's config (``task.attr_share = shared_variant_share``, no
+    CR-3 sweep, no lam sweep), or None when the variant is off."""
+    if cfg.shared_variant_share <= 0:
+        return None
+    return replace(cfg, task=replace(cfg.task, attr_share=cfg.shared_variant_share),
+                   sweep=(), shared_variant_share=0.0,
+                   taskvec=replace(cfg.taskvec, lams=()))
 
 
 def cr_run_dirs(out_dir: Path) -> list[Path]:
@@ -149,6 +170,16 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
               for st in settings if st["pt_from"] not in (None, "self")]
     tasks.append(Task("views", views_task, {"out_dir": out_dir, "seed": min(seeds)},
                       (f"seed{min(seeds)}/train",)))
+    vcfg = shared_config(cfg)
+    if vcfg is not None:
+        vout = out_dir / SHARED_DIR
+        check_run_dirs(vcfg, vout, seeds)
+        for s in seeds:
+            tasks.append(Task(f"shared/seed{s}/train", train_seed,
+                              {"cfg": vcfg, "out_dir": vout, "seed": s}))
+            tasks.append(Task(f"shared/seed{s}/cr4", taskvec_seed,
+                              {"run_path": seed_run_path(vout, s), "seed": s,
+                               "P": vcfg.taskvec}, (f"shared/seed{s}/train",)))
     return tasks
 
 
@@ -159,6 +190,9 @@ def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary,
     figures to ``summary``, written to ``out_dir/summary.json``."""
     out_dir = Path(out_dir)
     tasks = plan(cfg, out_dir, seeds)
+    vcfg = shared_config(cfg)
+    if vcfg is not None:  # SPEC: the ideal reader's type accuracy, before any training
+        print_ideal_reader(vcfg, seeds)
     records_dir = out_dir / "tasks" / "cr"
     records = run_tasks(tasks, records_dir, workers, ray_address, threads)
     summarise(cfg, out_dir, seeds, records, summary)
@@ -205,7 +239,42 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     add_mechanism(summary, out_dir, seeds, {s: records[f"seed{s}/mechanism"] for s in seeds},
                   {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade)
 
+    # the shared-token variant: CR-1 .. CR-4 and CR-8 under their own ids
+    vcfg = shared_config(cfg)
+    if vcfg is not None:
+        add_shared_variant(summary, vcfg, out_dir, seeds, records)
+
     # attention views
     summary.tables.setdefault("CR attention views", []).extend(
         {"view": v} for v in records["views"]["views"])
     summary.write(out_dir)
+
+
+def print_ideal_reader(vcfg: CRConfig, seeds: list[int]) -> list[dict[str, Any]]:
+    """Print (and return) the ideal reader's type accuracy by K in the shared-token variant
+    on the tasks of ``seeds`` (``tasks.cr.ideal_reader_table``)."""
+    ks = list(range(1, vcfg.task.max_demos + 1))
+    rows = ideal_reader_table(vcfg.task, ks, seeds=tuple(seeds))
+    print(f"CR shared-token variant (task.attr_share = {vcfg.task.attr_share:g}): ideal "
+          f"reader's type accuracy from the demos alone, by K (mean over task seeds "
+          f"{list(seeds)}): " + ", ".join(f"K={r['K']} {r['mean']:.3f}" for r in rows),
+          flush=True)
+    return rows
+
+
+def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: list[int],
+                       records: dict[str, dict]) -> None:
+    """CR-1 .. CR-3 and CR-4 / CR-8 of the shared-token variant from its task records, under
+    the ids ``CR-k (shared tokens)``, with the ideal reader's table."""
+    results = [records[f"shared/seed{s}/train"] for s in seeds]
+    for claim in cr123_claims(vcfg, results, []):
+        claim.id = variant_id(claim.id, "shared")
+        claim.notes = (f"Shared-token variant (task.attr_share = {vcfg.task.attr_share:g}: "
+                       f"attribute tokens belong to two types; a random attribute guess has "
+                       f"the right type with probability above 1/L). " + claim.notes)
+        summary.add(claim)
+    add_cr4(summary, out_dir, seeds, {s: records[f"shared/seed{s}/cr4"] for s in seeds}, {},
+            vcfg.taskvec, variant="shared")
+    ks = list(range(1, vcfg.task.max_demos + 1))
+    summary.tables["CR shared-token ideal reader"] = ideal_reader_table(vcfg.task, ks,
+                                                                        seeds=tuple(seeds))

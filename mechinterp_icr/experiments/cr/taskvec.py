@@ -1,9 +1,9 @@
-"""CR-4: task vectors and linear probes across finetuning (SPEC section 1, issue 14).
+"""CR-4, CR-8, CR-9: task vectors, linear probes and causal tests at one hook (SPEC section 1).
 
-Given the CR run directories ``<out>/runs/cr/seed<N>/`` (phases ``pretrain``, ``ft-icl``,
-``ft-iclgrm``), :func:`add_taskvec_claim` measures for every seed, at the last checkpoint of
-each phase, at ONE hook fixed in advance: ``blocks.{n-1}.hook_resid_mid`` at the query
-position (after the last attention layer, before the last MLP; never the final residual
+Given a CR run directory ``<out>/runs/cr/seed<N>/`` (phases ``pretrain``, ``ft-icl``, and,
+when present, ``ft-iclgrm`` and ``ft-icl-mixed``), :func:`analyse_seed` measures at the last
+checkpoint of each phase, at ONE hook fixed in advance: ``blocks.{n-1}.hook_resid_mid`` at the
+query position (after the last attention layer, before the last MLP; never the final residual
 stream, which is the model's own prediction):
 
 - task vectors of held-out-subject ICL prompts (all types), at that hook and, for reference,
@@ -13,20 +13,22 @@ stream, which is the model's own prediction):
   model's own output-type accuracy on the same prompts beside it;
 - a by-subject split (held-out subjects halved; the two halves' prompts are generated apart);
 - transfer: trained on finetune-subject prompts, tested on held-out-subject prompts;
-- controls: label shuffle (mean over permutations), random directions (mean over draws), a
-  norm-matched random vector added instead of the mean difference;
-- geometry: eta^2 (type variance share), silhouette, within/between cosine, participation;
-- the additive causal patch: mean[l'] - mean[l] added at the hook of a type-l prompt;
-- eta^2 vs K (numbers of demos) on the same checkpoints, and vs the pretraining ``lam``
-  on extra PT + finetune runs trained here for every seed: the main run's config with only
-  ``task.lam`` changed (``taskvec.lam_model = 'main'``; the main lam is the main run
-  itself), in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``.
+- the additive causal patch (mean[l'] - mean[l] added at the hook of a type-l prompt) and
+  its norm-matched random-vector control;
+- **necessity** (:func:`_necessity`): the component in the span of the type-mean differences
+  replaced by the training mean's, and the same on random subspaces (the control);
+- label shuffle (mean over permutations), a probe on random directions (reported only),
+  geometry (eta^2, silhouette, within/between cosine, participation);
+- CR-8: eta^2, partial eta^2 (query subject removed), exact and output-type accuracy for
+  every K (:func:`separation_vs_k`), also for the mixed-type finetune (the control);
+- CR-9: PT + ICL finetune (and the mixed-type finetune, the control) at every lam of
+  ``taskvec.lams``: the main run's config with only ``task.lam`` changed (the main lam is the
+  main run itself), in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>`` (:func:`lam_point`).
 
 Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
-is a pure function of the seeds; the claim (``claims.cr4_claim``) goes into the Summary as
-``CR-4``, the figures are drawn by ``viz.cr_figures``. In the reproduction the work is two
-kinds of task, :func:`taskvec_seed` (one seed's run) and :func:`lam_task` (one lam run of one
-seed), and :func:`add_cr4` builds the claim from their records.
+is a pure function of the seeds. The reproduction's tasks and the claims from their records
+are in :mod:`.taskvec_stage`; the claims themselves in :mod:`.claims_taskvec`; the figures in
+``viz.cr_figures``.
 """
 
 from __future__ import annotations
@@ -39,11 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check
-from mechinterp_icr.experiments.cr.claims import cr4_claim, cr4_not_measured, cr4_tables
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
-from mechinterp_icr.experiments.cr.evaluate import to_record
 from mechinterp_icr.interp import probes as pr
 from mechinterp_icr.interp import taskvec as tv
 from mechinterp_icr.models.factory import build_model
@@ -51,32 +50,29 @@ from mechinterp_icr.pipeline import load_run_model
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.loop import train_phase
-from mechinterp_icr.viz.cr_figures import write_cr4_figures, write_task_vector_views
+from mechinterp_icr.viz.cr_figures import (
+    write_task_vector_views,
+)
 
 __all__ = [
     "PHASE_FT",
     "PHASE_FT_GRM",
     "PHASE_PT",
-    "add_cr4",
-    "add_taskvec_claim",
     "analyse_checkpoint",
     "analyse_seed",
     "lam_point",
     "lam_run_config",
-    "lam_seed_cap",
     "lam_sweep",
-    "lam_sweep_wanted",
-    "lam_task",
     "logit_lens_type",
     "pca_points",
     "probe_curve",
     "probe_run",
     "separation_vs_k",
-    "taskvec_seed",
     "train_lam_run",
 ]
 
 PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
+PHASE_FT_MIXED = "ft-icl-mixed"  # CR-8 / CR-9's negative control: no shared type in a prompt
 
 
 def _rng_seed(seed: int, tag: int) -> int:
@@ -119,6 +115,33 @@ def _patch(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
     return out
 
 
+def _necessity(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
+               P: TaskvecConfig, base_type_acc: float) -> dict[str, Any]:
+    """CR-4 necessity at hook b: the component of the query-position activation in U (the
+    span of the type-mean differences of the training prompts) replaced by the training
+    mean's; the model's output-type accuracy on the test prompts, and the same for
+    ``P.n_random_subspaces`` random subspaces of the same dimension (the control: their mean
+    drop of output-type accuracy)."""
+    te = split.test
+    Xtr, ytr = H.at(b)[split.train], H.types[split.train]
+    U, mu = tv.type_subspace(Xtr, ytr)
+    toks, qp = torch.as_tensor(H.tokens[te]), H.query_pos[te]
+    hook = H.layer_names[b]
+
+    def acc(basis):
+        pred = tv.subspace_mean_replace_predictions(model, toks, qp, hook, basis, mu)
+        return tv.output_type_accuracy(task, pred, H.types[te])
+
+    nec = acc(U)
+    rand = [acc(tv.random_subspace(U.shape[0], U.shape[1], _rng_seed(seed, 0x300 + i)))
+            for i in range(P.n_random_subspaces)]
+    return {"necessity_type_acc": nec, "necessity_drop": base_type_acc - nec,
+            "necessity_dim": int(U.shape[1]),
+            "random_subspace_type_acc": float(np.mean(rand)),
+            "random_subspace_drop": float(np.mean([base_type_acc - r for r in rand])),
+            "random_subspace_drops": [base_type_acc - r for r in rand]}
+
+
 @torch.no_grad()
 def logit_lens_type(model, task, X: np.ndarray, types: np.ndarray) -> dict[str, float]:
     """Direct-to-vocabulary read of residual vectors ``X`` (N, d_model): the final norm (if
@@ -129,10 +152,10 @@ def logit_lens_type(model, task, X: np.ndarray, types: np.ndarray) -> dict[str, 
     if getattr(model.cfg, "normalization_type", None) is not None and hasattr(model, "ln_final"):
         x = model.ln_final(x[:, None, :])[:, 0]
     lg = x @ model.W_U.detach().cpu() + model.b_U.detach().cpu()
-    V, L = task.cfg.n_values, task.cfg.n_types
-    attr = lg[:, task.attr_base:task.attr_base + L * V]
+    live = np.asarray(task.live_attr_ids)
+    best_attr = live[lg[:, live].argmax(-1).numpy()]
     return {"lens_type_acc": tv.output_type_accuracy(task, lg.argmax(-1).numpy(), types),
-            "lens_attr_type_acc": float(((attr.argmax(-1).numpy() // V) == types).mean())}
+            "lens_attr_type_acc": tv.output_type_accuracy(task, best_attr, types)}
 
 
 def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = True
@@ -182,6 +205,7 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     Xb = H.at(b)
     ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles,
                               n_random=P.n_random_dirs, prompt_ids=ids)
+    out.update(_necessity(model, task, H, split, b, seed, P, out["output_type_acc"]))
     out.update({"acc_shuffle_pc": ctrl["acc_shuffle_pc"],
                 "acc_shuffle_full": ctrl["acc_shuffle_full"],
                 "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"],
@@ -236,9 +260,10 @@ def pca_points(model, task, seed: int, P: TaskvecConfig, hook: str, n: int = 400
 
 def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
                     ) -> list[dict[str, Any]]:
-    """Separation (eta^2, the share of variance explained by the type) of held-out task
-    vectors at ``hook`` for every K in ``P.ks`` (those that fit the context and the held-out
-    subjects), with the probe and the model's accuracy beside it. Diagnostics beside eta^2:
+    """Separation (eta^2, the share of variance explained by the type, and CR-8's partial
+    eta^2 with the query subject's variance removed) of held-out task vectors at ``hook`` for
+    every K in ``P.ks`` (those that fit the context and the held-out subjects), with the
+    probe and the model's accuracy beside it. Diagnostics beside eta^2:
     ``query_subject_share`` (the share of the variance at ``hook`` explained by the query
     subject; about (n_subjects - 1) / (n - 1) for pure noise) and
     ``write_type_variance_fraction`` (eta^2 of the last attention layer's write alone,
@@ -253,6 +278,8 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
         X = H.at(0)
         sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
         rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
+                     "partial_type_variance_fraction": tv.partial_type_variance_fraction(
+                         X, H.types, H.query_subject),
                      "query_subject_share": tv.type_variance_fraction(X, H.query_subject),
                      "write_type_variance_fraction": tv.type_variance_fraction(H.at(1),
                                                                                H.types),
@@ -321,8 +348,17 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig,
     else:
         def sample(rng, bs):
             return task.sample_icl(rng, bs, subjects=subs)
+    pt_state = {k: v.clone() for k, v in model.state_dict().items()}
     train_phase(model, sample, ft, run, PHASE_FT, rc.seed, run_config=replace(rc, train=ft),
                 phase_order=1)
+    if P.lam_model == "main":  # CR-9's control: the mixed-type finetune from the same PT
+        model.load_state_dict(pt_state)
+
+        def sample_mixed(rng, bs):
+            return task.sample_finetune(rng, bs, subjects=subs, grammar=False,
+                                        mixed_types=True)
+        train_phase(model, sample_mixed, ft, run, PHASE_FT_MIXED, rc.seed,
+                    run_config=replace(rc, train=ft), phase_order=2)
     return run.path
 
 
@@ -333,11 +369,12 @@ def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
     rc, task, build = load_run_model(run)
     out: dict[str, Any] = {"lam": float(rc.task.lam), "seed": seed,
                            "grammar_tv": task.separation()["tv_transition"]}
-    for ck, model in run.iter_models(f"phase:{PHASE_PT}:last,phase:{PHASE_FT}:last", build):
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_MIXED) if run.latest(p) is not None]
+    for ck, model in run.iter_models(",".join(f"phase:{p}:last" for p in phases), build):
         hook = tv.readout_hook(model.cfg.n_layers)
         H = _tvset(model, task, P.n_per_k, seed, 1, task.heldout_subjects, names=[hook])
         sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
-        key = "pt" if ck.phase == PHASE_PT else "ft"
+        key = {PHASE_PT: "pt", PHASE_FT: "ft", PHASE_FT_MIXED: "mixed"}[ck.phase]
         out[f"{key}_eta2"] = tv.type_variance_fraction(H.at(0), H.types)
         out[f"{key}_type_variance_fraction"] = out[f"{key}_eta2"]  # (the probes/ script's name)
         out[f"{key}_acc_pc"] = pr.probe_accuracy(H.at(0), H.types, sp, "pca", P.n_pc, seed)
@@ -424,132 +461,13 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict
                 f"{r['transfer_acc_pc']:.3f}, patch {r['patch_success']:.3f} (random "
                 f"{r['random_patch_success']:.3f}), shuffle {r['acc_shuffle_pc']:.3f}, random "
                 f"dirs {r['acc_random_dir']:.3f} ({r['seconds']:.1f}s)")
+    # CR-8's control: the mixed-type ICL finetune's K trend, measured the same way
+    if run.latest(PHASE_FT_MIXED) is not None:
+        hook = res["phases"][PHASE_FT]["hook"]
+        for _, model in run.iter_models(f"phase:{PHASE_FT_MIXED}:last", build):
+            res["k_sweep"][PHASE_FT_MIXED] = separation_vs_k(model, task, seed, P, hook)
     res["curve"] = probe_curve(run, task, build, seed, P)
     return res
-
-
-ANALYSIS_ERRORS = (ConfigError, ValueError, RuntimeError)  # reported in the claim, not raised
-
-
-def lam_sweep_wanted(P: TaskvecConfig) -> bool:
-    """Whether CR-4 runs a lam sweep (at least two lam values)."""
-    return len(P.lams) >= 2
-
-
-def lam_seed_cap(P: TaskvecConfig, n_seeds: int) -> int:
-    """How many seeds (the first ones) get the lam sweep: every seed unless ``P.lam_seeds``
-    caps it (CR-4's lam condition is per seed, so a capped run cannot hold)."""
-    return n_seeds if P.lam_seeds == 0 else min(n_seeds, P.lam_seeds)
-
-
-def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
-                 ) -> dict[str, Any]:
-    """Task ``seed<N>/cr4``: :func:`analyse_seed` of one CR run directory, written to
-    ``<run>/analyses/taskvec.json``. Record ``{status: ok|skipped|error, result|error,
-    timings}``: a run without phases pretrain and ft-icl, or with one attribute type, is
-    ``skipped``; an analysis error (``ConfigError``, ``ValueError``, ``RuntimeError``) is
-    reported in the claim, not raised."""
-    t = time.perf_counter()
-    out: dict[str, Any] = {"status": "skipped"}
-    run = RunDir(run_path) if run_path is not None and Path(run_path).is_dir() else None
-    if run is not None and run.latest(PHASE_PT) is not None and run.latest(PHASE_FT) is not None:
-        try:
-            if getattr(run.read_config().task, "n_types", 0) >= 2:  # else: nothing to decode
-                res = analyse_seed(run.path, seed, P, log=log)
-                atomic_write_json(run.analyses_dir / "taskvec.json", res)
-                out = {"status": "ok", "result": res}
-        except ANALYSIS_ERRORS as e:
-            out = {"status": "error", "error": f"{type(e).__name__}: {e}"}
-    out["timings"] = {"cr4_taskvec": time.perf_counter() - t}
-    return to_record(out)
-
-
-def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
-             log=print, pretrain: TrainConfig | None = None,
-             finetune: TrainConfig | None = None, main_run: Path | None = None
-             ) -> dict[str, Any]:
-    """Task ``cr4-lam/<lam>/seed<N>``: :func:`lam_point` of the seed whose main run config is
-    ``base`` (trained with the main run's ``pretrain`` / ``finetune``; the main lam reads
-    ``main_run``). Record ``{row}`` or ``{error}`` (an analysis error, reported in the
-    claim), and ``timings``."""
-    t = time.perf_counter()
-    try:
-        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, P, log, pretrain,
-                                                finetune, main_run)}
-    except ANALYSIS_ERRORS as e:
-        out = {"error": f"{type(e).__name__}: {e}"}
-    out["timings"] = {"cr4_lam_sweep": time.perf_counter() - t}
-    return to_record(out)
-
-
-def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dict,
-            lam_records: dict, P: TaskvecConfig) -> None:
-    """Add claim CR-4, its tables and figures from the task records: ``seed_records`` maps a
-    seed to its :func:`taskvec_seed` record, ``lam_records`` a seed to its :func:`lam_task`
-    records in ``P.lams`` order (every seed by default, :func:`lam_seed_cap`); a seed whose
-    lam sweep had an error has none."""
-    results, skipped = [], []
-    errors: dict[Any, str] = {}
-    for seed in seeds:
-        rec = seed_records.get(seed) or {"status": "skipped"}
-        if rec["status"] == "skipped":
-            skipped.append(seed)
-            continue
-        if rec["status"] == "error":
-            errors[seed] = rec["error"]
-            continue
-        res = dict(rec["result"])
-        lams = lam_records.get(seed)
-        if len(results) < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P) and lams:
-            bad = [r["error"] for r in lams if "error" in r]
-            if bad:
-                errors[f"lam sweep, seed {seed}"] = bad[0]
-            else:
-                res["lam_sweep"] = [r["row"] for r in lams]
-                atomic_write_json(Path(res["run"]) / "analyses" / "taskvec.json", res)
-        results.append(res)
-    if not results:
-        summary.add(cr4_not_measured(seeds, errors, P))
-        return
-    with summary.stage("cr4_figures"):
-        figs = write_cr4_figures(results, Path(out_dir) / "figures")
-    summary.add(cr4_claim(results, P, skipped, errors, figs))
-    summary.tables.update(cr4_tables(results))
-
-
-def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
-                      seeds: list[int], P: TaskvecConfig, log=print,
-                      pretrain: TrainConfig | None = None,
-                      finetune: TrainConfig | None = None) -> None:
-    """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
-    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on every seed
-    with a result (or the first ``P.lam_seeds``), then :func:`add_cr4`.
-
-    Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
-    (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``P`` is the
-    ``taskvec`` section of the CR config (tests pass tiny sizes).
-    """
-    by_name = {Path(p).name: Path(p) for p in run_dirs}
-    seed_records, lam_records, n_ok = {}, {}, 0
-    for i, seed in enumerate(seeds):
-        path = by_name.get(f"seed{seed}")
-        if path is None and len(run_dirs) == len(seeds):
-            path = Path(run_dirs[i])
-        with summary.stage("cr4_taskvec"):
-            seed_records[seed] = taskvec_seed(path, seed, P, log=log)
-        if seed_records[seed]["status"] != "ok":
-            continue
-        if n_ok < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P):
-            base = RunDir(path).read_config()
-            with summary.stage("cr4_lam_sweep"):
-                lam_records[seed] = []
-                for lam in P.lams:
-                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, P, log,
-                                                      pretrain, finetune, path))
-                    if "error" in lam_records[seed][-1]:
-                        break  # as one sweep: the first error stops it
-        n_ok += 1
-    add_cr4(summary, out_dir, seeds, seed_records, lam_records, P)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,289 @@
+"""CR-4, CR-8 and CR-9 on the claim protocol: the verdict code fed numbers in which the rule
+is met (holds), a negative control shows the effect (not holds), the rule is unmet (does not
+hold) or the quantity cannot be measured (CR-8 without headroom, CR-9 without a registered
+delta: inconclusive); plus the measurements they rest on (the trends, the partial eta^2, the
+type subspace and its mean-replacement)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mechinterp_icr.claims import HOLDS, INCONCLUSIVE, NOT_HOLD, spec
+from mechinterp_icr.experiments.cr.claims_taskvec import (
+    _max_drop,
+    _trend,
+    cr4_claim_from_metrics,
+    cr8_claim_from_metrics,
+    cr9_claim_from_metrics,
+    per_seed_metrics,
+    variant_id,
+)
+from mechinterp_icr.experiments.cr.config import TaskvecConfig
+from mechinterp_icr.interp import taskvec as tv
+
+SEEDS = ("0", "1", "2", "3", "4")
+
+
+def _seed(**kw):
+    m = {"hook": "blocks.1.hook_resid_mid", "ft_acc_pc": 0.99, "ft_transfer_acc_pc": 0.97,
+         "ft_patch_gain": 0.9, "ft_output_type_acc": 0.98, "ft_necessity_type_acc": 0.26,
+         "ft_random_subspace_drop": 0.01, "ft_random_subspace_type_acc": 0.97,
+         "pt_acc_pc": 0.3, "pt_patch_gain": 0.05, "ft_shuffle_gap": 0.01,
+         "ft_random_patch_gain": 0.0, "ft_random_dir": 0.8,
+         # CR-8
+         "ft_partial_eta2_rho_k": 0.94, "ft_partial_eta2_rise_k": 0.2, "ft_exact_rise_k": 0.2,
+         "ft_output_type_acc_k1": 0.6, "ft_k_min": 1, "ft_n_k": 6,
+         "mixed_partial_eta2_rise_k": 0.01,
+         # CR-9
+         "ft_rise_lam": 0.3, "ft_max_drop_lam": 0.02, "mixed_rise_lam": 0.02, "n_lam": 4}
+    m.update(kw)
+    return m
+
+
+def _per(**kw):
+    """Every seed ``_seed(**kw)``; a list value gives one number per seed."""
+    return {s: _seed(**{k: (v[i] if isinstance(v, list) else v) for k, v in kw.items()})
+            for i, s in enumerate(SEEDS)}
+
+
+def _cr4(**kw):
+    return cr4_claim_from_metrics(_per(**kw), TaskvecConfig()).to_dict()
+
+
+def _cr8(**kw):
+    return cr8_claim_from_metrics(_per(**kw)).to_dict()
+
+
+def _cr9(delta=0.05, **kw):
+    return cr9_claim_from_metrics(_per(**kw), delta).to_dict()
+
+
+# ------------------------------------------------------------------------------------------
+# CR-4
+# ------------------------------------------------------------------------------------------
+def test_cr4_holds_with_good_numbers():
+    c = _cr4()
+    assert c["verdict"] == HOLDS and c["holds"] is True, c["verdict_reason"]
+    assert {x["name"] for x in c["controls"]} == {x.name for x in spec("CR-4").controls}
+    assert all(x["as_expected"] for x in c["controls"])
+    assert "Necessity" in c["notes"] and "hook_resid_mid" in c["notes"]
+
+
+@pytest.mark.parametrize("kw,control", [
+    ({"pt_acc_pc": [0.3, 0.3, 0.7, 0.3, 0.3]}, "PT-only probe"),
+    ({"pt_patch_gain": 0.5}, "PT-only patch"),
+    ({"ft_shuffle_gap": [0.0, 0.0, 0.0, 0.0, 0.09]}, "label shuffle (distance from chance)"),
+    ({"ft_random_patch_gain": 0.3}, "norm-matched random vector patch"),
+    # random subspaces mean-replaced break the model too: the type subspace is not special
+    ({"ft_random_subspace_drop": [0.01, 0.01, 0.3, 0.01, 0.01]},
+     "random (L-1)-dim subspaces mean-replaced (drop of output-type accuracy, mean of the "
+     "draws)"),
+])
+def test_cr4_a_negative_control_showing_the_effect_keeps_it_from_holding(kw, control):
+    c = _cr4(**kw)
+    assert c["verdict"] == INCONCLUSIVE and c["holds"] is False
+    bad = [x for x in c["controls"] if not x["as_expected"]]
+    assert [x["name"] for x in bad] == [control] and bad[0]["meets_rule"] is True
+
+
+@pytest.mark.parametrize("kw", [
+    {"ft_acc_pc": [0.99, 0.99, 0.99, 0.99, 0.90]},
+    {"ft_transfer_acc_pc": 0.85},
+    {"ft_patch_gain": 0.6},
+    {"ft_necessity_type_acc": [0.26, 0.26, 0.26, 0.26, 0.6]},  # not necessary on one seed
+    {"ft_necessity_type_acc": float("nan")},
+])
+def test_cr4_rule_unmet_does_not_hold(kw):
+    assert _cr4(**kw)["verdict"] == NOT_HOLD
+
+
+def test_cr4_random_directions_probe_is_reported_not_a_control():
+    """The first version's 3-random-direction probe measured the code's strength (any 3
+    directions decode a strong 4-class code): it is reported, never deciding."""
+    assert _cr4(ft_random_dir=0.99)["verdict"] == HOLDS
+    assert not any("random directions" in x.name for x in spec("CR-4").controls)
+
+
+def test_necessity_bound_is_one_over_l_plus_a_tenth():
+    (cond,) = [c for c in spec("CR-4").conditions if c.metric == "ft_necessity_type_acc"]
+    assert cond.op == "<=" and cond.threshold == pytest.approx(0.35)
+
+
+# ------------------------------------------------------------------------------------------
+# CR-8
+# ------------------------------------------------------------------------------------------
+def test_cr8_holds_with_headroom_and_a_rising_code():
+    c = _cr8()
+    assert c["verdict"] == HOLDS, c["verdict_reason"]
+
+
+def test_cr8_without_headroom_is_not_measurable():
+    """The default task's disjoint vocabularies: one demo fixes the type (0.93-0.98 at K = 1),
+    so the K trend cannot be decided, whatever it reads."""
+    c = _cr8(ft_output_type_acc_k1=[0.6, 0.6, 0.95, 0.6, 0.6])
+    assert c["verdict"] == INCONCLUSIVE and "not measurable" in c["verdict_reason"]
+    assert "seeds 2 (0.950)" in c["verdict_reason"]
+    # ... also when the trend itself would fail
+    assert _cr8(ft_output_type_acc_k1=0.97, ft_partial_eta2_rise_k=0.0)["verdict"] \
+        == INCONCLUSIVE
+
+
+def test_cr8_without_k1_is_not_measurable():
+    assert _cr8(ft_k_min=2)["verdict"] == INCONCLUSIVE
+
+
+def test_cr8_mixed_control_rising_keeps_it_from_holding():
+    c = _cr8(mixed_partial_eta2_rise_k=[0.0, 0.0, 0.0, 0.0, 0.2])
+    assert c["verdict"] == INCONCLUSIVE
+    assert [x["name"] for x in c["controls"] if not x["as_expected"]] == \
+        ["mixed-type ICL finetune: partial eta^2 rise over K"]
+
+
+@pytest.mark.parametrize("kw", [
+    {"ft_partial_eta2_rho_k": [0.9, 0.9, 0.9, 0.9, 0.5]},
+    {"ft_partial_eta2_rise_k": 0.05},
+    {"ft_exact_rise_k": 0.01},
+    {"ft_n_k": 5},
+])
+def test_cr8_rule_unmet_does_not_hold(kw):
+    assert _cr8(**kw)["verdict"] == NOT_HOLD
+
+
+def test_cr8_shared_variant_has_its_own_id():
+    c = cr8_claim_from_metrics(_per(), variant="shared")
+    assert c.id == "CR-8 (shared tokens)" == variant_id("CR-8", "shared")
+    assert variant_id("CR-8") == "CR-8"
+
+
+# ------------------------------------------------------------------------------------------
+# CR-9
+# ------------------------------------------------------------------------------------------
+def test_cr9_holds_when_it_rises_and_drops_within_the_noise():
+    c = _cr9(delta=0.05, ft_max_drop_lam=0.04)  # a plateau that dips by noise alone
+    assert c["verdict"] == HOLDS, c["verdict_reason"]
+
+
+def test_cr9_a_drop_beyond_the_noise_does_not_hold():
+    c = _cr9(delta=0.05, ft_max_drop_lam=[0.0, 0.0, 0.0, 0.0, 0.08])
+    assert c["verdict"] == NOT_HOLD
+    assert c["per_seed"]["4"]["ft_lam_drop_over_delta"] == pytest.approx(0.03)
+
+
+def test_cr9_without_a_registered_delta_is_inconclusive():
+    c = _cr9(delta=-1.0)
+    assert c["verdict"] == INCONCLUSIVE and "lam_delta" in c["verdict_reason"]
+
+
+@pytest.mark.parametrize("kw", [{"ft_rise_lam": 0.05}, {"n_lam": 3}])
+def test_cr9_rule_unmet_does_not_hold(kw):
+    assert _cr9(**kw)["verdict"] == NOT_HOLD
+
+
+def test_cr9_mixed_control_rising_keeps_it_from_holding():
+    c = _cr9(mixed_rise_lam=0.2)
+    assert c["verdict"] == INCONCLUSIVE
+
+
+def test_max_drop_between_consecutive_points():
+    assert _max_drop([0.0, 0.3, 0.6, 0.9], [0.1, 0.5, 0.45, 0.6]) == pytest.approx(0.05)
+    assert _max_drop([0.9, 0.0], [0.6, 0.1]) == pytest.approx(-0.5)  # sorted by x, rising
+    assert math.isnan(_max_drop([0.0], [0.1]))
+
+
+# ------------------------------------------------------------------------------------------
+# The measurements
+# ------------------------------------------------------------------------------------------
+def test_trend_is_rank_correlation_and_end_to_end_rise():
+    rho, rise = _trend([1, 2, 3, 4, 6, 8], [0.1, 0.2, 0.25, 0.3, 0.35, 0.4])
+    assert rho == pytest.approx(1.0) and rise == pytest.approx(0.3)
+    rho, rise = _trend([8, 1, 2], [0.4, 0.1, 0.5])  # sorted by x first
+    assert rise == pytest.approx(0.3) and rho == pytest.approx(0.5)
+    assert all(math.isnan(v) for v in _trend([1], [0.2]))
+
+
+def _phase():
+    return {"acc_pc": 1, "acc_full": 1, "transfer_acc_pc": 1, "output_type_acc": 1,
+            "icl_exact": 1, "final_acc_pc": 1, "eta2": 0.5, "patch_success": 1,
+            "random_patch_success": 0, "final_patch_success": 1, "acc_shuffle_pc": 0.25,
+            "shuffle_gap": 0, "acc_random_dir": 0.3, "pc_minus_random": 0.7, "chance": 0.25,
+            "hook": "h"}
+
+
+def test_per_seed_metrics_k_and_lam_trends():
+    ks = [{"K": k, "type_variance_fraction": v, "partial_type_variance_fraction": v + 0.1,
+           "icl_exact": 0.5 + v, "output_type_acc": 0.5 + v}
+          for k, v in zip((1, 2, 3, 4, 6, 8), (0.1, 0.2, float("nan"), 0.4, 0.5, 0.6))]
+    lam = [{"lam": x, "ft_eta2": e, "pt_eta2": 0.1, "mixed_eta2": 0.1}
+           for x, e in zip((0.0, 0.3, 0.6, 0.9), (0.2, 0.5, 0.45, 0.6))]
+    m = per_seed_metrics({"phases": {"pretrain": _phase(), "ft-icl": _phase()},
+                          "k_sweep": {"ft-icl": ks, "pretrain": ks, "ft-icl-mixed": ks},
+                          "lam_sweep": lam})
+    assert m["ft_n_k"] == 5  # the NaN point does not count towards the 6 values of K
+    assert m["ft_partial_eta2_rise_k"] == pytest.approx(0.5)
+    assert m["ft_exact_rise_k"] == pytest.approx(0.5)
+    assert m["ft_output_type_acc_k1"] == pytest.approx(0.6)
+    assert m["mixed_partial_eta2_rise_k"] == pytest.approx(0.5)
+    assert m["ft_max_drop_lam"] == pytest.approx(0.05) and m["n_lam"] == 4
+    assert m["mixed_rise_lam"] == pytest.approx(0.0)
+
+
+def test_partial_eta2_removes_the_subject_variance():
+    """Activations = type code + a large query-subject code + noise: plain eta^2 is small (the
+    subject dominates), partial eta^2 is large; a pure subject code has partial eta^2 ~ 0."""
+    rng = np.random.default_rng(0)
+    n, d = 800, 16
+    types = rng.integers(4, size=n)
+    subj = rng.integers(20, size=n)
+    T, S = rng.normal(size=(4, d)), 5 * rng.normal(size=(20, d))
+    X = T[types] + S[subj] + 0.3 * rng.normal(size=(n, d))
+    assert tv.type_variance_fraction(X, types) < 0.2
+    assert tv.partial_type_variance_fraction(X, types, subj) > 0.7
+    Y = S[subj] + 0.3 * rng.normal(size=(n, d))
+    assert tv.partial_type_variance_fraction(Y, types, subj) < 0.05
+
+
+def test_type_subspace_spans_the_mean_differences():
+    rng = np.random.default_rng(1)
+    y = np.repeat(np.arange(4), 50)
+    X = rng.normal(size=(200, 12)) + 4 * np.eye(12)[y]
+    U, mu = tv.type_subspace(X, y)
+    assert U.shape == (12, 3) and np.allclose(U.T @ U, np.eye(3), atol=1e-8)
+    _, means = tv.class_means(X, y)
+    D = (means[1:] - means[:1]).T
+    assert np.allclose(U @ (U.T @ D), D, atol=1e-8)  # every difference lies in U
+    assert np.allclose(mu, X.mean(0))
+    R = tv.random_subspace(12, 3, seed=5)
+    assert np.allclose(R.T @ R, np.eye(3), atol=1e-8)
+    assert np.allclose(R, tv.random_subspace(12, 3, seed=5))
+
+
+def test_subspace_mean_replacement_removes_only_that_component():
+    """x -> x - U U^T (x - mean) at the hooked position: on a model whose output is its
+    embedding, the component in U becomes the mean's and the rest is untouched."""
+    from mechinterp_icr.config import ModelConfig
+    from mechinterp_icr.models.factory import build_model
+
+    model = build_model(ModelConfig(n_layers=1, n_heads=1, d_model=8, d_head=8, d_mlp=8,
+                                    attn_only=True, d_vocab=8, n_ctx=4,
+                                    normalization="none"), seed=0)
+    seen = {}
+
+    def grab(resid, hook):
+        seen["x"] = resid.detach().clone()
+
+    toks = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    qp = np.array([2, 1])
+    U = np.eye(8)[:, :2]
+    mean = np.arange(8, dtype=float)
+    tv.subspace_mean_replace_predictions(model, toks, qp, "blocks.0.hook_resid_pre", U, mean)
+    model.run_with_hooks(toks, fwd_hooks=[("blocks.0.hook_resid_pre", grab)])
+    # re-run the replacement hook by hand to see its output at the hooked positions
+    x = seen["x"][torch.arange(2), torch.as_tensor(qp)].numpy()
+    want = x - ((x - mean) @ U) @ U.T
+    assert np.allclose(want[:, :2], mean[:2]) and np.allclose(want[:, 2:], x[:, 2:])
+    pred = tv.subspace_mean_replace_predictions(model, toks, qp, "blocks.0.hook_resid_pre",
+                                                np.zeros((8, 0)), mean)
+    plain = model(toks)[torch.arange(2), torch.as_tensor(qp)].argmax(-1).numpy()
+    assert (pred == plain).all()  # an empty subspace changes nothing
