@@ -236,7 +236,8 @@ class Summary:
         }
 
     def write(self, out_dir: str | Path, merge: bool = True) -> Path:
-        """Write ``out_dir/summary.json``; claims of other targets already there are kept."""
+        """Write ``out_dir/summary.json``; claims of other targets already there are kept, with
+        the code state each target was reproduced at (``code_state_by_target``)."""
         out = Path(out_dir) / "summary.json"
         data = self.to_dict()
         if merge and out.exists():
@@ -252,8 +253,14 @@ class Summary:
             data["timings_by_target"] = timings
             data["target"] = ",".join(sorted(set(old.get("target", "").split(",") +
                                                   [self.target]) - {""}))
+            # each target's claims keep the code state they were reproduced at
+            states = dict(old.get("code_state_by_target") or {
+                t: old.get("code_state") for t in old.get("target", "").split(",") if t})
+            states[self.target] = data["code_state"]
+            data["code_state_by_target"] = states
         else:
             data["timings_by_target"] = {self.target: data["timings_s"]}
+            data["code_state_by_target"] = {self.target: data["code_state"]}
         atomic_write_json(out, data)
         return out
 

@@ -272,6 +272,17 @@ def provenance_problems(summary: dict[str, Any], tree: TreeState | None) -> list
     return out
 
 
+def _per_target(summary: dict[str, Any]) -> str:
+    """' (per target: cr at X, ir at Y)' when the targets' claims were reproduced at different
+    code states (a summary merged from separate runs), else ''."""
+    states = summary.get("code_state_by_target") or {}
+    if len(set(states.values())) <= 1:
+        return ""
+    return " (per target: " + ", ".join(
+        f"{html.escape(str(t))} at <code>{html.escape(str(v))}</code>"
+        for t, v in sorted(states.items())) + ")"
+
+
 def _verdict(c: dict[str, Any]) -> tuple[str, str]:
     v = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
     return v, {"holds": "holds", "inconclusive": "inconclusive"}.get(v, "fails")
@@ -409,7 +420,8 @@ over {html.escape(str(c.get("n_seeds", "?")))} seeds, 95% CI [{_f(lo)},
 {_banner(summary, tree)}
 <p class="muted">Profile <b>{html.escape(str(summary.get("profile")))}</b>, seeds
 {html.escape(str(summary.get("seeds")))}; reproduced at git
-<code>{html.escape(str(summary.get("code_state") or summary.get("git_revision")))}</code>;
+<code>{html.escape(str(summary.get("code_state") or summary.get("git_revision")))}</code>{
+    _per_target(summary)};
 report written at git <code>{html.escape(_tree_label(tree))}</code>.
 Each claim of the two papers is decided by its registered rule (conditions with seed rules,
 and controls); "decided by" names the condition that decided the verdict (for a claim that

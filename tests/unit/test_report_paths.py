@@ -222,3 +222,21 @@ def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
     assert "ft_necessity_type_acc" in decided and "ft_acc_pc" not in decided
     assert summary["claims"]["CR-4"]["ci95"][1] <= 1.0  # t-interval 0.99 +- ... clipped
     assert "clipped to its range [0, 1]" in sec
+
+
+def test_merged_summary_keeps_each_targets_code_state(tmp_path):
+    """A summary merged from runs at different commits says which target ran at which, and
+    the report's header names both."""
+    import json
+
+    from mechinterp_icr.claims import Summary
+
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"target": "ir", "code_state": "aaa111", "claims": {}, "tables": {}}))
+    s = Summary("cr", "quick", [0])
+    s.code_state = "bbb222"
+    s.write(tmp_path)
+    data = json.loads((tmp_path / "summary.json").read_text())
+    assert data["code_state_by_target"] == {"ir": "aaa111", "cr": "bbb222"}
+    text = render_report(data, tmp_path, git_state="bbb222")
+    assert "per target: cr at <code>bbb222</code>, ir at <code>aaa111</code>" in text

@@ -171,7 +171,8 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     tasks.append(Task("views", views_task, {"out_dir": out_dir, "seed": min(seeds)},
                       (f"seed{min(seeds)}/train",)))
     vcfg = shared_config(cfg)
-    if vcfg is not None:
+    if vcfg is not None:  # SPEC: the ideal reader's type accuracy, before any training
+        print_ideal_reader(vcfg, seeds)
         vout = out_dir / SHARED_DIR
         check_run_dirs(vcfg, vout, seeds)
         for s in seeds:
@@ -190,9 +191,6 @@ def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary,
     figures to ``summary``, written to ``out_dir/summary.json``."""
     out_dir = Path(out_dir)
     tasks = plan(cfg, out_dir, seeds)
-    vcfg = shared_config(cfg)
-    if vcfg is not None:  # SPEC: the ideal reader's type accuracy, before any training
-        print_ideal_reader(vcfg, seeds)
     records_dir = out_dir / "tasks" / "cr"
     records = run_tasks(tasks, records_dir, workers, ray_address, threads)
     summarise(cfg, out_dir, seeds, records, summary)
