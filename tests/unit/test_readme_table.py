@@ -1,0 +1,40 @@
+"""README.md's claim table is generated from the committed figures/summary.json
+(``mechinterp_icr.viz.readme``) and must be the one it gives."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mechinterp_icr.viz import readme as rd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_readme_claim_table_is_the_committed_summarys():
+    summary = json.loads((ROOT / "figures" / "summary.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    assert rd.replace_table(text, rd.claim_table(summary)) == text, (
+        "README's claim table is stale: python -m mechinterp_icr.viz.readme "
+        "figures/summary.json README.md")
+
+
+def test_table_has_one_row_per_claim_with_its_verdict():
+    summary = json.loads((ROOT / "figures" / "summary.json").read_text())
+    rows = rd.claim_table(summary).splitlines()[2:]
+    assert len(rows) == len(summary["claims"])
+    for row, (cid, c) in zip(rows, sorted(summary["claims"].items(), key=rd.claim_key)):
+        assert row.startswith(f"| {cid} | {c['verdict']} |")
+
+
+def test_replace_needs_the_markers(tmp_path):
+    with pytest.raises(ValueError, match="claim-table"):
+        rd.replace_table("no markers", "x")
+    s = tmp_path / "s.json"
+    s.write_text(json.dumps({"claims": {}}))
+    r = tmp_path / "R.md"
+    r.write_text(f"a\n{rd.BEGIN}\nold\n{rd.END}\nb\n")
+    assert rd.main([str(s), str(r), "--check"]) == 1
+    assert rd.main([str(s), str(r)]) == 0 and "old" not in r.read_text()
+    assert rd.main([str(s), str(r), "--check"]) == 0
+    assert rd.main([str(tmp_path / "missing.json"), str(r)]) == 2
