@@ -39,11 +39,13 @@ test: $(STAMP) chromium
 test-slow: $(STAMP) chromium
 	$(PY) -m pytest -q -m slow; rc=$$?; if [ $$rc = 5 ]; then echo 'no slow tests collected'; exit 0; fi; exit $$rc
 
-# Regenerate the committed figures/ from the default reproduction. Publishing refuses a tree
+# Regenerate the committed figures/ (and README.md's claim table) from the default
+# reproduction. Publishing refuses a tree
 # with uncommitted files (the report must name one commit); ALLOW_DIRTY=1 publishes anyway,
 # with the report marked (mechinterp_icr/viz/publish.py).
 figures: reproduce
 	$(PY) -m mechinterp_icr.viz.publish $(OUT) figures $(if $(ALLOW_DIRTY),--allow-dirty)
+	$(PY) -m mechinterp_icr.viz.readme figures/summary.json README.md
 
 # The paper profile end to end (about half an hour on 2 idle cores; run it in the background:
 # `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished tasks.
