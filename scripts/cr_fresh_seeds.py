@@ -8,7 +8,8 @@ registry gives.
   tasks are not run, so those controls read ``not measured``.
 - ``--task cascade``: CR-5 and CR-7 from the ``seed<N>/cascade`` task (the 1-layer
   attention-only mechanism model's PT, its ICL finetune at each registered learning rate,
-  the CR-7 probes and placebo, CR-5's head roles and controls). CR-5's 2-layer roles, reported
+  the CR-7 probes and causal arms, CR-5's head roles and controls) and the
+  ``seed<N>/placebo`` task (CR-7's synthetic schedules). CR-5's 2-layer roles, reported
   beside the claim from the ``seed<N>/mechanism`` task, are not run.
 
 The records are the reproduction's own (``OUT/tasks/cr/seed<N>/<task>.json``), so
@@ -42,7 +43,8 @@ def _claims(task: str, cfg, seeds: list[int], records: dict) -> list:
         return list(cr123_claims(cfg, [recs[s] for s in seeds], []))
     return [cr5_claim({s: r["cr5_mech"] for s, r in recs.items()}, {}, None),
             cr7_claim({s: r["cr7"] for s, r in recs.items()},
-                      {s: r["placebo"] for s, r in recs.items()}, cfg.cascade, None)]
+                      {s: records[f"seed{s}/placebo"]["placebo"] for s in seeds}, cfg.cascade,
+                      None)]
 
 
 def main() -> None:
@@ -56,7 +58,9 @@ def main() -> None:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     cfg = resolve_config("cr", args.profile, args.overrides)
-    tasks = [t for t in plan(cfg, args.out, seeds) if t.name.endswith(f"/{args.task}")]
+    wanted = {args.task} | ({"placebo"} if args.task == "cascade" else set())
+    tasks = [t for t in plan(cfg, args.out, seeds) if t.name.rsplit("/", 1)[-1] in wanted
+             and not t.name.startswith("shared/")]
     records = run_tasks(tasks, args.out / "tasks" / "cr", args.workers)
     report = {}
     for claim in _claims(args.task, cfg, seeds, records):

@@ -9,7 +9,8 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["CR8_HEADROOM", "CR8_MIN_K", "CR9_MIN_LAM", "CR_METRIC_RANGES", "CR_SPECS",
+__all__ = ["ANALYSIS_CONSTANTS", "CR8_HEADROOM", "CR8_MIN_K", "CR9_MIN_LAM", "CR_METRIC_RANGES",
+           "CR_SPECS",
            "MAIN_RUN", "MECH_MODEL", "NECESSITY_BOUND", "SHARED_IDEAL_K1_MAX",
            "SHARED_IDEAL_KMAX_MIN", "TASK", "TASKVEC", "TYPE_BOUND"]
 
@@ -77,6 +78,17 @@ TASKVEC = {"taskvec.n_pc": N_TYPES - 1, "taskvec.ks": (1, 2, 3, 4, 6, 8),
            "taskvec.dev_fraction": 0.25, "taskvec.n_heldout": 1200,
            "taskvec.n_finetune": 800, "taskvec.n_subject_split": 600,
            "taskvec.n_per_k": 600}
+
+# Analysis constants a CR verdict reads that are not config keys (SPEC 0: probe
+# regularisation, iteration caps, evaluation sizes); tests/unit/test_registry.py pins each to
+# the module constant the code uses.
+ANALYSIS_CONSTANTS = {
+    "interp.probes.PROBE_C": 1.0, "interp.probes.PROBE_MAX_ITER": 1000,
+    "experiments.cr.taskvec.SWEEP_TEST_FRACTION": 0.5,
+    "interp.cascade.PLACEBO_NOISE": 0.2,
+    "experiments.cr.cascade.PT_EVAL_N": 256, "experiments.cr.cascade.ICL_EVAL_N": 512,
+    "experiments.cr.cascade.PROBE_BATCH_TAG": 77,
+}
 
 # CR-4 necessity: output-type accuracy after mean-replacing the type subspace, at most this
 NECESSITY_BOUND = 1.0 / N_TYPES + 0.10  # 0.35

@@ -53,11 +53,13 @@ import torch
 
 __all__ = ["KQ_PROBE", "ONSET_FRACTION", "OV_PROBE", "PLACEBO_METRICS", "PLACEBO_ORDERS",
            "PLATEAU_TAIL", "SCHEDULE_RAMPS", "cascade_timing", "checkpoint_probes", "fraction_name",
-           "half_gain_step", "head_timing", "kq_gain_ratio", "kq_onset_ratio", "onset_step",
+           "half_gain_step", "head_timing", "kq_gain_ratio", "kq_onset_ratio", "level_step",
+           "onset_step",
            "ov_contrast", "ov_margin", "placebo_orders", "plateau_gain", "probe_rows",
            "synthetic_schedule"]
 
 ONSET_FRACTION = 0.1  # SPEC: onset = first checkpoint with 10% of the total gain
+PLACEBO_NOISE = 0.2  # std of the fixed noise on the placebo Relation head's W_O
 PLATEAU_TAIL = 0.1  # the plateau = mean of the last 10% of checkpoints (at least 3)
 OV_PROBE, KQ_PROBE = "ov_margin", "kq_logit"  # the claim's probes (raw logits, module doc)
 PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads", "swapped_ov_first",
@@ -65,17 +67,20 @@ PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads", "swapped_o
 # each schedule's ramps on the path t in [0, 1]: (start, width, shape) of the OV and of the KQ
 # interpolation coefficient; "linear": (t - start) / width clipped to [0, 1], "cubic": its
 # cube (convex: slow, then fast). kq_leads' OV starts one checkpoint after its KQ (set per
-# n_points in synthetic_schedule). The swapped pair keeps the linear pair's ramp starts and
-# moves OV on a cubic ramp; in swapped_ov_first OV's cubic ramp spans [0, 0.8], so that it is
-# still rising when KQ starts at 0.4 and reaches half its gain (t = 0.635) after KQ does (t =
-# 0.6): read by half-gain (speed) that schedule is KQ first, read by onset it is OV first.
+# n_points in synthetic_schedule). The swapped pair moves OV on a cubic ramp and KQ on a
+# linear one, each built so that reading by shape (the half-gain step, speed) gives the
+# opposite order to reading by onset: in swapped_ov_first OV's slow cubic ramp over [0, 0.8]
+# starts first (onset t = 0.37) but reaches half its gain (t = 0.635) after KQ's linear ramp
+# over [0.4, 0.8] (onset 0.44, half 0.6); in swapped_kq_first KQ's slow linear ramp over
+# [0, 0.8] starts first (onset 0.08, half 0.4) and OV's fast cubic ramp over [0.15, 0.25]
+# starts later (onset 0.196) but reaches half its gain first (0.229).
 SCHEDULE_RAMPS = {
     "ov_first": ((0.0, 0.4, "linear"), (0.4, 0.4, "linear")),
     "kq_first": ((0.4, 0.4, "linear"), (0.0, 0.4, "linear")),
     "simultaneous": ((0.0, 0.5, "linear"), (0.0, 0.5, "linear")),
     "kq_leads": ((None, 0.5, "linear"), (0.0, 0.5, "linear")),
     "swapped_ov_first": ((0.0, 0.8, "cubic"), (0.4, 0.4, "linear")),
-    "swapped_kq_first": ((0.4, 0.4, "cubic"), (0.0, 0.4, "linear")),
+    "swapped_kq_first": ((0.15, 0.1, "cubic"), (0.0, 0.8, "linear")),
 }
 # the placebo metric of each schedule: (name, the reading it is 1 for, control kind); a
 # positive control reads the schedule's own order, a negative one whether it is (wrongly)
@@ -241,13 +246,30 @@ def head_timing(rows: list[dict[str, Any]], head: int, frac: float = ONSET_FRACT
     return _timing([r["step"] for r in rows], rows, head, frac, tail, fractions)
 
 
-def kq_onset_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:
-    """An arm's KQ onset step over the normal run's (both :func:`head_timing` results); nan
-    when either KQ does not rise or the normal onset is at step 0."""
-    a, n = float(arm["t_onset_kq"]), float(normal["t_onset_kq"])
-    if not (np.isfinite(a) and np.isfinite(n)) or n <= 0:
+def level_step(steps, values, level: float) -> float:
+    """First step whose value reaches ``level`` (relative tolerance 1e-6, as
+    :func:`onset_step`); nan when it never does."""
+    v = np.asarray(values, dtype=float)
+    tol = 1e-6 * max(1.0, abs(float(level)))
+    idx = np.nonzero(v >= level - tol)[0]
+    return float(np.asarray(steps)[idx[0]]) if len(idx) else float("nan")
+
+
+def kq_onset_ratio(arm: dict[str, Any], normal: dict[str, Any],
+                   frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> float:
+    """The step at which an arm's KQ probe reaches the **normal run's** KQ onset level (the
+    normal start plus ``frac`` of the normal run's plateau gain), over the normal run's KQ
+    onset step; both ``head_timing``-style dicts with ``steps`` and ``kq``. Measured against
+    the normal run's level, not the arm's own gain: an arm whose KQ barely moves must not
+    get an early onset from 10% of its own small gain. nan when the normal KQ does not rise,
+    its onset is at step 0, or the arm never reaches the level."""
+    n_steps, n_kq = normal["steps"], normal["kq"]
+    n_on = onset_step(n_steps, n_kq, frac, tail)
+    gain = plateau_gain(n_kq, tail)
+    if not (np.isfinite(n_on) and np.isfinite(gain)) or n_on <= 0 or gain <= 0:
         return float("nan")
-    return a / n
+    a_on = level_step(arm["steps"], arm["kq"], float(n_kq[0]) + frac * gain * (1 - 1e-6))
+    return a_on / n_on if np.isfinite(a_on) else float("nan")
 
 
 def kq_gain_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:
@@ -301,7 +323,8 @@ def _ramp(t: float, start: float, width: float, shape: str) -> float:
 
 
 @torch.no_grad()
-def synthetic_schedule(task, order: str, n_points: int = 21, noise_scale: float = 0.2) -> list:
+def synthetic_schedule(task, order: str, n_points: int = 21,
+                       noise_scale: float = PLACEBO_NOISE) -> list:
     """Models on a synthetic "training" path t in [0, 1] from the PT to the ICL construction
     (Relation head only; the Subject head is the same in both). The Relation head's ``W_O``
     moves with the OV coefficient and its ``W_K`` with the KQ coefficient, each on the ramp of

@@ -237,8 +237,12 @@ def _one_thread():
     return _CONTROLLER.limit(limits=1)
 
 
-def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = 1.0, seed: int = 0,
-              max_iter: int = 1000) -> LinearProbe:
+PROBE_C = 1.0  # L2 regularisation (sklearn's C) of every probe a verdict reads
+PROBE_MAX_ITER = 1000  # lbfgs iteration cap of every probe
+
+
+def fit_probe(X, y, kind: str = "pca", n_pc: int = 3, C: float = PROBE_C, seed: int = 0,
+              max_iter: int = PROBE_MAX_ITER) -> LinearProbe:
     """Multinomial logistic regression on the feature map ``kind`` fitted on (X, y) only."""
     from sklearn.linear_model import LogisticRegression
 

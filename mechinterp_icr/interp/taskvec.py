@@ -413,11 +413,25 @@ def type_subspace(X, labels) -> tuple[np.ndarray, np.ndarray]:
     return Q[:, keep], X.mean(0)
 
 
-def random_subspace(d: int, k: int, seed: int) -> np.ndarray:
-    """An orthonormal basis (d, k) of a uniformly random k-dimensional subspace of R^d (QR
-    of a Gaussian matrix; a pure function of ``seed``)."""
+def random_subspace(d: int, k: int, seed: int, cov: np.ndarray | None = None,
+                    exclude: np.ndarray | None = None) -> np.ndarray:
+    """An orthonormal basis (d, k) of a random k-dimensional subspace of R^d (QR of a Gaussian
+    matrix; a pure function of ``seed``). ``cov`` (d, d): the Gaussian's covariance (directions
+    drawn as the data varies, so the subspace carries a comparable share of the variance);
+    ``exclude`` (d, m) orthonormal: the draw is projected onto its orthogonal complement first
+    (a random subspace outside a given one)."""
     check_range("k", k, 1, d, integer=True)
     g = np.random.default_rng([int(seed), 0x5B5]).standard_normal((d, k))
+    P = np.eye(d)
+    if exclude is not None and np.asarray(exclude).size:
+        E = np.asarray(exclude, dtype=np.float64)
+        P = P - E @ E.T
+    if cov is not None:
+        C = P @ np.asarray(cov, dtype=np.float64) @ P
+        w, V = np.linalg.eigh((C + C.T) / 2)
+        g = (V * np.sqrt(np.clip(w, 0, None))) @ V.T @ g
+    else:
+        g = P @ g
     Q, _ = np.linalg.qr(g)
     return Q
 

@@ -152,3 +152,12 @@ def ideal_type_accuracy(task: CRTask, K: int, n: int = 20000, seed: int = 0,
     top = logp >= logp.max(0, keepdims=True) - 1e-9
     hit = top[types, np.arange(n)]
     return float((hit / top.sum(0)).mean())
+
+
+def type_chance(task: CRTask) -> float:
+    """The type accuracy of an uninformed attribute guess: a live attribute token drawn
+    uniformly is a value of the prompt's type (uniform over the L types) with this
+    probability. 1/L in the default task (disjoint vocabularies); above 1/L in the shared-token
+    variant, where a token of two types is right for both."""
+    live = np.asarray(task.live_attr_ids)
+    return float(task.type_member[live].mean())

@@ -177,8 +177,14 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_ov():
     assert arms["ov_preset"]["ov"][0] == pytest.approx(normal["ov"][-1], abs=1e-9)
     assert arms["ov_preset"]["kq"][0] == pytest.approx(normal["kq"][0], abs=1e-9)
     assert arms["ov_preset"]["onsets"].keys() == normal["onsets"].keys() == {"5", "20", "50"}
-    assert arms["preset_kq_onset_ratio"] == pytest.approx(
-        arms["ov_preset"]["t_onset_kq"] / normal["t_onset_kq"], nan_ok=True)
+    from mechinterp_icr.interp.cascade import kq_onset_ratio, level_step, plateau_gain
+
+    level = normal["kq"][0] + 0.1 * plateau_gain(normal["kq"])  # the normal run's onset level
+    want = level_step(arms["ov_preset"]["steps"], arms["ov_preset"]["kq"], level * (1 - 1e-12))
+    assert arms["preset_kq_onset_ratio"] == pytest.approx(want / normal["t_onset_kq"],
+                                                          nan_ok=True)
+    assert kq_onset_ratio(arms["ov_preset"], normal) == pytest.approx(
+        arms["preset_kq_onset_ratio"], nan_ok=True)
     assert arms["frozen_kq_gain_ratio"] == pytest.approx(
         arms["ov_frozen"]["kq_gain"] / normal["kq_gain"], nan_ok=True)
     with pytest.raises(Exception, match=r"head = 2 is not allowed.*0\.\.1"):
@@ -209,3 +215,16 @@ def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
     assert "arms" not in off["by_lr"]["0.006"] and off["arm_models"] == {}
     m = cr7_seed_metrics({k: off[k] for k in ("by_lr",)}, {})
     assert "preset_kq_onset_ratio_lr_6e-3" not in m
+
+
+def test_preset_onset_is_read_at_the_normal_runs_level_not_the_arms_own_gain():
+    """An arm whose KQ barely moves must not get an early onset from 10% of its own gain
+    (adversarial review): it never reaches the normal run's onset level -> nan."""
+    from mechinterp_icr.interp.cascade import kq_onset_ratio
+
+    steps = list(range(0, 300, 10))
+    normal = {"steps": steps, "kq": [0.0 if s < 100 else min(5.0, (s - 100) / 20) for s in steps]}
+    flat = {"steps": steps, "kq": [0.0, 0.03] + [0.05] * (len(steps) - 2)}
+    assert np.isnan(kq_onset_ratio(flat, normal))
+    fast = {"steps": steps, "kq": [min(5.0, s / 20) for s in steps]}
+    assert kq_onset_ratio(fast, normal) == pytest.approx(10 / 110)

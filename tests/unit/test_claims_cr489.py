@@ -257,6 +257,18 @@ def test_type_subspace_spans_the_mean_differences():
     R = tv.random_subspace(12, 3, seed=5)
     assert np.allclose(R.T @ R, np.eye(3), atol=1e-8)
     assert np.allclose(R, tv.random_subspace(12, 3, seed=5))
+    # outside U, drawn with the data's covariance: orthogonal to U, and carrying far more
+    # variance than an isotropic draw when the variance is concentrated
+    cov = np.cov(X.T)
+    Rc = tv.random_subspace(12, 3, seed=5, cov=cov, exclude=U)
+    assert np.allclose(U.T @ Rc, 0, atol=1e-8) and np.allclose(Rc.T @ Rc, np.eye(3), atol=1e-8)
+    Z = rng.normal(size=(400, 12)) * np.r_[10.0, 10, 10, np.ones(9) * 0.1]
+    cz = np.cov(Z.T)
+    iso = np.mean([np.trace(tv.random_subspace(12, 3, s).T @ cz @ tv.random_subspace(12, 3, s))
+                   for s in range(8)])
+    wtd = np.mean([np.trace(tv.random_subspace(12, 3, s, cov=cz).T @ cz
+                            @ tv.random_subspace(12, 3, s, cov=cz)) for s in range(8)])
+    assert wtd > 2 * iso
 
 
 def test_subspace_mean_replacement_removes_only_that_component():
@@ -287,3 +299,28 @@ def test_subspace_mean_replacement_removes_only_that_component():
                                                 np.zeros((8, 0)), mean)
     plain = model(toks)[torch.arange(2), torch.as_tensor(qp)].argmax(-1).numpy()
     assert (pred == plain).all()  # an empty subspace changes nothing
+
+
+def test_cr8_with_an_unmeasured_k1_accuracy_is_not_measurable():
+    """A K = 1 row without an output-type accuracy: headroom unknown (adversarial review: it
+    used to hold)."""
+    c = _cr8(ft_output_type_acc_k1=[0.6, 0.6, 0.6, 0.6, float("nan")])
+    assert c["verdict"] == INCONCLUSIVE and "headroom unknown" in c["verdict_reason"]
+
+
+def test_a_failed_measurement_is_inconclusive_not_does_not_hold():
+    from mechinterp_icr.experiments.cr.claims_taskvec import taskvec_claims
+
+    ph = _phase()
+    ks = [{"K": k, "type_variance_fraction": 0.1 * k, "partial_type_variance_fraction": 0.1 * k,
+           "icl_exact": 0.5, "output_type_acc": 0.5} for k in (1, 2, 3, 4, 6, 8)]
+    res = [{"seed": s, "phases": {"pretrain": {**ph, "seconds": 1}, "ft-icl": {**ph,
+                                                                             "seconds": 1}},
+            "k_sweep": {"ft-icl": ks}} for s in range(4)]
+    claims = taskvec_claims(res, TaskvecConfig(lam_delta=0.1), [], {
+        4: "RuntimeError: boom", "lam sweep, seed 3": "ValueError: bad lam"}, {})
+    by = {c.id: c.to_dict([0, 1, 2, 3, 4]) for c in claims}
+    for cid in ("CR-4", "CR-8", "CR-9"):
+        assert by[cid]["verdict"] == INCONCLUSIVE and "failed" in by[cid]["verdict_reason"]
+    assert "bad lam" in by["CR-9"]["verdict_reason"]
+    assert "bad lam" not in by["CR-8"]["verdict_reason"]

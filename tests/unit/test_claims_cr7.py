@@ -127,10 +127,17 @@ def test_cr7_notes_say_whether_the_verdict_flips_under_each_onset_fraction():
     assert notes.index("at 5%") < notes.index("at 20%") < notes.index("at 50%")
 
 
-def _timing(t_ov, t_kq, kq_gain=1.0, onsets=None):
+STEPS = list(range(21))
+
+
+def _timing(t_ov, t_kq, kq_gain=1.0, onsets=None, kq=None):
+    """A timing record; ``kq`` the KQ curve over STEPS (default: flat, then rising from
+    ``t_kq`` by 0.1 a step, so its onset at 10% of the plateau gain 1.0 is ``t_kq``)."""
+    if kq is None:
+        kq = [0.0 if s < t_kq or math.isnan(t_kq) else 0.1 * (s - t_kq + 1) for s in STEPS]
     return {"ov_first": float(t_ov < t_kq), "t_onset_ov": t_ov, "t_onset_kq": t_kq,
             "lead_steps": t_kq - t_ov, "kq_gain": kq_gain, "ov_gain": 1.0,
-            "onsets": onsets or {}}
+            "onsets": onsets or {}, "steps": STEPS, "kq": kq}
 
 
 def test_cr7_seed_metrics_read_the_arms_and_the_reported_fractions():
@@ -141,8 +148,9 @@ def test_cr7_seed_metrics_read_the_arms_and_the_reported_fractions():
     by_lr = {}
     for lr in ("0.003", "0.006"):
         v = {**_timing(2.0, 10.0, 2.0, on), "icl_heldout_exact": 0.9, "relation_head": 1,
-             "arms": {"ov_preset": _timing(1.0, 4.0, 2.0), "ov_frozen": _timing(math.nan,
-                                                                               20.0, 0.2)},
+             # the preset arm's KQ reaches the normal run's onset level (0.1) at step 4
+             "arms": {"ov_preset": _timing(1.0, 4.0, 2.0, kq=[0.025 * s for s in STEPS]),
+                      "ov_frozen": _timing(math.nan, 20.0, 0.2)},
              "preset_kq_onset_ratio": 0.4, "frozen_kq_gain_ratio": 0.1}
         by_lr[lr] = v
     placebo = {k: 1.0 for k in ("placebo_ov_first", "placebo_kq_first",
@@ -152,7 +160,10 @@ def test_cr7_seed_metrics_read_the_arms_and_the_reported_fractions():
     needed = {c.metric for c in spec("CR-7").conditions} | {
         c.condition.metric for c in spec("CR-7").controls}
     assert needed <= set(m)
-    assert m["preset_kq_onset_ratio_lr_6e-3"] == 0.4 and m["frozen_kq_gain_ratio_lr_3e-3"] == 0.1
+    # the preset ratio is recomputed from the curves at the normal run's onset level (step 4
+    # of the normal onset 10; the stored 0.4 is not read), the frozen one is the stored ratio
+    assert m["preset_kq_onset_ratio_lr_6e-3"] == pytest.approx(0.4)
+    assert m["frozen_kq_gain_ratio_lr_3e-3"] == 0.1
     assert m["ov_first_at_5_lr_3e-3"] == 1.0 and m["ov_first_at_50_lr_3e-3"] == 0.0
     assert m["t_onset_kq_preset_lr_3e-3"] == 4.0 and m["kq_gain_frozen_lr_6e-3"] == 0.2
     assert math.isnan(m["t_onset_ov_frozen_lr_3e-3"])
@@ -184,10 +195,11 @@ def test_arm_ratios_compare_onsets_and_plateau_gains():
     assert [fraction_name(f) for f in (0.05, 0.1, 0.2, 0.5)] == ["5", "10", "20", "50"]
     assert plateau_gain([0, 1, 2, 4, 4, 4]) == pytest.approx(4.0)  # last 3 values
     assert math.isnan(plateau_gain([1.0]))
-    normal = {"t_onset_kq": 10.0, "kq_gain": 2.0}
-    assert kq_onset_ratio({"t_onset_kq": 4.0}, normal) == pytest.approx(0.4)
-    assert math.isnan(kq_onset_ratio({"t_onset_kq": math.nan}, normal))
-    assert math.isnan(kq_onset_ratio({"t_onset_kq": 4.0}, {"t_onset_kq": math.nan}))
+    normal = _timing(1.0, 10.0, 2.0)
+    assert kq_onset_ratio({"steps": STEPS, "kq": [0.025 * s for s in STEPS]},
+                          normal) == pytest.approx(0.4)
+    assert math.isnan(kq_onset_ratio({"steps": STEPS, "kq": [0.0] * 21}, normal))
+    assert math.isnan(kq_onset_ratio(normal, _timing(1.0, math.nan)))
     assert kq_gain_ratio({"kq_gain": -0.2}, normal) == pytest.approx(-0.1)
     assert math.isnan(kq_gain_ratio({"kq_gain": 1.0}, {"kq_gain": 0.0}))
     rows = [{"step": s, "h1_ov_margin": ov, "h1_kq_logit": kq}

@@ -125,6 +125,18 @@ def test_cr_constants_are_specs():
     assert cr.NECESSITY_BOUND == pytest.approx(0.35)
 
 
+def test_analysis_constants_are_the_codes():
+    """Constants a verdict reads that are not config keys (probe regularisation, iteration
+    caps, split and evaluation sizes) are registered and the code uses the registered value."""
+    import importlib
+
+    from mechinterp_icr.claims.cr_registry import ANALYSIS_CONSTANTS
+
+    for path, value in ANALYSIS_CONSTANTS.items():
+        mod, name = path.rsplit(".", 1)
+        assert getattr(importlib.import_module(f"mechinterp_icr.{mod}"), name) == value, path
+
+
 @pytest.mark.parametrize("target", ["cr", "ir"])
 def test_every_config_key_is_registered_or_not_read(target):
     """SPEC 0: the whole resolved config of each run a verdict reads is registered. Every key

@@ -64,6 +64,9 @@ __all__ = ["ARMS", "OV_PARAMS", "build_mechanism_model", "cascade_lrs", "causal_
            "run_cascade", "train_mechanism_model"]
 
 ARMS = ("ov_preset", "ov_frozen")  # the CR-7 causal arms, in the order they run
+PT_EVAL_N = 256  # PT-format prompts of the mechanism model's PT evaluation
+ICL_EVAL_N = 512  # held-out ICL prompts of each finetuned mechanism model's accuracy
+PROBE_BATCH_TAG = 77  # the rng stream of the held-out ICL batch the OV / KQ probes read
 # the weights of one head's OV map: the head's slice (first index) of each
 OV_PARAMS = ("blocks.0.attn.W_V", "blocks.0.attn.W_O")
 
@@ -170,7 +173,7 @@ def mechanism_finetune(model, task, seed: int, cfg: CascadeConfig, lr: float,
 
 def probe_batch_for(task, seed: int, cfg: CascadeConfig):
     """The held-out ICL batch the OV and KQ probes are read on."""
-    return task.sample_icl(np.random.default_rng([seed, 77]), cfg.probe_batch,
+    return task.sample_icl(np.random.default_rng([seed, PROBE_BATCH_TAG]), cfg.probe_batch,
                            subjects=task.heldout_subjects)
 
 
@@ -204,7 +207,7 @@ def train_mechanism_model(task, seed: int, cfg: CascadeConfig, run: RunDir | Non
         run.write_config(mechanism_run_config(task, task_cfg, seed, cfg, f"cr-mech-seed{seed}"))
     mechanism_pretrain(model, task, seed, cfg, run)
     model.eval()
-    pt_eval = evaluate_pt(model, task, seed + 101, n=256)
+    pt_eval = evaluate_pt(model, task, seed + 101, n=PT_EVAL_N)
     probe_batch = probe_batch_for(task, seed, cfg)
     finetuned = {}
     for lr in cascade_lrs(cfg):
@@ -278,7 +281,8 @@ def causal_arms(pt_model, final_model, task, seed: int, cfg: CascadeConfig, lr: 
         out[arm] = {**head_timing(rows, head, cfg.onset_fraction, cfg.plateau_tail, fr),
                     "relation_head": head, "seconds": secs}
         out["models"][arm] = m
-    out["preset_kq_onset_ratio"] = kq_onset_ratio(out["ov_preset"], normal)
+    out["preset_kq_onset_ratio"] = kq_onset_ratio(out["ov_preset"], normal, cfg.onset_fraction,
+                                                  cfg.plateau_tail)
     out["frozen_kq_gain_ratio"] = kq_gain_ratio(out["ov_frozen"], normal)
     return out
 
@@ -311,7 +315,8 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
         v = {**cascade_timing(m, task, rows, probe_batch, cfg.onset_fraction,
                               cfg.plateau_tail, cfg.onset_fractions_reported),
              "icl_heldout_exact": evaluate_icl(m, task, seed + 202,
-                                               subjects=task.heldout_subjects, n=512)["exact"],
+                                               subjects=task.heldout_subjects,
+                                               n=ICL_EVAL_N)["exact"],
              "seconds": secs}
         if cfg.causal_arms and float(lr) in cfg.ft_lrs:
             arms = causal_arms(pt_model, m, task, seed, cfg, lr, probe_batch,

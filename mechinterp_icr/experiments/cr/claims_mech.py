@@ -18,6 +18,7 @@ from typing import Any
 
 from mechinterp_icr.claims import Claim, evaluate_control, spec
 from mechinterp_icr.claims.protocol import condition, evaluate_condition
+from mechinterp_icr.interp.cascade import ONSET_FRACTION, PLATEAU_TAIL, kq_onset_ratio
 
 __all__ = ["CR7_CONTROLS", "CR7_PLACEBO_METRICS", "cr5_claim", "cr5_claim_from_metrics",
            "cr5_seed_metrics", "cr5_table", "cr6_claim", "cr7_claim", "cr7_claim_from_metrics",
@@ -173,7 +174,10 @@ def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[s
                       f"t_onset_kq_at_{p}_lr_{n}": o["t_onset_kq"]})
         arms = r.get("arms")
         if arms:
-            m[f"preset_kq_onset_ratio_lr_{n}"] = r["preset_kq_onset_ratio"]
+            # recomputed from the stored curves (the normal run's onset level, not the arm's)
+            m[f"preset_kq_onset_ratio_lr_{n}"] = kq_onset_ratio(
+                arms["ov_preset"], r, r.get("onset_fraction", ONSET_FRACTION),
+                r.get("plateau_tail", PLATEAU_TAIL))
             m[f"frozen_kq_gain_ratio_lr_{n}"] = r["frozen_kq_gain_ratio"]
             for arm, short in (("ov_preset", "preset"), ("ov_frozen", "frozen")):
                 a = arms[arm]

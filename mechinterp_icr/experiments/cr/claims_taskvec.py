@@ -98,8 +98,9 @@ _PHASE_KEYS = ("acc_pc", "acc_full", "transfer_acc_pc", "output_type_acc", "fina
                "random_patch_gain", "random_patch_success", "final_patch_gain",
                "final_patch_success", "acc_shuffle_pc", "shuffle_gap", "acc_random_dir",
                "pc_minus_random", "acc_pc_by_subject", "necessity_type_acc",
-               "necessity_drop", "necessity_dim", "random_subspace_type_acc",
-               "random_subspace_drop")
+               "necessity_drop", "necessity_dim", "necessity_attr_share",
+               "necessity_variance_share", "random_subspace_type_acc", "random_subspace_drop",
+               "random_subspace_attr_share")
 _RENAME = {"final_acc_pc": "final_resid_acc_pc", "acc_shuffle_pc": "shuffle_pc",
            "acc_random_dir": "random_dir"}
 
@@ -206,6 +207,8 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
     nec = _mean([m.get("ft_necessity_type_acc") for m in per_seed.values()])
     rnd = _mean([m.get("ft_random_subspace_type_acc") for m in per_seed.values()])
     rdir = _mean([m.get("ft_random_dir") for m in per_seed.values()])
+    nat = _mean([m.get("ft_necessity_attr_share") for m in per_seed.values()])
+    rat = _mean([m.get("ft_random_subspace_attr_share") for m in per_seed.values()])
     claim = Claim.from_spec(
         spec("CR-4"), per_seed, controls=_controls("CR-4", CR4_CONTROLS, per_seed),
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
@@ -215,7 +218,10 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
                f"replaced by the training mean's, output-type accuracy is {nec:.3f} (mean; "
                f"ft_necessity_type_acc); with {P.n_random_subspaces} random subspaces of the "
                f"same dimension mean-replaced the same way it is {rnd:.3f} (mean; the "
-               f"control reads its drop, ft_random_subspace_drop). Read through the "
+               f"control reads its drop, ft_random_subspace_drop; they lie outside U and are "
+               f"drawn with the activations' covariance). Answers that are still attribute "
+               f"tokens after the replacement: {nat:.3f} (U), {rat:.3f} (random; "
+               f"ft_necessity_attr_share, ft_random_subspace_attr_share). Read through the "
                f"unembedding (logit lens) the hook gives the right type on {lens:.3f} "
                f"(mean; ft_hook_lens_type_acc): the code there is already most of the "
                f"prediction; before the last attention layer (blocks.(L-1).hook_resid_pre) "
@@ -260,9 +266,12 @@ def cr8_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
         not_meas = (f"output-type accuracy at K = 1 is already >= {CR8_HEADROOM:g} on seeds "
                     + ", ".join(f"{s} ({v:.3f})" for s, v in sorted(no_room.items()))
                     + ": one demo fixes the type, so the K trend has no headroom")
-    bad_k1 = sorted(s for s, k in k1.items() if k != 1)
+    bad_k1 = sorted(s for s, m in per_seed.items() if k1[s] != 1
+                    or m.get("ft_output_type_acc_k1") is None
+                    or math.isnan(float(m["ft_output_type_acc_k1"])))
     if bad_k1 and not not_meas:
-        not_meas = f"K = 1 not measured on seeds {bad_k1}: headroom unknown"
+        not_meas = (f"output-type accuracy at K = 1 not measured on seeds {bad_k1}: headroom "
+                    f"unknown")
     n_k = min((m.get("ft_n_k", 0) for m in per_seed.values()), default=0)
     checks = {f"measured over >= {CR8_MIN_K} values of K on every seed (fewest {n_k})":
               n_k >= CR8_MIN_K}
@@ -335,12 +344,20 @@ def taskvec_claims(results: list[dict[str, Any]], P: TaskvecConfig, skipped: lis
               cr8_claim_from_metrics(per_seed, figure=fig.get("cr8"), variant=variant)]
     if not variant:
         claims.append(cr9_claim_from_metrics(per_seed, P.lam_delta, figure=fig.get("cr9")))
+    seed_errors = {k: v for k, v in errors.items() if not str(k).startswith("lam sweep")}
+    lam_errors = {k: v for k, v in errors.items() if str(k).startswith("lam sweep")}
     for claim in claims:
         if skipped:
             claim.notes += f" Seeds without a complete CR run, skipped: {skipped}."
         if errors:
             claim.notes += f" Errors: {errors}."
             claim.details["errors"] = {str(k): v for k, v in errors.items()}
+        # a measurement that failed is not evidence either way: inconclusive, not "does not
+        # hold" (the missing seeds would otherwise fail the rule)
+        failed = {**seed_errors, **(lam_errors if claim.id.startswith("CR-9") else {})}
+        if failed and not claim.not_measurable:
+            claim.not_measurable = "the measurement failed on " + "; ".join(
+                f"{k}: {v}" for k, v in failed.items())
     claims[0].details.update({
         "figures": figures, "params": {k: getattr(P, k) for k in P.__dataclass_fields__},
         "seconds": {str(r["seed"]): {ph: v["seconds"] for ph, v in r["phases"].items()}

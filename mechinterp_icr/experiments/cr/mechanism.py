@@ -19,7 +19,7 @@
 Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config; thresholds from
 the registry. In the reproduction each seed has two tasks: ``seed<N>/mechanism``
 (:func:`mechanism_seed`: CR-6 and the 2-layer roles, after ``seed<N>/train``) and
-``seed<N>/cascade`` (:func:`cascade_seed`: CR-7, its placebo and CR-5 on the mechanism
+``seed<N>/cascade`` (:func:`cascade_seed`: CR-7 and CR-5 on the mechanism
 model; it needs only the seed's task, so it runs from the start). :func:`add_mechanism` turns
 their records into the claims; :func:`add_mechanism_claims` runs both in this process first.
 """
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import Summary
-from mechinterp_icr.experiments.cr.cascade import run_cascade
+from mechinterp_icr.experiments.cr.cascade import probe_batch_for, run_cascade
 from mechinterp_icr.experiments.cr.claims import cr5_claim, cr5_table, cr6_claim, cr7_claim
 from mechinterp_icr.experiments.cr.config import CascadeConfig, MechanismConfig
 from mechinterp_icr.experiments.cr.evaluate import to_record
@@ -168,42 +168,53 @@ def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pai
     """Task ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
     ``run_path``: one PT, one finetune per learning rate and, with ``ccfg.causal_arms``, the
     OV-preset and OV-frozen finetunes per lr of ``ccfg.ft_lrs``) on the task of ``task_cfg``
-    and ``seed``, the synthetic-schedule placebo, and CR-5 on the mechanism model finetuned
-    at ``ccfg.ft_lr`` (:func:`mechanism_roles`). Record ``{cr7, placebo, cr5_mech,
-    timings}``; ``timings`` splits CR-7 into the normal finetunes ("CR-7 cascade", with the
-    PT), the arms ("CR-7 causal arms", 0 without them) and the placebo."""
+    and ``seed``, and CR-5 on the mechanism model finetuned at ``ccfg.ft_lr``
+    (:func:`mechanism_roles`). Record ``{cr7, cr5_mech, timings}``; ``timings`` splits CR-7
+    into the normal finetunes ("CR-7 cascade", with the PT) and the arms ("CR-7 causal arms",
+    0 without them). The placebo is its own task (:func:`placebo_seed`)."""
     task = task_cfg.build(seed)
     t = time.perf_counter()
     cr7 = run_cascade(task, seed, ccfg, run_path, task_cfg)
-    pt_model, models, batch = cr7.pop("pt_model"), cr7.pop("models"), cr7.pop("probe_batch")
+    pt_model, models = cr7.pop("pt_model"), cr7.pop("models")
+    cr7.pop("probe_batch")
     cr7.pop("arm_models")
     t7 = time.perf_counter() - t
     t_arms = float(sum(a["seconds"] for v in cr7["by_lr"].values()
                        for a in (v.get("arms") or {}).values()))
     t = time.perf_counter()
-    placebo = placebo_orders(task, batch, ccfg.placebo_points, ccfg.onset_fraction,
-                             ccfg.plateau_tail, ccfg.onset_fractions_reported)
-    tp = time.perf_counter() - t
-    t = time.perf_counter()
     roles = mechanism_roles(models[f"{ccfg.ft_lr:g}"], pt_model, task, seed, n_pairs,
                             ccfg.role_score, ccfg.margin_floor)
     roles["icl_heldout_exact"] = cr7["by_lr"][f"{ccfg.ft_lr:g}"]["icl_heldout_exact"]
-    return to_record({"cr7": cr7, "placebo": placebo, "cr5_mech": roles,
+    return to_record({"cr7": cr7, "cr5_mech": roles,
                       "timings": {"CR-7 cascade": t7 - t_arms, "CR-7 causal arms": t_arms,
-                                  "CR-7 placebo": tp,
                                   "CR-5 head roles": time.perf_counter() - t}})
 
 
+def placebo_seed(task_cfg, seed: int, ccfg: CascadeConfig) -> dict[str, Any]:
+    """Task ``seed<N>/placebo``: CR-7's synthetic-schedule placebo
+    (``interp.cascade.placebo_orders``) on the task of ``task_cfg`` and ``seed``, read on the
+    cascade's own probe batch (``cascade.probe_batch_for``). Nothing is trained. Record
+    ``{placebo, timings}``."""
+    task = task_cfg.build(seed)
+    t = time.perf_counter()
+    placebo = placebo_orders(task, probe_batch_for(task, seed, ccfg), ccfg.placebo_points,
+                             ccfg.onset_fraction, ccfg.plateau_tail,
+                             ccfg.onset_fractions_reported)
+    return to_record({"placebo": placebo,
+                      "timings": {"CR-7 placebo": time.perf_counter() - t}})
+
+
 def add_mechanism(summary: Summary, out_dir: Path, seeds: list[int], mech_records: dict,
-                  cascade_records: dict, ccfg: CascadeConfig) -> None:
+                  cascade_records: dict, ccfg: CascadeConfig, placebo_records: dict) -> None:
     """Add CR-5, CR-6 and CR-7 (per-seed numbers, figures, tables) to ``summary`` from the
-    records of :func:`mechanism_seed` and :func:`cascade_seed` (each keyed by seed)."""
+    records of :func:`mechanism_seed`, :func:`cascade_seed` and :func:`placebo_seed` (each
+    keyed by seed)."""
     out_dir = Path(out_dir)
     cr6 = {s: mech_records[s]["cr6"] for s in seeds}
     two_layer = {s: mech_records[s]["cr5"] for s in seeds}
     mech5 = {s: cascade_records[s]["cr5_mech"] for s in seeds}
     cr7 = {s: cascade_records[s]["cr7"] for s in seeds}
-    placebo = {s: cascade_records[s]["placebo"] for s in seeds}
+    placebo = {s: placebo_records[s]["placebo"] for s in seeds}
     claim5 = cr5_claim(mech5, two_layer, None)
     claim5.figure = write_cr5_figure(claim5.per_seed, out_dir)
     summary.add(claim5)
@@ -215,17 +226,21 @@ def add_mechanism(summary: Summary, out_dir: Path, seeds: list[int], mech_record
 def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds: list[int],
                          mech: MechanismConfig, ccfg: CascadeConfig) -> None:
     """Add CR-5, CR-6 and CR-7 for the CR runs ``run_dirs`` (matched to ``seeds`` by name),
-    running :func:`mechanism_seed` and :func:`cascade_seed` of every seed in this process."""
+    running :func:`mechanism_seed`, :func:`cascade_seed` and :func:`placebo_seed` of every
+    seed in this process."""
     out_dir = Path(out_dir)
     runs = {seed_of(p): Path(p) for p in run_dirs}
     seed_list = [s for s in seeds if s in runs] or sorted(runs)
-    mech_records, cascade_records = {}, {}
+    mech_records, cascade_records, placebo_records = {}, {}, {}
     for seed in seed_list:
+        task_cfg = RunDir(runs[seed]).read_config().task
         mech_records[seed] = mechanism_seed(runs[seed], seed, mech)
-        cascade_records[seed] = cascade_seed(RunDir(runs[seed]).read_config().task, seed, ccfg,
+        cascade_records[seed] = cascade_seed(task_cfg, seed, ccfg,
                                              out_dir / "runs" / "cr-mech" / f"seed{seed}",
                                              mech.n_pairs)
-        for rec in (mech_records[seed], cascade_records[seed]):
+        placebo_records[seed] = placebo_seed(task_cfg, seed, ccfg)
+        for rec in (mech_records[seed], cascade_records[seed], placebo_records[seed]):
             for stage, secs in rec["timings"].items():
                 summary.timings[stage] = summary.timings.get(stage, 0.0) + secs
-    add_mechanism(summary, out_dir, seed_list, mech_records, cascade_records, ccfg)
+    add_mechanism(summary, out_dir, seed_list, mech_records, cascade_records, ccfg,
+                  placebo_records)

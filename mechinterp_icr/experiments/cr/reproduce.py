@@ -14,6 +14,7 @@ task                             after                       writes
                                  shares one; else none
 ``cr4-lam/<lam>/seed<N>``        (none)                      ``runs/cr-taskvec/lam<lam>/seed<N>``
 ``seed<N>/cascade``              (none)                      ``runs/cr-mech/seed<N>``
+``seed<N>/placebo``              (none)                      (record only)
 ``seed<N>/cr4``                  ``seed<N>/train``           ``runs/cr/seed<N>/analyses``
 ``seed<N>/mechanism``            ``seed<N>/train``           (record only)
 ``views``                        ``seed<first>/train``       ``views/``
@@ -40,13 +41,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import check
 from mechinterp_icr.experiments.cr.claims import cr123_claims, cr123_tables
 from mechinterp_icr.experiments.cr.claims_taskvec import variant_id
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import finetune_curves, heldout_icl_by_k
-from mechinterp_icr.experiments.cr.mechanism import add_mechanism, cascade_seed, mechanism_seed
+from mechinterp_icr.experiments.cr.mechanism import (
+    add_mechanism,
+    cascade_seed,
+    mechanism_seed,
+    placebo_seed,
+)
 from mechinterp_icr.experiments.cr.sweep import (
     default_setting_row,
     print_sweep,
@@ -70,6 +78,7 @@ from mechinterp_icr.experiments.cr.train import (
 from mechinterp_icr.jobs import Task, run_tasks
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.tasks.cr import ideal_reader_table
+from mechinterp_icr.tasks.cr_vocab import type_chance
 from mechinterp_icr.viz.cr_figures import write_cr123_figures
 from mechinterp_icr.viz.views import write_reproduction_views
 
@@ -155,6 +164,8 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
                    {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
                     "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",
                     "n_pairs": cfg.mechanism.n_pairs}) for s in seeds]
+    tasks += [Task(f"seed{s}/placebo", placebo_seed,
+                   {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade}) for s in seeds]
     for s in seeds:
         train = (f"seed{s}/train",)
         if s in sweep_seeds:
@@ -235,7 +246,8 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
 
     # CR-5 .. CR-7
     add_mechanism(summary, out_dir, seeds, {s: records[f"seed{s}/mechanism"] for s in seeds},
-                  {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade)
+                  {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade,
+                  {s: records[f"seed{s}/placebo"] for s in seeds})
 
     # the shared-token variant: CR-1 .. CR-4 and CR-8 under their own ids
     vcfg = shared_config(cfg)
@@ -265,14 +277,31 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
     """CR-1 .. CR-3 and CR-4 / CR-8 of the shared-token variant from its task records, under
     the ids ``CR-k (shared tokens)``, with the ideal reader's table."""
     results = [records[f"shared/seed{s}/train"] for s in seeds]
+    chance = float(np.mean([type_chance(vcfg.task.build(s)) for s in seeds]))
+    head = (f"Shared-token variant (task.attr_share = {vcfg.task.attr_share:g}: attribute "
+            f"tokens belong to two types; an uninformed attribute guess has the right type "
+            f"with probability {chance:.3f}, mean over the seeds' tasks, against 1/L = "
+            f"{1 / vcfg.task.n_types:g} in the default task). ")
     for claim in cr123_claims(vcfg, results, []):
         claim.id = variant_id(claim.id, "shared")
-        claim.notes = (f"Shared-token variant (task.attr_share = {vcfg.task.attr_share:g}: "
-                       f"attribute tokens belong to two types; a random attribute guess has "
-                       f"the right type with probability above 1/L). " + claim.notes)
+        claim.notes = head + claim.notes
         summary.add(claim)
     add_cr4(summary, out_dir, seeds, {s: records[f"shared/seed{s}/cr4"] for s in seeds}, {},
             vcfg.taskvec, variant="shared")
+    # the type bounds of CR-1 (and CR-3's mixed-type control) and CR-4's necessity bound are
+    # registered as 1/L plus a margin; below this variant's own chance they cannot be read
+    if chance > 1 / vcfg.task.n_types + 0.01:
+        for cid, what in (("CR-1", "CR-1's type bound 1/L + 0.05"),
+                          ("CR-3", "CR-3's mixed-type control bound 1/L + 0.05"),
+                          ("CR-4", "CR-4's necessity bound 1/L + 0.10")):
+            c = summary.claims.get(variant_id(cid, "shared"))
+            if c is not None and not c.not_measurable:
+                c.not_measurable = (f"{what} is registered for disjoint vocabularies (chance "
+                                    f"1/L); in this variant an uninformed guess already has "
+                                    f"the right type with probability {chance:.3f}, so the "
+                                    f"bound cannot be read (reported beside the default, not "
+                                    f"decided)")
+                c.notes = head + c.notes if not c.notes.startswith("Shared") else c.notes
     ks = list(range(1, vcfg.task.max_demos + 1))
     summary.tables["CR shared-token ideal reader"] = ideal_reader_table(vcfg.task, ks,
                                                                         seeds=tuple(seeds))

@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
+SWEEP_TEST_FRACTION = 0.5  # the probe's test share of the K sweep's and lam runs' prompts
 PHASE_FT_MIXED = "ft-icl-mixed"  # CR-8 / CR-9's negative control: no shared type in a prompt
 
 
@@ -120,26 +121,38 @@ def _necessity(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: 
     """CR-4 necessity at hook b: the component of the query-position activation in U (the
     span of the type-mean differences of the training prompts) replaced by the training
     mean's; the model's output-type accuracy on the test prompts, and the same for
-    ``P.n_random_subspaces`` random subspaces of the same dimension (the control: their mean
-    drop of output-type accuracy)."""
+    ``P.n_random_subspaces`` random subspaces of U's dimension (the control: their mean drop
+    of output-type accuracy). The random subspaces lie outside U and are drawn with the
+    training activations' covariance, so each carries a share of the variance comparable to
+    U's (an isotropic draw would remove only about dim / d_model of it and could not show an
+    activation that breaks whatever is removed). Beside each: the share of answers that are
+    still attribute tokens (a replacement that knocks the model off its answer vocabulary
+    is not a type code's necessity)."""
     te = split.test
     Xtr, ytr = H.at(b)[split.train], H.types[split.train]
     U, mu = tv.type_subspace(Xtr, ytr)
+    cov = np.cov(np.asarray(Xtr, dtype=np.float64).T)
     toks, qp = torch.as_tensor(H.tokens[te]), H.query_pos[te]
     hook = H.layer_names[b]
+    live = np.asarray(task.live_attr_ids)
 
-    def acc(basis):
+    def read(basis):
         pred = tv.subspace_mean_replace_predictions(model, toks, qp, hook, basis, mu)
-        return tv.output_type_accuracy(task, pred, H.types[te])
+        return (tv.output_type_accuracy(task, pred, H.types[te]),
+                float(np.isin(pred, live).mean()))
 
-    nec = acc(U)
-    rand = [acc(tv.random_subspace(U.shape[0], U.shape[1], _rng_seed(seed, 0x300 + i)))
+    nec, nec_attr = read(U)
+    rand = [read(tv.random_subspace(U.shape[0], U.shape[1], _rng_seed(seed, 0x300 + i),
+                                    cov=cov, exclude=U))
             for i in range(P.n_random_subspaces)]
+    var = float(np.trace(cov)) or 1.0
     return {"necessity_type_acc": nec, "necessity_drop": base_type_acc - nec,
-            "necessity_dim": int(U.shape[1]),
-            "random_subspace_type_acc": float(np.mean(rand)),
-            "random_subspace_drop": float(np.mean([base_type_acc - r for r in rand])),
-            "random_subspace_drops": [base_type_acc - r for r in rand]}
+            "necessity_dim": int(U.shape[1]), "necessity_attr_share": nec_attr,
+            "necessity_variance_share": float(np.trace(U.T @ cov @ U)) / var,
+            "random_subspace_type_acc": float(np.mean([r[0] for r in rand])),
+            "random_subspace_drop": float(np.mean([base_type_acc - r[0] for r in rand])),
+            "random_subspace_drops": [base_type_acc - r[0] for r in rand],
+            "random_subspace_attr_share": float(np.mean([r[1] for r in rand]))}
 
 
 @torch.no_grad()
@@ -276,7 +289,8 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
         H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K,
                    names=[hook, tv.write_hook(model.cfg.n_layers)])
         X = H.at(0)
-        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
+        sp = pr.split_by_prompt(H.prompt_ids(), SWEEP_TEST_FRACTION, seed=seed,
+                                stratify=H.types)
         rows.append({"K": K, "type_variance_fraction": tv.type_variance_fraction(X, H.types),
                      "partial_type_variance_fraction": tv.partial_type_variance_fraction(
                          X, H.types, H.query_subject),
@@ -373,7 +387,8 @@ def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
     for ck, model in run.iter_models(",".join(f"phase:{p}:last" for p in phases), build):
         hook = tv.readout_hook(model.cfg.n_layers)
         H = _tvset(model, task, P.n_per_k, seed, 1, task.heldout_subjects, names=[hook])
-        sp = pr.split_by_prompt(H.prompt_ids(), 0.5, seed=seed, stratify=H.types)
+        sp = pr.split_by_prompt(H.prompt_ids(), SWEEP_TEST_FRACTION, seed=seed,
+                                stratify=H.types)
         key = {PHASE_PT: "pt", PHASE_FT: "ft", PHASE_FT_MIXED: "mixed"}[ck.phase]
         out[f"{key}_eta2"] = tv.type_variance_fraction(H.at(0), H.types)
         out[f"{key}_type_variance_fraction"] = out[f"{key}_eta2"]  # (the probes/ script's name)
