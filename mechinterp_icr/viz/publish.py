@@ -51,13 +51,17 @@ def publish(out_dir: Path, dest: Path, allow_dirty: bool = False) -> list[Path]:
     same = out_dir.resolve() == dest.resolve()
     copied = []
     if not same:
-        for old in dest.glob("*.png"):
+        for old in [*dest.glob("*.png"), *dest.glob("*/*.png")]:
             old.unlink()
         shutil.copy2(out_dir / "summary.json", dest / "summary.json")
         copied.append(dest / "summary.json")
-        for png in sorted((out_dir / "figures").glob("*.png")):
-            shutil.copy2(png, dest / png.name)
-            copied.append(dest / png.name)
+        # the figures folder's PNGs and those of its subfolders (the shared-token variant's)
+        for png in sorted((out_dir / "figures").glob("*.png")) + sorted(
+                (out_dir / "figures").glob("*/*.png")):
+            rel = png.relative_to(out_dir / "figures")
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(png, dest / rel)
+            copied.append(dest / rel)
     copied.append(write_report(out_dir, report_dir=dest, tree=tree))
     return copied
 

@@ -119,6 +119,8 @@ def resolve_figure(fig: str | Path, out_dir: Path) -> Path:
     p = Path(fig)
     stem = p.with_suffix("") if p.suffix in (".png", ".html") else p
     cands = [stem] if stem.is_absolute() else [out_dir / stem, stem]
+    if not stem.is_absolute() and stem.parts[:1] == ("figures",) and len(stem.parts) > 1:
+        cands.append(out_dir.joinpath(*stem.parts[1:]))  # a published folder's subfolder
     cands += [out_dir / "figures" / stem.name, out_dir / stem.name]
     for c in cands:
         if c.with_suffix(".png").exists() or c.with_suffix(".html").exists():

@@ -282,9 +282,14 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
             f"tokens belong to two types; an uninformed attribute guess has the right type "
             f"with probability {chance:.3f}, mean over the seeds' tasks, against 1/L = "
             f"{1 / vcfg.task.n_types:g} in the default task). ")
+    vfig = Path(out_dir) / "figures" / SHARED_DIR
+    write_cr123_figures(heldout_icl_by_k(results, vcfg.eval_ks), vcfg.eval_ks, len(results),
+                        finetune_curves([r["curves"] for r in results]), [], vfig, seeds=seeds)
     for claim in cr123_claims(vcfg, results, []):
         claim.id = variant_id(claim.id, "shared")
         claim.notes = head + claim.notes
+        # the variant's own figure (CR-3 has no sweep there: its held-out-ICL-by-K figure)
+        claim.figure = f"figures/{SHARED_DIR}/cr_icl_by_k.html"
         summary.add(claim)
     add_cr4(summary, out_dir, seeds, {s: records[f"shared/seed{s}/cr4"] for s in seeds}, {},
             vcfg.taskvec, variant="shared")

@@ -89,6 +89,20 @@ def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecCo
     return to_record(out)
 
 
+def _relative(fig: Any, out_dir: Path) -> Any:
+    """``save_figure``'s result (a dict of written files, or a path) as the HTML's path
+    relative to ``out_dir`` (``figures/shared-tokens/cr8_by_k.html``); other values as they
+    are."""
+    path = fig.get("html") if isinstance(fig, dict) else fig
+    if not isinstance(path, (str, Path)):
+        return fig
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(out_dir.resolve()))
+    except ValueError:
+        return str(p)
+
+
 def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dict,
             lam_records: dict, P: TaskvecConfig, variant: str = "") -> None:
     """Add claims CR-4, CR-8 and CR-9 (``variant='shared'``: CR-4 and CR-8 of the
@@ -128,6 +142,8 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
         figs["cr8"] = write_cr8_figure(per_seed, fig_dir, CR8_HEADROOM, label)
         if not variant:
             figs["cr9"] = write_cr9_figure(per_seed, fig_dir, P.lam_delta)
+    # a claim names its figure by its path relative to the output folder
+    figs = {k: _relative(v, Path(out_dir)) for k, v in figs.items()}
     for claim in taskvec_claims(results, P, skipped, errors, figs, variant):
         summary.add(claim)
     summary.tables.update(taskvec_tables(results, variant))
