@@ -443,7 +443,7 @@ def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroo
                 x, y = _by_x(m.get(f"{ph}_{key}"))
                 if not x:
                     continue
-                nm = f"seed {seed}" if ph == "ft" else f"seed {seed}, mixed-type finetune"
+                nm = f"seed {seed}" if ph == "ft" else "mixed-type finetune (each seed)"
                 fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=nm,
                                          legendgroup=f"{seed}{ph}", showlegend=show or (
                                              ph == "mixed" and c == 0 and i == 0),
@@ -451,7 +451,7 @@ def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroo
                                                    dash=dash)), 1, c + 1)
     fig.add_hline(y=headroom, line=dict(color="black", dash="dot"), row=1, col=3,
                   annotation_text=f"headroom bound at K = 1 ({headroom:g})",
-                  annotation_position="bottom right")
+                  annotation_position="top left")
     fig.update_xaxes(title_text="number of demonstrations K")
     fig.update_yaxes(title_text="SS_type / (SS_type + SS_residual)", row=1, col=1,
                      range=[0, 1.02])
