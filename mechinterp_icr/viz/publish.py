@@ -51,7 +51,10 @@ def publish(out_dir: Path, dest: Path, allow_dirty: bool = False) -> list[Path]:
     same = out_dir.resolve() == dest.resolve()
     copied = []
     if not same:
-        for old in [*dest.glob("*.png"), *dest.glob("*/*.png")]:
+        # the PNGs this publish replaces: the top level and the source's own subfolders (a
+        # published folder's other subfolders, e.g. figures/paper, are another report's)
+        subs = [p.name for p in (out_dir / "figures").glob("*") if p.is_dir()]
+        for old in [*dest.glob("*.png"), *(q for sub in subs for q in dest.glob(f"{sub}/*.png"))]:
             old.unlink()
         shutil.copy2(out_dir / "summary.json", dest / "summary.json")
         copied.append(dest / "summary.json")

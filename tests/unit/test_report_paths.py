@@ -240,3 +240,29 @@ def test_merged_summary_keeps_each_targets_code_state(tmp_path):
     assert data["code_state_by_target"] == {"ir": "aaa111", "cr": "bbb222"}
     text = render_report(data, tmp_path, git_state="bbb222")
     assert "per target: cr at <code>bbb222</code>, ir at <code>aaa111</code>" in text
+
+
+def test_publish_replaces_its_own_subfolders_only(tmp_path, monkeypatch):
+    """Publishing copies the figures' subfolders (the shared-token variant's) and leaves a
+    published folder's other subfolders (figures/paper) alone."""
+    import json
+
+    from mechinterp_icr.viz import publish as pub
+
+    out, dest = tmp_path / "out", tmp_path / "figures"
+    (out / "figures" / "shared-tokens").mkdir(parents=True)
+    (out / "figures" / "a.png").write_bytes(b"a")
+    (out / "figures" / "shared-tokens" / "b.png").write_bytes(b"b")
+    (out / "summary.json").write_text(json.dumps({"claims": {}, "code_state": "x"}))
+    (dest / "paper").mkdir(parents=True)
+    (dest / "paper" / "keep.png").write_bytes(b"k")
+    (dest / "shared-tokens").mkdir()
+    (dest / "shared-tokens" / "stale.png").write_bytes(b"s")
+    monkeypatch.setattr(pub, "tree_state", lambda exclude=(): None)
+    monkeypatch.setattr("mechinterp_icr.viz.report.write_report",
+                        lambda *a, **k: dest / "report.html")
+    pub.publish(out, dest, allow_dirty=True)
+    assert (dest / "paper" / "keep.png").exists()
+    assert (dest / "shared-tokens" / "b.png").exists()
+    assert not (dest / "shared-tokens" / "stale.png").exists()
+    assert (dest / "a.png").read_bytes() == b"a"
