@@ -19,12 +19,12 @@ __all__ = ["write_cr5_figure", "write_cr6_figure", "write_cr7_figure"]
 # ------------------------------------------------------------------------------------------------
 # CR-5 .. CR-7
 # ------------------------------------------------------------------------------------------------
-def _save_quietly(fig, out_dir: Path, stem: str) -> str | None:
-    """Write ``<out_dir>/figures/<stem>``; its path relative to ``out_dir``
-    (``figures/<stem>.html``, as every other claim's figure), or None when writing fails (a
-    figure must never cost a claim)."""
+def _save_quietly(fig, out_dir: Path, stem: str, **size) -> str | None:
+    """Write ``<out_dir>/figures/<stem>`` (``size``: ``save_figure``'s width / height); its
+    path relative to ``out_dir`` (``figures/<stem>.html``, as every other claim's figure), or
+    None when writing fails (a figure must never cost a claim)."""
     try:
-        save_figure(fig, Path(out_dir) / "figures" / stem)
+        save_figure(fig, Path(out_dir) / "figures" / stem, **size)
         return f"figures/{stem}.html"
     except Exception:  # noqa: BLE001 - a figure must never cost a claim
         return None
@@ -138,40 +138,11 @@ def _cr7_mark_onsets(fig, x, y, v: dict, key: str, fracs: list[float], colour: s
                                   f"step {t:g}", hoverinfo="text", row=row, col=col)
 
 
-def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> str | None:
-    """CR-7 as a grid: one row per finetuning lr, one column per arm (normal finetuning, OV
-    preset, OV frozen; only the arms present), each panel the Relation head's OV (solid) and
-    KQ (dotted) probes of every seed as shares of the normal run's gain at that lr and seed
-    (so an arm reads against the normal run: preset OV starts near 1, frozen KQ stays low),
-    with each curve's onsets (against its own gain) marked at the claim's fraction and at
-    every reported fraction, one symbol per fraction; a last row the placebo schedules of one
-    seed (shares of their own gain)."""
-    import plotly.graph_objects as go  # noqa: F401
-    from plotly.subplots import make_subplots
-
-    lrs = sorted({lr for r in cr7.values() for lr in r["by_lr"]}, key=float)
-    present = {"normal"} | {a for r in cr7.values() for v in r["by_lr"].values()
-                            for a in (v.get("arms") or {})}
-    arms = [(a, t) for a, t in _CR7_ARMS if a in present]
-    n_cols = max(len(arms), len(_CR7_PLACEBO_PANELS) if placebo else 1)
-    titles = []
-    for lr in lrs:
-        titles += [f"lr {_lr_label(lr)}: {t}" for _, t in arms] + [""] * (n_cols - len(arms))
-    if placebo:
-        titles += [t for t, _ in _CR7_PLACEBO_PANELS] + [""] * (n_cols - 3)
-    n_rows = len(lrs) + (1 if placebo else 0)
-    fig = make_subplots(rows=max(n_rows, 1), cols=n_cols, subplot_titles=titles,
-                        vertical_spacing=0.12 if n_rows > 1 else 0.2, horizontal_spacing=0.06)
+def _cr7_arm_panels(fig, cr7: dict, lrs: list, arms: list, fracs: list, log_x: bool) -> None:
+    """The grid's arm panels: row per lr, column per arm, every seed's OV (solid) and KQ
+    (dotted) probes as shares of the normal run's gain, onsets marked."""
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
-    steps = next((v["steps"] for r in cr7.values() for v in r["by_lr"].values()), [])
-    gaps = np.diff(steps) if len(steps) > 2 else np.array([1])
-    log_x = bool(len(gaps) > 2 and gaps[-1] > 2 * gaps[0])  # log-spaced checkpoints
     xoff = 1 if log_x else 0  # step + 1 on a log axis (step 0 is the PT state)
-    timings = [v for r in cr7.values() for v in r["by_lr"].values()]
-    timings += [a for v in list(timings) for a in (v.get("arms") or {}).values()]
-    if placebo:
-        timings += list(placebo[next(iter(placebo))]["schedules"].values())
-    fracs = sorted({f for v in timings for f, _, _ in _cr7_onsets(v)})
     for i, lr in enumerate(lrs):
         for j, (arm, _) in enumerate(arms):
             for k, (s, r) in enumerate(cr7.items()):
@@ -197,35 +168,72 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
                              row=i + 1, col=j + 1)
             fig.update_yaxes(title_text="share of the normal run's gain", row=i + 1,
                              col=j + 1)
+
+
+def _cr7_placebo_row(fig, placebo: dict, row: int, fracs: list) -> None:
+    """The grid's last row: one seed's placebo schedules, each as a share of its own gain."""
+    sch_all = placebo[next(iter(placebo))]["schedules"]
+    for j, (_, entries) in enumerate(_CR7_PLACEBO_PANELS):
+        drawn = False
+        for order, label, c in entries:
+            sch = sch_all.get(order)
+            if sch is None:
+                continue
+            drawn = True
+            x = list(range(len(sch["ov"])))
+            for key, dash in (("ov", "solid"), ("kq", "dot")):
+                y = _progress(sch[key])
+                fig.add_scatter(x=x, y=y, mode="lines", line={"color": c, "dash": dash},
+                                name=f"placebo {label}", legendgroup=f"p-{order}",
+                                showlegend=key == "ov", row=row, col=j + 1)
+                _cr7_mark_onsets(fig, x, y, sch, key, fracs, c, f"placebo {label}", 0, row,
+                                 j + 1)
+        if drawn:
+            fig.update_xaxes(title_text="schedule point", row=row, col=j + 1)
+            fig.update_yaxes(title_text="share of total gain", row=row, col=j + 1)
+
+
+def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> str | None:
+    """CR-7 as a grid: one row per finetuning lr, one column per arm (normal finetuning, OV
+    preset, OV frozen; only the arms present), each panel the Relation head's OV (solid) and
+    KQ (dotted) probes of every seed as shares of the normal run's gain at that lr and seed
+    (so an arm reads against the normal run: preset OV starts near 1, frozen KQ stays low),
+    with each curve's onsets (against its own gain) marked at the claim's fraction and at
+    every reported fraction, one symbol per fraction; a last row the placebo schedules of one
+    seed (shares of their own gain)."""
+    from plotly.subplots import make_subplots
+
+    lrs = sorted({lr for r in cr7.values() for lr in r["by_lr"]}, key=float)
+    present = {"normal"} | {a for r in cr7.values() for v in r["by_lr"].values()
+                            for a in (v.get("arms") or {})}
+    arms = [(a, t) for a, t in _CR7_ARMS if a in present]
+    n_cols = max(len(arms), len(_CR7_PLACEBO_PANELS) if placebo else 1)
+    titles = []
+    for lr in lrs:
+        titles += [f"lr {_lr_label(lr)}: {t}" for _, t in arms] + [""] * (n_cols - len(arms))
+    if placebo:
+        titles += [t for t, _ in _CR7_PLACEBO_PANELS] + [""] * (n_cols - 3)
+    n_rows = len(lrs) + (1 if placebo else 0)
+    fig = make_subplots(rows=max(n_rows, 1), cols=n_cols, subplot_titles=titles,
+                        vertical_spacing=0.12 if n_rows > 1 else 0.2, horizontal_spacing=0.06)
+    steps = next((v["steps"] for r in cr7.values() for v in r["by_lr"].values()), [])
+    gaps = np.diff(steps) if len(steps) > 2 else np.array([1])
+    log_x = bool(len(gaps) > 2 and gaps[-1] > 2 * gaps[0])  # log-spaced checkpoints
+    timings = [v for r in cr7.values() for v in r["by_lr"].values()]
+    timings += [a for v in list(timings) for a in (v.get("arms") or {}).values()]
+    if placebo:
+        timings += list(placebo[next(iter(placebo))]["schedules"].values())
+    fracs = sorted({f for v in timings for f, _, _ in _cr7_onsets(v)})
+    _cr7_arm_panels(fig, cr7, lrs, arms, fracs, log_x)
     for f in fracs:  # the marker legend: one entry per onset fraction
         fig.add_scatter(x=[None], y=[None], mode="markers", name=f"onset at {100 * f:g}%",
                         legendgroup="onsets",
                         marker={"color": "#444", "size": 8,
                                 "symbol": _CR7_SYMBOLS[fracs.index(f) % len(_CR7_SYMBOLS)]},
                         row=1, col=1)
-    if placebo:
-        s0 = next(iter(placebo))
-        sch_all = placebo[s0]["schedules"]
-        for j, (_, entries) in enumerate(_CR7_PLACEBO_PANELS):
-            drawn = False
-            for order, label, c in entries:
-                sch = sch_all.get(order)
-                if sch is None:
-                    continue
-                drawn = True
-                x = list(range(len(sch["ov"])))
-                for key, dash in (("ov", "solid"), ("kq", "dot")):
-                    y = _progress(sch[key])
-                    fig.add_scatter(x=x, y=y, mode="lines", line={"color": c, "dash": dash},
-                                    name=f"placebo {label}", legendgroup=f"p-{order}",
-                                    showlegend=key == "ov", row=n_rows, col=j + 1)
-                    _cr7_mark_onsets(fig, x, y, sch, key, fracs, c, f"placebo {label}", 0,
-                                     n_rows, j + 1)
-            if drawn:
-                fig.update_xaxes(title_text="schedule point", row=n_rows, col=j + 1)
-                fig.update_yaxes(title_text="share of total gain", row=n_rows, col=j + 1)
     caption = seeds_caption(list(cr7))
     if placebo:
+        _cr7_placebo_row(fig, placebo, n_rows, fracs)
         caption += ("; placebo row: " + seeds_caption(
             [next(iter(placebo))], list(placebo),
             "one seed's schedules; the placebo controls read every seed"))
@@ -237,10 +245,6 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
                       f"<br><sub>{caption}</sub>",
                       legend={"tracegroupgap": 2}, margin={"t": 170})
     fig.update_yaxes(range=[-0.5, 1.6])
-    # a grid needs more room than save_figure's default size (a figure never costs a claim)
-    try:
-        save_figure(fig, Path(out_dir) / "figures" / "cr7_cascade",
-                    width=max(900, 400 * n_cols), height=220 + 320 * max(n_rows, 1))
-        return "figures/cr7_cascade.html"
-    except Exception:  # noqa: BLE001 - a figure must never cost a claim
-        return None
+    # a grid needs more room than save_figure's default size
+    return _save_quietly(fig, out_dir, "cr7_cascade", width=max(900, 400 * n_cols),
+                         height=220 + 320 * max(n_rows, 1))
