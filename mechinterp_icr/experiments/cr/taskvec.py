@@ -116,6 +116,26 @@ def _patch(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
     return out
 
 
+def _patches(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, final: int,
+             seed: int, P: TaskvecConfig) -> dict[str, Any]:
+    """The additive causal patch at hook b, its norm-matched random-vector control, and (for
+    reference) the same patch at the final residual stream (boundary ``final``), on the test
+    prompts of ``split``."""
+    te = split.test
+    pa = _patch(model, task, H, split, b, seed, P.transplant_scale, te)
+    pz = _patch(model, task, H, split, b, seed, P.transplant_scale, te, mode="random")
+    pf = _patch(model, task, H, split, final, seed, P.transplant_scale, te)
+    return {"patch_gain": pa["gain"], "patch_success": pa["transplant_success"],
+            "patch_unpatched_hit": pa["unpatched_hit"],
+            "patch_kept_original": pa["kept_original"],
+            "random_patch_gain": pz["gain"],
+            "random_patch_success": pz["transplant_success"],
+            "random_patch_kept_original": pz["kept_original"],
+            "final_patch_gain": pf["gain"],
+            "final_patch_success": pf["transplant_success"],
+            "patch_chance": 1.0 / (task.cfg.n_types * task.cfg.n_values)}
+
+
 def _necessity(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
                P: TaskvecConfig, base_type_acc: float) -> dict[str, Any]:
     """CR-4 necessity at hook b: the component of the query-position activation in U (the
@@ -178,7 +198,6 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     the final residual stream) reported beside it. ``full=False``: only the by-prompt probes
     (for the per-checkpoint curve and the lam runs)."""
     t0 = time.perf_counter()
-    L = task.cfg.n_types
     names, labels = tv.readout_names(model.cfg.n_layers)
     b = names.index(tv.readout_hook(model.cfg.n_layers))
     H = _tvset(model, task, P.n_heldout, seed, 1, task.heldout_subjects, names=names)
@@ -244,19 +263,7 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     tsp = pr.split_from_sets(len(F), n_test, T.prompt_ids(), _subject_matrix(T), "transfer")
     out["transfer_acc_pc"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca", P.n_pc, seed)
     out["transfer_acc_full"] = pr.probe_accuracy(T.at(b), T.types, tsp, "full", P.n_pc, seed)
-    # the additive causal patch at the hook (and, for reference, at the final residual)
-    pa = _patch(model, task, H, split, b, seed, P.transplant_scale, te)
-    pz = _patch(model, task, H, split, b, seed, P.transplant_scale, te, mode="random")
-    pf = _patch(model, task, H, split, len(names) - 1, seed, P.transplant_scale, te)
-    out.update({"patch_gain": pa["gain"], "patch_success": pa["transplant_success"],
-                "patch_unpatched_hit": pa["unpatched_hit"],
-                "patch_kept_original": pa["kept_original"],
-                "random_patch_gain": pz["gain"],
-                "random_patch_success": pz["transplant_success"],
-                "random_patch_kept_original": pz["kept_original"],
-                "final_patch_gain": pf["gain"],
-                "final_patch_success": pf["transplant_success"],
-                "patch_chance": 1.0 / (L * task.cfg.n_values)})
+    out.update(_patches(model, task, H, split, b, len(names) - 1, seed, P))
     out["seconds"] = time.perf_counter() - t0
     return out
 
