@@ -334,11 +334,14 @@ def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], delta: float,
 # All three from the per-seed results
 # ------------------------------------------------------------------------------------------
 def taskvec_claims(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
-                   errors: dict, figures: dict[str, Any], variant: str = "") -> list[Claim]:
+                   errors: dict, figures: dict[str, Any], variant: str = "",
+                   per_seed: dict[str, dict[str, Any]] | None = None) -> list[Claim]:
     """CR-4, CR-8 and (default task only) CR-9 from the per-seed results of
     ``taskvec.analyse_seed`` (with their lam sweeps); ``skipped`` seeds had no complete run,
-    ``errors`` maps a seed (or step) to its error."""
-    per_seed = {str(r["seed"]): per_seed_metrics(r) for r in results}
+    ``errors`` maps a seed (or step) to its error. ``per_seed``: the results'
+    :func:`per_seed_metrics` when the caller already has them (computed here otherwise)."""
+    if per_seed is None:
+        per_seed = {str(r["seed"]): per_seed_metrics(r) for r in results}
     fig = figures or {}
     claims = [cr4_claim_from_metrics(per_seed, P, figure=fig.get("overview"), variant=variant),
               cr8_claim_from_metrics(per_seed, figure=fig.get("cr8"), variant=variant)]

@@ -144,7 +144,7 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
             figs["cr9"] = write_cr9_figure(per_seed, fig_dir, P.lam_delta)
     # a claim names its figure by its path relative to the output folder
     figs = {k: _relative(v, Path(out_dir)) for k, v in figs.items()}
-    for claim in taskvec_claims(results, P, skipped, errors, figs, variant):
+    for claim in taskvec_claims(results, P, skipped, errors, figs, variant, per_seed):
         summary.add(claim)
     summary.tables.update(taskvec_tables(results, variant))
 
