@@ -34,6 +34,12 @@ def _cfg(overrides, profile="quick"):
     (["taskvec.nope=1"], "taskvec.nope"),
     (["cascade.ft_lr=0"], "cascade.ft_lr = 0"),
     (["mechanism.n_pairs=0"], "mechanism.n_pairs = 0"),
+    (["taskvec.lam_delta=2"], "taskvec.lam_delta = 2"),
+    (["taskvec.n_random_subspaces=0"], "taskvec.n_random_subspaces = 0"),
+    (["shared_variant_share=1.5"], "shared_variant_share = 1.5"),
+    (["task.attr_share=-0.1"], "task.attr_share = -0.1"),
+    (["cascade.onset_fractions_reported=[0.5,1]"], "cascade.onset_fractions_reported"),
+    (["cascade.causal_arms=maybe"], "cascade.causal_arms"),
 ])
 def test_bad_overrides_are_refused_by_the_config(override, needle):
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace(".", r"\.")):
