@@ -11,12 +11,16 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR_METRIC_RANGES", "IR_SPECS"]
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR_METRIC_RANGES", "IR_SPECS",
+           "STOP_TOL_FACTORS"]
 
 
-# what every finetuning verdict depends on (the task, the memory, PGD and IR-3's stopping rule)
+# what every verdict depends on: the task (knowledge base included: kb_single -1 = R(R-1)/2
+# planted single-pair collisions, n_answers 0 = n) and the memory (theta_rel 0 = 2/(3K));
+# the derived values are pinned by tests/unit/test_claims_ir.py
 _TASK = {"R": 6, "p_single": 0.25, "p_swap": 0.25, "temperature": 0.02, "lam2": 10.0,
-         "theta_ans": 1.1, "gate": 10.0}
+         "theta_ans": 1.1, "gate": 10.0, "theta_rel": 0.0, "kb_single": -1,
+         "kb_swap_frac": 0.5, "n_answers": 0}
 _PGD = {"big_lr": 1.0, "sigma": 0.01, "lr": 0.05, "steps": 200, "stop_every": 100,
         "stop_tol": 0.0005, "stop_max": 1000}
 # evaluation sizes: the same in every profile (SPEC 0); a final state's accuracies are read on
@@ -30,6 +34,16 @@ _MAIN = {"n": 512, "N": 256, **_TASK, **_PGD, **_EVAL}
 # experiments/ir/claims.py:perturbation_role.
 IR4_PERTURBATION_ROLE = Condition("gd_over_pgd_escape_eps", ">=", 2.0, "fraction", 0.8,
                                   "GD/PGD escape steps on eps-asymmetric data")
+
+# IR-5's positive control (SPEC 2, revised 2026-12-02): the learned-memory arm sees linear
+# growth when N(n_max) / N(n_min) >= IR5_LINEAR_FRACTION x (n_max / n_min), or when it misses
+# the target at n_max within the registered N range (experiments/ir/ir5.py)
+IR5_LINEAR_FRACTION = 0.5
+
+# IR-3 / IR-6 / IR-7: the within-pair gap is also reported with the stopping rule's tolerance
+# stop_tol times these factors (the nearby conventions a reader would try; SPEC 0), and the
+# report says where a verdict flips (experiments/ir/conventions.py). Not part of any rule.
+STOP_TOL_FACTORS = (0.5, 1.0, 2.0)
 
 IR_SPECS = (
     ClaimSpec(
@@ -89,23 +103,31 @@ IR_SPECS = (
     ),
     ClaimSpec(
         "IR-5",
-        "Sample complexity on random embeddings (d(n) < n): a polylog fit of N against n "
-        "beats the linear one and N(n_max)/N(n_min) <= (log n_max / log n_min)^2. Not "
-        "measurable when N does not grow (N(n_max) <= N(n_min)) or the memory's retrieval is "
-        "< 0.99 at some n or N is censored (never reached) at n_min or n_max.",
+        "Sample complexity is an upper bound (revised 2026-12-02): on random embeddings of "
+        "the registered width d(n) < n, N(n_max)/N(n_min) <= (log n_max / log n_min)^2 on "
+        "every seed and, wherever N grows, a polylog fit (N against log n or (log n)^2) beats "
+        "the linear fit in R^2; a flat N satisfies it. Decided only against a measurement "
+        "shown able to see growth (positive control) and where retrieval >= 0.99 at every n "
+        "(else not measurable, the n named).",
         conditions=(
-            _c("polylog_beats_linear", ">=", 1.0, text="polylog R^2 > linear R^2"),
-            _c("polylog_r2", ">=", 0.5, text="polylog fit explains N (R^2)"),
             _c("growth_over_bound", "<=", 1.0,
                text="N(n_max)/N(n_min) over (log n_max/log n_min)^2"),
+            _c("polylog_beats_linear_where_grows", ">=", 1.0,
+               text="where N grows, polylog R^2 > linear R^2"),
         ),
-        controls=(_neg("zero sequences reach the target at some n", "zero_data_reaches", ">=",
-                       1.0),),
+        controls=(_pos("learned memory (writes the triples its finetuning sequences show; same "
+                       "n, d, data, target and budgets): N(n_max)/N(n_min) >= 0.5 x n_max/n_min "
+                       "or misses the target at n_max", "learned_sees_growth", ">=", 1.0),
+                  _neg("zero sequences reach the target at some n", "zero_data_reaches", ">=",
+                       1.0)),
         hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
-                         "sweep_n": (32, 64, 128, 256, 512, 1024), "sweep_d_div": 2,
-                         "sweep_Ns": (1, 2, 4, 8, 16, 32), "sweep_runs": 2,
-                         "sweep_steps": 50, "sweep_eval": 300, "sweep_checks": (1, 3, 10, 30),
-                         "sweep_retrieval_min": 0.99, "sweep_target_frac": 0.99},
+                         "sweep_n": (128, 256, 512, 1024, 2048, 4096),
+                         "sweep_d_n": (128, 256, 512, 1024, 2048, 4096),
+                         "sweep_d": (96, 80, 80, 80, 64, 80),
+                         "sweep_Ns": (1, 2, 4, 8, 16, 32, 64, 256, 1024),
+                         "sweep_runs": 2, "sweep_steps": 50, "sweep_eval": 300,
+                         "sweep_checks": (1, 3, 10, 30), "sweep_retrieval_min": 0.99,
+                         "sweep_retrieval_triples": 4096, "sweep_target_frac": 0.99},
     ),
     ClaimSpec(
         "IR-6",
@@ -123,7 +145,8 @@ IR_SPECS = (
                        "large_step_pair_mass_diff", ">=", 0.05)),
         hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "pre_n": 256, "pre_steps": 600,
                          "pre_N": 256, "pre_ft_steps": 1000, "pre_ft_lr": 0.25,
-                         "pre_lr": 3e-3, "pre_batch": 512, "eval_size": 1000,
+                         "pre_lr": 3e-3, "pre_batch": 512, "pre_hidden": 0,
+                         "pre_jitter": 0.0, "eval_size": 1000,
                          "final_eval": 10000},
     ),
     ClaimSpec(
@@ -142,21 +165,28 @@ IR_SPECS = (
     ),
     ClaimSpec(
         "IR-8",
-        "The learned head is not an induction head: an induction-style row drops step-1 "
-        "accuracy to <= 0.5 while the learned row gives >= 0.99, and its baseline-subtracted "
-        "prefix-matching score is <= 0.1.",
+        "The learned head is not an induction head (revised 2026-12-02), decided on the "
+        "token-dependent model (all of W_Q, W_K trainable, the same 1-layer model and data, "
+        "finetuned by the registered PGD; it must solve the task, step-1 argmax >= 0.99, else "
+        "inconclusive): an induction-style step-1 row drops step-1 accuracy to <= 0.5 while "
+        "the learned row gives >= 0.99, and its baseline-subtracted prefix-matching score on "
+        "repeated-token probes is <= 0.1. The position-only model's numbers are reported as "
+        "structural.",
         conditions=(
-            _c("induction_row_step1_acc", "<=", 0.5, text="induction-style row"),
-            _c("learned_row_step1_acc", ">=", 0.99, text="learned row"),
-            _c("ir_head_score_minus_baseline", "<=", 0.1, text="baseline-subtracted score"),
+            _c("tok_induction_row_step1_acc", "<=", 0.5, text="induction-style row"),
+            _c("tok_learned_row_step1_acc", ">=", 0.99, text="learned row"),
+            _c("tok_head_score_minus_baseline", "<=", 0.1, text="baseline-subtracted score"),
         ),
         controls=(_pos("induction-head model, project score minus baseline",
                        "induction_model_score_minus_baseline", ">=", 0.5),
                   _pos("induction-head model, TransformerLens head_detector minus baseline",
                        "induction_model_tl_score_minus_baseline", ">=", 0.5)),
-        hyperparameters={**_MAIN, "ht_n": 32, "ind_steps": 600, "ind_tokens": 32,
-                         "ind_len": 16, "ind_probes": 256, "ind_max_period": 6,
-                         "ind_d_model": 64, "ind_lr": 3e-3, "ind_batch": 64},
+        hyperparameters={**_TASK, "sigma": 0.01, "ht_n": 32, "tok_N": 256, "tok_steps": 300,
+                         "tok_eval": 2000, "ht_attn_big_lr": 1.0, "ht_attn_lr": 0.05,
+                         "ht_attn_clip": 1.0, "ind_steps": 600, "ind_tokens": 32,
+                         "ind_len": 16, "ind_probes": 256, "ind_min_period": 2,
+                         "ind_max_period": 6, "ind_d_model": 64, "ind_lr": 3e-3,
+                         "ind_batch": 64},
     ),
 )
 
@@ -164,8 +194,10 @@ IR_SPECS = (
 # The declared range of every metric an IR condition or control reads (None: unbounded): an
 # interval over seeds is reported inside it (docs/registry.md, 2026-12-02); no verdict reads an
 # interval. Gaps, masses and |P(r*) - 1/2| are differences of attention masses or
-# probabilities; *_met, solved, escaped, reaches, beats are 0/1 per seed; R^2 of a
-# least-squares fit with intercept.
+# probabilities; *_met, solved, escaped, reaches, beats, sees are 0/1 per seed; R^2 of a
+# least-squares fit with intercept. (Names no condition reads any more, e.g. IR-8's
+# position-only induction_row_step1_acc, stay declared for summaries written before
+# 2026-12-02.)
 IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
     **dict.fromkeys(("memory_acc", "shuffled_memory_acc", "step1_argmax_acc",
                      "step1_expected_acc", "swap_expected_acc", "step2_expected_acc",
@@ -175,9 +207,12 @@ IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
                      "pgd_escaped", "no_swap_tie_dev", "polylog_beats_linear", "polylog_r2",
                      "zero_data_reaches", "constructed_rows_met", "solved",
                      "large_step_swap_expected_acc", "induction_row_step1_acc",
-                     "learned_row_step1_acc"), UNIT),
+                     "learned_row_step1_acc", "polylog_beats_linear_where_grows",
+                     "learned_sees_growth", "tok_induction_row_step1_acc",
+                     "tok_learned_row_step1_acc"), UNIT),
     # attention scores minus their baseline
     **dict.fromkeys(("ir_head_score_minus_baseline", "ir_head_tl_score_minus_baseline",
+                     "tok_head_score_minus_baseline", "tok_head_tl_score_minus_baseline",
                      "induction_model_score_minus_baseline",
                      "induction_model_tl_score_minus_baseline"), SIGNED_UNIT),
     # a ratio of sample sizes over a bound; GD/PGD escape steps

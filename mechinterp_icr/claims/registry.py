@@ -53,9 +53,6 @@ REPORT_ONLY: dict[str, dict[str, str]] = {
         "ht_eval": "HookedTransformer runs: evaluation size of the overwrite table",
         "ht_steps": "HookedTransformer runs: training length for the overwrite table",
         "ow_n": "sequences per row in the causal row-overwrite table (IR-3/IR-4 details)",
-        "ht_attn_lr": "HookedTransformer runs: attention lr of the overwrite-table runs",
-        "ht_attn_big_lr": "HookedTransformer runs: large-step attention lr of those runs",
-        "ht_attn_clip": "HookedTransformer runs: gradient clip of those runs",
         "escape_spread": "the pair-mass spread drawn in the IR-4 figure",
     },
 }

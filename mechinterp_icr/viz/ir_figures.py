@@ -4,8 +4,11 @@
   fast runs (pair-symmetric / raw data, PGD / GD) of one seed;
 - :func:`gap_vs_n_figure` (IR-3): the converged within-pair gap against n per seed;
 - :func:`gap_decay_figure` (IR-3): the within-pair gap over steps until the stopping rule;
-- :func:`sample_complexity_figure` (IR-5): the fitted N against n per seed (random
-  embeddings);
+- :func:`sample_complexity_figure` (IR-5): N against n for the memory arm and its positive
+  control (the learned memory), per seed and mean, with the polylog and linear fits of the
+  mean and their R^2 (random embeddings of width d(n));
+- :func:`probe_attention_figure` (IR-8): the token-dependent head's mean attention on
+  repeated-token probes beside the induction-head control's;
 - :func:`row_overwrite_figure` (IR-3 / IR-4 causal): P(r*) and step-1 accuracy with the
   step-1 row overwritten, across the checkpoints of the HookedTransformer runs;
 - :func:`write_ir_figures`: all of them, returning the paths written by figure name.
@@ -24,6 +27,7 @@ __all__ = [
     "attention_rows_figure",
     "gap_decay_figure",
     "gap_vs_n_figure",
+    "probe_attention_figure",
     "row_overwrite_figure",
     "sample_complexity_figure",
     "write_ir_figures",
@@ -87,22 +91,121 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
     return fig
 
 
-def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None):
-    """IR-5: sweep rows with ``seed``, ``n``, ``d_embed`` and the fitted ``N`` (None: not
-    reached), random embeddings."""
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and np.isnan(v))
+
+
+def _growth_fits(ns, Ns) -> dict[str, dict[str, Any]]:
+    """Least-squares fits of N against log2 n, (log2 n)^2 and n with R^2 (the fits of
+    ``experiments/ir/ir5.growth_fits``, drawn here; a test checks they agree)."""
+    x, y = np.asarray(ns, float), np.asarray(Ns, float)
+    out = {}
+    for name, feat in (("log_n", np.log2(x)), ("log_n_sq", np.log2(x) ** 2), ("n", x)):
+        A = np.stack([np.ones_like(feat), feat], 1)
+        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+        ss = float(((y - y.mean()) ** 2).sum())
+        r2 = 1 - float(((y - A @ coef) ** 2).sum()) / ss if ss > 0 else None
+        out[name] = {"intercept": float(coef[0]), "slope": float(coef[1]), "r2": r2}
+    return out
+
+
+def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None,
+                             n_cap: float | None = None):
+    """IR-5: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm`` ("memory" or "learned";
+    missing = memory) and the fitted ``N`` (None: not reached, drawn at ``n_cap``, default
+    2 x the largest N measured or 2048). Per arm: per-seed markers, the mean over the
+    measured N, and the fits of the mean against log n, (log n)^2 and n with their R^2."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for s in sorted({r["seed"] for r in rows}):
-        rr = sorted((r for r in rows if r["seed"] == s), key=lambda r: r["n"])
-        fig.add_trace(go.Scatter(x=[r["n"] for r in rr], y=[r["N"] for r in rr],
-                                 mode="lines+markers", name=f"seed {s}"))
-    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows if r["seed"] == rows[0]["seed"])
+    got = [r["N"] for r in rows if _finite(r["N"])]
+    cap = n_cap or 2.0 * (max(got) if got else 1024)
+    style = {"memory": ("#1f77b4", "memory (constructed)"),
+             "learned": ("#d62728", "positive control (learned memory)")}
+    for arm, (color, label) in style.items():
+        rr = [r for r in rows if r.get("arm", "memory") == arm]
+        if not rr:
+            continue
+        ns = sorted({r["n"] for r in rr})
+        for s in sorted({r["seed"] for r in rr}):
+            pts = sorted((r for r in rr if r["seed"] == s), key=lambda r: r["n"])
+            fig.add_trace(go.Scatter(
+                x=[r["n"] for r in pts], y=[r["N"] if _finite(r["N"]) else cap for r in pts],
+                mode="markers", marker={"color": color, "size": 6, "opacity": 0.4,
+                                        "symbol": ["circle" if _finite(r["N"]) else "x"
+                                                   for r in pts]},
+                name=f"{label}, seed {s}", legendgroup=arm, showlegend=False))
+        mean = {n: float(np.mean([r["N"] for r in rr if r["n"] == n and _finite(r["N"])]))
+                for n in ns if any(r["n"] == n and _finite(r["N"]) for r in rr)}
+        mn = sorted(mean)
+        fig.add_trace(go.Scatter(x=mn, y=[mean[n] for n in mn], mode="lines+markers",
+                                 line={"color": color, "width": 3}, legendgroup=arm,
+                                 name=f"{label}: mean N (x = censored, at {cap:g})"))
+        if len(mn) >= 3:
+            fits = _growth_fits(mn, [mean[n] for n in mn])
+            xs = np.geomspace(min(mn), max(mn), 50)
+            for key, feat, dash in (("log_n", np.log2(xs), "dot"),
+                                    ("log_n_sq", np.log2(xs) ** 2, "dash"),
+                                    ("n", xs, "dashdot")):
+                f = fits[key]
+                r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
+                name = {"log_n": "N ~ log n", "log_n_sq": "N ~ (log n)^2", "n": "N ~ n"}[key]
+                fig.add_trace(go.Scatter(x=xs, y=f["intercept"] + f["slope"] * feat,
+                                         mode="lines", line={"color": color, "dash": dash,
+                                                             "width": 1},
+                                         legendgroup=arm, name=f"{label}: {name}, R^2 {r2}"))
+    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows
+                  if r["seed"] == rows[0]["seed"] and r.get("arm", "memory") == "memory")
     fig.update_xaxes(type="log", title_text="n (subjects)")
     fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (logistic crossing)")
     shown = sorted({r["seed"] for r in rows})
     fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
                             f"{seeds_caption(shown, seeds)}</sub>")
+    return fig
+
+
+def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = None):
+    """IR-8: per seed ``ir8[seed]["token_dependent"]`` and ``["control"]`` with
+    ``mean_probe_pattern`` (L x L, the mean over probes of one shape) and ``probe_shape``
+    (offset, period); the first seed's two heatmaps side by side, titled with every seed's
+    baseline-subtracted scores."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    ks = [k for k in ir8 if ir8[k].get("token_dependent", {}).get("mean_probe_pattern")]
+    if not ks:
+        return None
+    k0 = ks[0]
+    tok, ctrl = ir8[k0]["token_dependent"], ir8[k0]["control"]
+    o, p = tok.get("probe_shape", (0, 3))
+
+    def scores(key):
+        v = [ir8[k][key]["project"]["score_minus_baseline"] for k in ks
+             if ir8[k].get(key, {}).get("project")]
+        return f"{min(v):.3f}..{max(v):.3f}" if v else "n/a"
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        f"token-dependent IR head (score - baseline {scores('token_dependent')})",
+        f"induction-head control, layer {ctrl.get('layer')} (score - baseline "
+        f"{scores('control')})"])
+    for j, pat in enumerate((tok["mean_probe_pattern"], ctrl.get("mean_probe_pattern"))):
+        if pat is None:
+            continue
+        fig.add_trace(go.Heatmap(z=pat, zmin=0, zmax=1, colorscale="Viridis",
+                                 showscale=(j == 1)), row=1, col=j + 1)
+        L = len(pat)
+        # induction targets of this shape: destination t >= 1 + o + p attends t - p + 1
+        xs = [t - p + 1 for t in range(1 + o + p, L)]
+        ys = list(range(1 + o + p, L))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", showlegend=(j == 0),
+                                 marker={"symbol": "square-open", "size": 18,
+                                         "color": "#ff7f0e"},
+                                 name="induction target"), row=1, col=j + 1)
+        fig.update_yaxes(autorange="reversed", title_text="destination", row=1, col=j + 1)
+        fig.update_xaxes(title_text="source", row=1, col=j + 1)
+    fig.update_layout(title=f"IR-8: mean attention on repeated-token probes (offset {o}, "
+                            f"period {p})<br><sub>"
+                            f"{seeds_caption([k0], seeds, 'heatmaps: one seed drawn')}</sub>")
     return fig
 
 
@@ -167,7 +270,8 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      gap_rows: list[dict[str, Any]], sweep_rows: list[dict[str, Any]],
                      gap_traces: dict[str, list[list[float]]] | None = None,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
-                     n: int, ht_n: int) -> dict[str, dict[str, str]]:
+                     n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None
+                     ) -> dict[str, dict[str, str]]:
     """Write every IR figure there are rows for into ``fig_dir``; ``n`` and ``ht_n`` (the
     sizes of the fast and HookedTransformer runs) go into titles. Returns the paths written
     per figure name (empty without plotly)."""
@@ -192,6 +296,9 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
     if sweep_rows:
         figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(sweep_rows, seeds),
                                                      fig_dir / "ir_5_sample_complexity")
+    if ir8 and (fig := probe_attention_figure(ir8, seeds)) is not None:
+        figs["ir_8_probe_attention"] = save_figure(fig, fig_dir / "ir_8_probe_attention",
+                                                   width=1100, height=520)
     if ow_runs:
         figs["ir_causal_row_overwrite"] = save_figure(
             row_overwrite_figure(ow_runs, ht_n, seed, seeds), fig_dir / "ir_causal_row_overwrite",

@@ -14,18 +14,24 @@ from mechinterp_icr.experiments import ir
 QUICK_NOW = {
     "n": 512, "R": 6, "N": 256, "steps": 200, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
     "p_single": 0.25, "p_swap": 0.25, "temperature": 0.02, "lam2": 10.0,
-    "theta_ans": 1.1, "gate": 10.0,
+    "theta_ans": 1.1, "gate": 10.0, "theta_rel": 0.0, "kb_single": -1, "kb_swap_frac": 0.5,
+    "n_answers": 0,
     "eval_size": 1000, "final_eval": 10000, "stop_every": 100, "stop_tol": 0.0005,
     "stop_max": 1000,
     "escape_spread": 0.05, "escape_eval": 300, "escape_at": 0.9, "gd_sym_steps": 400,
     "eps_asym": 0.02, "gap_n": [64, 128, 256, 512, 1024],
-    "sweep_n": [32, 64, 128, 256, 512, 1024], "sweep_d_div": 2,
-    "sweep_Ns": [1, 2, 4, 8, 16, 32], "sweep_runs": 2, "sweep_steps": 50, "sweep_eval": 300,
+    "sweep_n": [128, 256, 512, 1024, 2048, 4096],
+    "sweep_d_n": [128, 256, 512, 1024, 2048, 4096], "sweep_d": [96, 80, 80, 80, 64, 80],
+    "sweep_retrieval_triples": 4096,
+    "sweep_Ns": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "sweep_runs": 2,
+    "sweep_steps": 50, "sweep_eval": 300,
     "sweep_checks": [1, 3, 10, 30], "sweep_retrieval_min": 0.99, "sweep_target_frac": 0.99,
     "k3_n": 512, "k3_N": 1024, "pre_n": 256, "pre_steps": 600, "pre_N": 256,
     "pre_ft_steps": 1000, "pre_ft_lr": 0.25, "pre_lr": 3e-3, "pre_batch": 512,
+    "pre_hidden": 0, "pre_jitter": 0.0,
     "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
     "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
+    "tok_N": 256, "tok_steps": 300, "tok_eval": 2000, "ind_min_period": 2,
     "ind_steps": 600, "ind_tokens": 32, "ind_len": 16, "ind_probes": 256,
     "ind_max_period": 6, "ind_d_model": 64, "ind_lr": 3e-3, "ind_batch": 64,
     "ow_n": 64,
@@ -67,8 +73,14 @@ def test_overrides_coerce_and_validate():
         _cfg(["sigma=0"])
     with pytest.raises(ConfigError, match="steps"):
         _cfg(["steps=1.5"])
-    with pytest.raises(ConfigError, match="sweep_d_div"):
-        _cfg(["sweep_d_div=1"])
+    with pytest.raises(ConfigError, match="sweep_d"):
+        _cfg(["sweep_d=[96,80]"])  # one width per sweep_d_n
+    with pytest.raises(ConfigError, match="sweep_d"):
+        _cfg(["sweep_d=[128,80,80,80,64,80]"])  # d(128) must be < 128
+    with pytest.raises(ConfigError, match="kb_single"):
+        _cfg(["kb_single=-2"])
+    with pytest.raises(ConfigError, match="ind_min_period"):
+        _cfg(["ind_min_period=7"])
     with pytest.raises(ConfigError, match="stop_max"):
         _cfg(["stop_max=10"])
     with pytest.raises(ConfigError, match="eps_asym"):
@@ -111,7 +123,17 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     assert (tmp_path / "figures" / "ir_causal_row_overwrite.html").exists()
     assert set(data["tables"]["IR figures"]) == {"ir_4_attention_rows", "ir_3_gap_vs_n",
                                                  "ir_3_gap_decay", "ir_5_sample_complexity",
+                                                 "ir_8_probe_attention",
                                                  "ir_causal_row_overwrite"}
+    # v3: IR-5 with both arms, IR-8 on the token-dependent model, the tolerance conventions
+    rows = data["tables"]["IR-5 sample complexity"]["rows"]
+    assert {r["arm"] for r in rows} == {"memory", "learned"}
+    c8 = data["claims"]["IR-8"]
+    assert [k["metric"] for k in c8["conditions"]][0] == "tok_induction_row_step1_acc"
+    assert "position_only_structural_per_seed" in c8["details"]
+    for cid in ("IR-3", "IR-6", "IR-7"):
+        conv = data["claims"][cid]["details"]["stop_tol_conventions"]
+        assert set(conv["variants"]) == {"tol/2", "tol", "2 tol"}
     assert "attention views" in data["timings_s"]
     run = tmp_path / "runs" / "ir" / "seed0" / "ht_sym_pgd"
     assert (run / "config.json").exists()

@@ -57,7 +57,7 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
     tasks = ir.plan(cfg, tmp_path, [0, 1, 2])
     after = {t.name: t.after for t in tasks}
     for s in (0, 1, 2):
-        for stage in ("main", "ir6_memory", "induction", "k3"):
+        for stage in ("main", "ir8_tok", "ir6_memory", "induction", "k3"):
             assert after[f"seed{s}/{stage}"] == ()
         assert after[f"seed{s}/overwrite"] == (f"seed{s}/main",)
         assert after[f"seed{s}/ir6"] == (f"seed{s}/ir6_memory",)
@@ -65,14 +65,15 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
             assert after[f"gap/n{n}/seed{s}"] == ()
         for n in cfg.sweep_n:
             assert after[f"sample/n{n}/seed{s}"] == ()
+            assert after[f"sample_learned/n{n}/seed{s}"] == ()
     ht = [n for n in after if "/ht" in n]
     assert ht == [f"seed0/ht/{r}" for r in HOOKED_RUNS] + [
         f"seed0/ht_overwrite/{r}" for r in OW_RUNS]
     assert after["seed0/ht_overwrite/ht_raw_qk_pgd"] == ("seed0/ht/ht_raw_qk_pgd",)
-    assert len(tasks) == 3 * (6 + len(cfg.gap_n) + len(cfg.sweep_n)) + 10
+    assert len(tasks) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sweep_n)) + 10
     paper = {t.name for t in ir.plan(ir.profile("paper"), tmp_path, [3, 4, 5, 6])}
-    assert {n for n in paper if n.startswith("sample/n64/")} == {
-        "sample/n64/seed3", "sample/n64/seed4", "sample/n64/seed5", "sample/n64/seed6"}
+    assert {n for n in paper if n.startswith("sample/n128/")} == {
+        "sample/n128/seed3", "sample/n128/seed4", "sample/n128/seed5", "sample/n128/seed6"}
     for t in tasks:  # Ray ships the function by reference and the inputs by pickle
         assert t.fn.__module__ == "mechinterp_icr.experiments.ir.units"
         assert pickle.loads(pickle.dumps(t.kwargs)) == t.kwargs

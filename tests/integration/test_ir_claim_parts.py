@@ -14,7 +14,7 @@ from mechinterp_icr.experiments.ir.controls import (
     induction_targets,
     prefix_matching_score,
 )
-from mechinterp_icr.experiments.ir.sweeps import logistic_crossing, step1_expected
+from mechinterp_icr.experiments.ir.ir5 import logistic_crossing, step1_expected
 from mechinterp_icr.experiments.ir.train import gap_stop_rule, tagged_rng
 from mechinterp_icr.interp.ir_attention import ir_accuracy
 from mechinterp_icr.models.ir import FastIR, IRModelSpec, memory_retrieval, token_embeddings
@@ -32,6 +32,33 @@ def test_step1_expected_equals_the_full_fast_path():
     with torch.no_grad():
         ref = ir_accuracy(fast.cot_logits(ev.tokens), ev)["step1_prob"]
         assert step1_expected(fast, ev) == pytest.approx(ref, abs=1e-12)
+
+
+def test_step1_model_follows_the_full_loss_on_step_1():
+    """IR-5's Step1IR (constant step-2 block) gives the step-1 rows and expected accuracy of
+    PGD on the full CoT loss at every step, for the full memory and a learned subset."""
+    from mechinterp_icr.experiments.ir.ir5 import Step1IR, learned_memory, step1_logits
+    from mechinterp_icr.training.pgd import PGDConfig, pgd_fast
+
+    cfg = profile("quick")
+    tk = task_config(cfg, 32).build(2)
+    sp = IRModelSpec(embedding="random", d_embed=16)
+    E = token_embeddings(tk, sp, 2)
+    train, ev = tk.sample(tagged_rng(2, "tr"), 24), tk.sample(tagged_rng(2, "ev"), 64)
+    pgd = PGDConfig(big_lr=1.0, sigma=0.01, lr=0.05, steps=6)
+    for learned in (False, True):
+        ref, new = FastIR(tk, sp, seed=2, E=E), Step1IR(tk, sp, seed=2, E=E)
+        if learned:
+            assert learned_memory(ref, train) == learned_memory(new, train) < 32 * 6
+        with torch.no_grad():
+            b1 = ref.cot_blocks(ev.tokens)[0]
+            assert torch.allclose(step1_logits(new, ev.tokens), b1, rtol=1e-12, atol=1e-9)
+        r1 = pgd_fast(ref, train, pgd, 7)
+        r2 = pgd_fast(new, train, pgd, 7)
+        for a, b in zip(r1, r2):
+            assert a["row1"] == pytest.approx(b["row1"], abs=1e-10)
+        with torch.no_grad():
+            assert step1_expected(new, ev) == pytest.approx(step1_expected(ref, ev), abs=1e-10)
 
 
 def test_logistic_crossing():
@@ -172,29 +199,95 @@ def test_k3_metrics_control_is_the_swap_bound_of_the_large_step():
 
 def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
     from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
-    from mechinterp_icr.experiments.ir.sweeps import sample_complexity_per_seed
+    from mechinterp_icr.experiments.ir.ir5 import censored_lower_bound, sample_complexity_per_seed
 
-    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]"])
+    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]", "sweep_Ns=[1,2,4,8]"])
 
-    def rows(Ns, retr=1.0):
-        return [{"seed": 0, "n": n, "N": N, "retrieval": retr, "zero_data_reaches": 0.0}
-                for n, N in zip(cfg.sweep_n, Ns)]
+    def rows(Ns, retr=1.0, learned=(2, None, None, None)):
+        return ([{"seed": 0, "n": n, "N": N, "retrieval": retr, "zero_data_reaches": 0.0}
+                 for n, N in zip(cfg.sweep_n, Ns)] +
+                [{"seed": 0, "n": n, "N": N, "arm": "learned"}
+                 for n, N in zip(cfg.sweep_n, learned)])
 
     m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5]), [0])["0"]
     assert m["N_grows"] == 1.0 and m["censored_n"] == []
     assert m["polylog_r2"] == pytest.approx(max(m["r2"]["log_n"], m["r2"]["log_n_sq"]))
+    assert m["polylog_beats_linear_where_grows"] == float(m["polylog_r2"] > m["linear_r2"])
     assert m["growth_over_bound"] == pytest.approx(2.5 / (8 / 5) ** 2)
+    assert m["learned_sees_growth"] == 1.0  # the learned memory misses at n_max
     assert ir5_not_measurable({"0": m}, cfg) == ""
+    flat = sample_complexity_per_seed(cfg, rows([4, 2, 3, 4]), [0])["0"]
+    assert flat["N_grows"] == 0.0 and flat["polylog_beats_linear_where_grows"] == 1.0
+    assert flat["growth_over_bound"] < 1.0 and ir5_not_measurable({"0": flat}, cfg) == ""
     m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
     assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None
     assert m["fit"]["n"]["r2"] is not None  # fitted over the three measured n
-    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, None]), [0])["0"]
-    assert m["N_largest_n"] is None and m["growth_over_bound"] is None
-    assert m["N_grows"] is None and m["polylog_beats_linear"] is None
+    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]
+    assert censored_lower_bound(cfg, 4) == pytest.approx((8 / 4) / (8 / 5) ** 2)  # 0.78
+    assert m["N_largest_n"] is None and m["growth_over_bound"] is None  # undecidable
+    assert m["N_grows"] is None and m["polylog_beats_linear_where_grows"] is None
     assert "censored" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([1, 3, 4, None]), [0])["0"]  # 8/1 over 2.56
+    assert m["growth_over_bound"] == pytest.approx(8 / (8 / 5) ** 2)
+    assert m["growth_over_bound_is_lower_bound"] == 1.0
+    assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
     m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], float("nan")), [0])["0"]
     assert m["retrieval_min"] is None
     assert "retrieval" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], 0.95), [0])["0"]
+    assert m["retrieval_low_n"] == [32, 64, 128, 256]
+    assert "n = 32 (d = 16)" in ir5_not_measurable({"0": m}, cfg)
+
+
+def test_learned_memory_holds_exactly_the_triples_its_data_show():
+    from mechinterp_icr.experiments.ir.ir5 import learned_memory, seen_triples
+
+    cfg = profile("quick")
+    tk = task_config(cfg, 32).build(1)
+    batch = tk.sample(tagged_rng(1, "t"), 20)
+    idx = seen_triples(tk, batch)
+    want = set()
+    for row, tg in zip(batch.tokens.tolist(), batch.targets.tolist()):
+        r = row[5] - 32
+        for s in (row[0], row[2], row[4]):
+            want.add(s * 6 + r)
+        # every written triple is a fact the sequence shows: its answers and the step-2 target
+        assert tk.kb.f[row[0], r] + 38 == row[1] and tk.kb.f[row[4], r] + 38 == tg[5]
+    assert sorted(want) == idx.tolist()
+    fast = FastIR(tk, IRModelSpec(embedding="random", d_embed=16), seed=1)
+    assert learned_memory(fast, batch) == len(want)
+    assert (fast.s_tok * 6 + fast.r_tok - 32).tolist() == idx.tolist()
+
+
+def test_sample_complexity_rows_of_both_arms_on_a_tiny_sweep():
+    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
+
+    cfg = apply_overrides(profile("quick"), ["sweep_n=[16,32]", "sweep_Ns=[1,4]",
+                                             "sweep_runs=1", "sweep_steps=3",
+                                             "sweep_eval=32", "sweep_checks=[1]"])
+    mem = sample_complexity_row(cfg, 0, 32, "memory")
+    lrn = sample_complexity_row(cfg, 0, 32, "learned")
+    assert mem["d_embed"] == lrn["d_embed"] == 16 and mem["target"] == lrn["target"]
+    assert {"retrieval", "zero_data_reaches"} <= set(mem) and "retrieval" not in lrn
+    assert [r["N"] for r in lrn["runs"]] == [1, 4]
+    assert all(0 < r["units"] <= 3 * r["N"] for r in lrn["runs"])
+    with pytest.raises(ValueError, match="arm"):
+        sample_complexity_row(cfg, 0, 32, "bogus")
+
+
+def test_choose_d_takes_the_smallest_width_meeting_retrieval_on_every_seed():
+    from mechinterp_icr.experiments.ir.ir5_dn import choose_d, main, retrieval_at
+
+    cfg = profile("quick")
+    res = choose_d(cfg, 64, seeds=(100, 101), dn_min=0.95)
+    d = res["d"]
+    assert d is not None and d < 64 and d % 16 == 0
+    assert all(v >= 0.95 for v in res["per_seed"].values())
+    below = [t for t in res["tried"] if t["d"] < d]
+    assert all(not t["qualifies"] for t in below) and res["tried"][-1]["d"] == d
+    assert retrieval_at(cfg, 64, d, 100)["retrieval"] == res["per_seed"]["100"]
+    assert choose_d(cfg, 32, seeds=(100,), dn_min=1.0)["d"] is None  # nothing below n
+    assert main(["--n", "64", "--seeds", "100", "--min", "0.95"]) == 1  # not registered
 
 
 def _tiny_main():

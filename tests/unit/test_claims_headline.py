@@ -67,8 +67,8 @@ def test_a_failing_negative_control_is_named():
 
 
 def test_a_failing_positive_control_is_named():
-    per = {str(s): {"induction_row_step1_acc": 0.3, "learned_row_step1_acc": 1.0,
-                    "ir_head_score_minus_baseline": -0.1,
+    per = {str(s): {"tok_induction_row_step1_acc": 0.3, "tok_learned_row_step1_acc": 1.0,
+                    "tok_head_score_minus_baseline": -0.1,
                     "induction_model_score_minus_baseline": 0.8,
                     "induction_model_tl_score_minus_baseline": 0.8} for s in SEEDS}
     per["1"]["induction_model_tl_score_minus_baseline"] = 0.2

@@ -23,18 +23,19 @@ GOOD = {
     "IR-4": {"saddle_tie_dev_sym": 0.001, "saddle_tie_dev_raw": 0.01, "pgd_escaped": 1.0,
              "no_swap_tie_dev": 0.45, "gd_over_pgd_escape_eps": 3.0,
              "gd_over_pgd_escape_sym_structural": 6.0},
-    "IR-5": {"N_grows": 1.0, "polylog_beats_linear": 1.0, "polylog_r2": 0.9,
-             "growth_over_bound": 0.5,
-             "retrieval_min": 1.0, "zero_data_reaches": 0.0, "N_smallest_n": 2,
-             "N_largest_n": 4},
+    "IR-5": {"N_grows": 1.0, "polylog_beats_linear_where_grows": 1.0, "polylog_r2": 0.9,
+             "growth_over_bound": 0.5, "retrieval_min": 1.0, "retrieval_low_n": [],
+             "zero_data_reaches": 0.0, "N_smallest_n": 2, "N_largest_n": 4,
+             "learned_sees_growth": 1.0, "learned_reached_some_n": 1.0},
     "IR-6": {"within_pair_gap": 0.01, "pair_mass_diff": 0.1, "mass_s3": 0.03, "ir2_met": 1.0,
              "constructed_rows_met": 1.0, "large_step_pair_mass_diff": 0.01},
     "IR-7": {"within_pair_gap": 0.01, "mass_s3": 0.0, "solved": 1.0,
              "large_step_swap_expected_acc": 0.5},
-    "IR-8": {"induction_row_step1_acc": 0.2, "learned_row_step1_acc": 1.0,
-             "ir_head_score_minus_baseline": -0.05,
+    "IR-8": {"tok_solved": 1.0, "tok_induction_row_step1_acc": 0.35,
+             "tok_learned_row_step1_acc": 0.995, "tok_head_score_minus_baseline": -0.01,
              "induction_model_score_minus_baseline": 0.7,
-             "induction_model_tl_score_minus_baseline": 0.7},
+             "induction_model_tl_score_minus_baseline": 0.7,
+             "posonly": {"induction_row_step1_acc": 0.36, "score_minus_baseline": -0.11}},
 }
 
 # per claim: every control showing the effect (negative) / missing it (positive) on one seed,
@@ -45,6 +46,7 @@ BAD_CONTROLS = [
     ("IR-2", "zero_data_swap_expected_acc", 0.93),
     ("IR-3", "large_step_pair_mass_diff", 0.08),
     ("IR-4", "no_swap_tie_dev", 0.01),
+    ("IR-5", "learned_sees_growth", 0.0),
     ("IR-5", "zero_data_reaches", 1.0),
     ("IR-6", "constructed_rows_met", 0.0),
     ("IR-6", "large_step_pair_mass_diff", 0.08),
@@ -61,7 +63,7 @@ UNMET = {
     "IR-5": ("growth_over_bound", 1.5),
     "IR-6": ("mass_s3", 0.07),
     "IR-7": ("within_pair_gap", 0.031),
-    "IR-8": ("induction_row_step1_acc", 0.7),
+    "IR-8": ("tok_head_score_minus_baseline", 0.3),
 }
 
 
@@ -129,32 +131,184 @@ def test_every_claim_is_built_from_its_registered_conditions_and_controls():
             assert cond.metric in GOOD[cid]
 
 
-def test_ir5_is_not_measurable_when_N_does_not_grow():
+def test_ir5_a_flat_N_satisfies_the_upper_bound():
+    """SPEC 2 (revised): the claim is an upper bound, so N that does not grow holds (with a
+    positive control that saw growth); it is no longer 'not measurable'."""
     per = _per()
     for s in SEEDS:
-        per["IR-5"][s]["N_grows"] = 0.0
-        per["IR-5"][s]["N_largest_n"] = 2
+        per["IR-5"][s].update(N_grows=0.0, N_largest_n=2, growth_over_bound=1 / 1.8)
     c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "inconclusive" and "not measurable" in c["verdict_reason"]
+    assert c["verdict"] == "holds", c["verdict_reason"]
 
 
 @pytest.mark.parametrize("value", [0.83, 0.9899, None, float("nan")])
 def test_ir5_is_not_measurable_when_the_memory_does_not_retrieve(value):
-    c = _verdicts(_per({"IR-5": ("retrieval_min", value)}))["IR-5"]
+    per = _per({"IR-5": ("retrieval_min", value)})
+    if value is not None and not math.isnan(value):
+        per["IR-5"]["2"]["retrieval_low_n"] = [128]
+    c = _verdicts(per)["IR-5"]
     assert c["verdict"] == "inconclusive" and "retrieval" in c["verdict_reason"]
+    if value is not None and not math.isnan(value):
+        assert "n = 128" in c["verdict_reason"]  # the n is named
 
 
 @pytest.mark.parametrize("key", ["N_smallest_n", "N_largest_n"])
 def test_ir5_is_not_measurable_when_N_is_censored_at_an_end(key):
     per = _per({"IR-5": (key, None)})
     per["IR-5"]["2"]["N_grows"] = None
+    per["IR-5"]["2"]["growth_over_bound"] = None  # censored at n_max, bound not exceeded
     c = _verdicts(per)["IR-5"]
     assert c["verdict"] == "inconclusive" and "censored" in c["verdict_reason"]
 
 
-def test_ir5_polylog_fit_on_noise_does_not_hold():
-    c = _verdicts(_per({"IR-5": ("polylog_r2", 0.017)}))["IR-5"]
-    assert c["verdict"] == "does not hold" and "polylog_r2" in c["verdict_reason"]
+def test_ir5_censored_at_n_max_beyond_the_bound_does_not_hold():
+    """N(n_min) measured, N(n_max) never reached: when even the smallest ratio the data
+    allow exceeds the bound, the claim fails (a lower bound, not 'not measurable')."""
+    from mechinterp_icr.experiments.ir.ir5 import censored_lower_bound
+
+    lb = censored_lower_bound(QUICK, 2.0)
+    assert lb > 1.0
+    per = _per({"IR-5": ("N_largest_n", None)})
+    per["IR-5"]["2"].update(growth_over_bound=lb, N_grows=None,
+                            polylog_beats_linear_where_grows=None)
+    c = _verdicts(per)["IR-5"]
+    assert c["verdict"] == "does not hold", c["verdict_reason"]
+
+
+def test_ir5_growing_N_with_a_linear_fit_better_than_polylog_does_not_hold():
+    c = _verdicts(_per({"IR-5": ("polylog_beats_linear_where_grows", 0.0)}))["IR-5"]
+    assert c["verdict"] == "does not hold"
+    assert "polylog_beats_linear_where_grows" in c["verdict_reason"]
+
+
+@pytest.mark.parametrize("learned", [
+    {"learned_N_smallest_n": 100.0, "learned_N_largest_n": 150.0},  # does not grow
+    {"learned_N_smallest_n": 100.0, "learned_N_largest_n": 1000.0},  # 10x < 0.5 x 32
+    {"learned_N_smallest_n": None, "learned_N_largest_n": 800.0},  # only n_max reached
+])
+def test_ir5_a_positive_control_that_does_not_grow_keeps_the_claim_from_holding(learned):
+    """The learned memory's N from the sweep rows (the real per-seed code): a control that
+    reaches the target at n_max without about linear growth misbehaves."""
+    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
+
+    lo, hi = min(QUICK.sweep_n), max(QUICK.sweep_n)
+    rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sweep_n]
+    rows[0]["N"], rows[-1]["N"] = learned["learned_N_smallest_n"], \
+        learned["learned_N_largest_n"]
+    m = sample_complexity_per_seed(QUICK, rows, [0])["0"]
+    assert m["learned_sees_growth"] == 0.0 and m["learned_growth_needed"] == 0.5 * hi / lo
+    per = _per()
+    per["IR-5"]["2"]["learned_sees_growth"] = m["learned_sees_growth"]
+    c = _verdicts(per)["IR-5"]
+    assert c["verdict"] == "inconclusive" and "learned" in c["verdict_reason"]
+
+
+def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max():
+    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
+
+    lo, hi = min(QUICK.sweep_n), max(QUICK.sweep_n)
+
+    def sees(N_lo, N_hi):
+        rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sweep_n]
+        rows[0]["N"], rows[-1]["N"] = N_lo, N_hi
+        return sample_complexity_per_seed(QUICK, rows, [0])["0"]
+
+    assert sees(10.0, 10.0 * 0.5 * hi / lo)["learned_sees_growth"] == 1.0
+    m = sees(10.0, None)  # misses the target at n_max within the registered N range
+    assert m["learned_sees_growth"] == 1.0 and m["learned_reached_some_n"] == 1.0
+    never = sees(None, None)  # SPEC's letter: passes, and the notes say it showed no N
+    assert never["learned_sees_growth"] == 1.0 and never["learned_reached_some_n"] == 0.0
+    per = _per()
+    per["IR-5"]["1"]["learned_reached_some_n"] = 0.0
+    assert "reached the target at no n" in _verdicts(per)["IR-5"]["notes"]
+    missing = sample_complexity_per_seed(QUICK, [], [0])["0"]  # no learned row: not measured
+    assert missing["learned_sees_growth"] is None
+
+
+def test_ir5_d_of_n_is_below_n_and_from_the_registered_table():
+    from mechinterp_icr.experiments.ir.config import sweep_width
+    from mechinterp_icr.experiments.ir.ir5_dn import d_grid
+
+    assert QUICK.sweep_d_n == QUICK.sweep_n  # every registered n has a registered width
+    assert all(d < n for n, d in zip(QUICK.sweep_d_n, QUICK.sweep_d))
+    assert all(d in d_grid(n) for n, d in zip(QUICK.sweep_d_n, QUICK.sweep_d))
+    assert max(QUICK.sweep_n) / min(QUICK.sweep_n) >= 2 ** 5  # at least 5 doublings
+    c = _verdicts(_per())["IR-5"]
+    assert c["details"]["d_of_n"] == {str(n): d for n, d in zip(QUICK.sweep_n, QUICK.sweep_d)}
+    assert sweep_width(QUICK, 16) == 8  # outside the table (tests' tiny sizes): n // 2
+
+
+def test_ir8_token_dependent_head_with_an_induction_score_does_not_hold():
+    c = _verdicts(_per({"IR-8": ("tok_head_score_minus_baseline", 0.15)}))["IR-8"]
+    assert c["verdict"] == "does not hold" and "tok_head_score" in c["verdict_reason"]
+
+
+def test_ir8_decided_on_the_token_dependent_model_not_the_position_only_one():
+    """The position-only numbers are structural: a position-only head that 'fails' changes
+    nothing, and a token-dependent one that fails is decisive."""
+    per = _per()
+    for s in SEEDS:
+        per["IR-8"][s]["posonly"] = {"induction_row_step1_acc": 0.9,
+                                     "score_minus_baseline": 0.9}
+    c = _verdicts(per)["IR-8"]
+    assert c["verdict"] == "holds"
+    assert "position_only_structural_per_seed" in c["details"]
+    c = _verdicts(_per({"IR-8": ("tok_induction_row_step1_acc", 0.8)}))["IR-8"]
+    assert c["verdict"] == "does not hold"
+
+
+@pytest.mark.parametrize("solved", [0.0, None])
+def test_ir8_token_dependent_model_that_does_not_solve_the_task_is_inconclusive(solved):
+    per = _per({"IR-8": ("tok_solved", solved)})
+    per["IR-8"]["2"]["tok_learned_row_step1_acc"] = 0.97
+    c = _verdicts(per)["IR-8"]
+    assert c["verdict"] == "inconclusive"
+    assert "does not solve the task" in c["verdict_reason"] and "2 (0.97)" in \
+        c["verdict_reason"]
+
+
+def test_derived_settings_are_pinned():
+    """Registered 0 / -1 values mean 'derived'; the derivations are pinned here (SPEC 0:
+    every setting registered or derived from registered values)."""
+    from mechinterp_icr.experiments.ir.config import model_spec, task_config
+    from mechinterp_icr.models.ir import resolve_theta
+
+    assert QUICK.theta_rel == 0.0
+    assert resolve_theta(model_spec(QUICK), 2).theta_rel == pytest.approx(1 / 3)
+    assert resolve_theta(model_spec(QUICK), 3).theta_rel == pytest.approx(2 / 9)
+    task = task_config(QUICK, 64).build(0)
+    assert len(task.kb.singles) == QUICK.R * (QUICK.R - 1) // 2  # kb_single = -1
+    assert task.cfg.m == 64  # n_answers = 0: m = n
+    assert task.cfg.kb_swap_frac == QUICK.kb_swap_frac == 0.5
+
+
+def test_registered_constants_of_ir5_and_the_conventions():
+    from mechinterp_icr.claims.ir_registry import IR5_LINEAR_FRACTION, STOP_TOL_FACTORS
+
+    assert IR5_LINEAR_FRACTION == 0.5 and STOP_TOL_FACTORS == (0.5, 1.0, 2.0)
+
+
+def _variants(gaps):
+    labels = ("tol/2", "tol", "2 tol")
+    return {lab: {"within_pair_gap": g, "pair_mass_diff": 0.17, "mass_s3": 0.0,
+                  "small_steps": 300} for lab, g in zip(labels, gaps)}
+
+
+@pytest.mark.parametrize("cid", ["IR-3", "IR-6", "IR-7"])
+def test_a_verdict_that_flips_under_the_stopping_tolerance_says_so(cid):
+    per = _per()
+    for s in SEEDS:
+        per[cid][s]["stop_tol_variants"] = _variants((0.005, 0.005, 0.005))
+    c = _verdicts(per)[cid]
+    conv = c["details"]["stop_tol_conventions"]
+    assert conv["flips"] == [] and "flips" not in c["notes"]
+    assert "stop_tol_variants" not in c["per_seed"]["0"]  # reported in details only
+    per[cid]["3"]["stop_tol_variants"] = _variants((0.03, 0.005, 0.005))  # tol/2: gap opens
+    c = _verdicts(per)[cid]
+    assert c["verdict"] == "holds"  # the registered rule decides
+    conv = c["details"]["stop_tol_conventions"]
+    assert conv["flips"] == ["tol/2"] and not conv["variants"]["tol/2"]["rule_met"]
+    assert "flips under the stopping rule's tolerance tol/2" in c["notes"]
 
 
 def test_ir4_perturbation_role_is_registered_and_nan_is_not_shown():

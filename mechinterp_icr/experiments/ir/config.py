@@ -18,7 +18,7 @@ from mechinterp_icr.tasks.ir import IRTaskConfig
 from mechinterp_icr.training.pgd import PGDConfig
 
 __all__ = ["IRConfig", "PAPER", "PROFILES", "QUICK", "main_pgd", "model_spec", "profile",
-           "task_config"]
+           "sweep_width", "task_config"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,13 @@ class IRConfig:
     theta_ans: float = 1.1  # memory: threshold of the answer units (s, r -> a)
     gate: float = 10.0  # memory: how far the relation units are pushed below threshold at
     # non-subject query positions
+    theta_rel: float = 0.0  # memory: threshold of the relation units (s, a -> r); 0 = derived,
+    # 2 / (3K) (models.ir.resolve_theta, pinned by tests/unit/test_claims_ir.py)
+    # knowledge base: planted single-pair collisions (-1 = as many as Assumption 1 allows,
+    # R(R-1)/2), the fraction of subjects in a planted re-pairing, answers (0 = n)
+    kb_single: int = -1
+    kb_swap_frac: float = 0.5
+    n_answers: int = 0
     # evaluation sizes: the same in every profile (SPEC 0; the 0.999 argmax bar is <= 1 error
     # in eval_size = 1000)
     eval_size: int = 1000
@@ -61,10 +68,16 @@ class IRConfig:
     eps_asym: float = 0.02  # IR-4: fraction of the pair-reversed copies replaced by fresh draws
     # -- IR-3 gap against n
     gap_n: tuple[int, ...] = (64, 128, 256, 512, 1024)
-    # -- IR-5 sample complexity (random embeddings of width n // sweep_d_div)
-    sweep_n: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
-    sweep_d_div: int = 2
-    sweep_Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    # -- IR-5 sample complexity on random embeddings of width d(n) = sweep_d[i] at
+    # n = sweep_d_n[i] (the registered table, chosen from retrieval alone:
+    # experiments/ir/ir5_dn.py; an n outside it, e.g. a test's tiny sizes, gets n // 2)
+    sweep_n: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
+    sweep_d_n: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
+    sweep_d: tuple[int, ...] = (96, 80, 80, 80, 64, 80)
+    sweep_retrieval_triples: int = 4096  # IR-5's retrieval: a seeded sample of this many
+    # triples (every triple when fewer)
+    sweep_Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 256, 1024)  # powers of 4 above 64:
+    # the runs at large N dominate the cost (the positive control needs N ~ n R at n_min)
     sweep_runs: int = 2  # PGD runs per (n, N, seed), each on its own training draw
     sweep_steps: int = 50
     sweep_eval: int = 300
@@ -83,6 +96,8 @@ class IRConfig:
     pre_ft_lr: float = 0.25
     pre_lr: float = 3e-3  # memory pretraining (triple completion): step size and batch
     pre_batch: int = 512
+    pre_hidden: int = 0  # pretrained memory width (0 = 2 n R, one unit per triple, twice)
+    pre_jitter: float = 0.0  # pretraining (s, a) -> r inputs with unequal pair masses (0: equal)
     # -- HookedTransformer runs with checkpoints (first seed)
     ht_n: int = 32
     ht_steps: int = 120
@@ -92,7 +107,14 @@ class IRConfig:
     ht_attn_clip: float = 1.0
     ht_N: int = 128
     ht_eval: int = 256
+    # -- IR-8 decided on the token-dependent model (all of W_Q, W_K trainable, n = ht_n, the
+    # attention step sizes ht_attn_*): tok_N finetuning sequences, tok_steps small steps; it
+    # must solve the task (step-1 argmax >= 0.99 on tok_eval fresh sequences)
+    tok_N: int = 256
+    tok_steps: int = 300
+    tok_eval: int = 2000
     # -- IR-8 induction-head control (repeats of varying period and offset)
+    ind_min_period: int = 2
     ind_steps: int = 600
     ind_tokens: int = 32
     ind_len: int = 16
@@ -107,7 +129,12 @@ class IRConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type == "float":
+            if f.name in _OWN_CHECK:  # 0 or -1 mean "derived"; the task / model config checks
+                check(isinstance(value, (int, float)) and not isinstance(value, bool),
+                      f.name, value, "a number")
+                if f.type == "float":
+                    object.__setattr__(self, f.name, float(value))
+            elif f.type == "float":
                 check_range(f.name, value, 0, None, lo_open=True)
                 object.__setattr__(self, f.name, float(value))
             elif f.type == "int":
@@ -122,14 +149,24 @@ class IRConfig:
                       "e.g. [64,128,256]")
                 object.__setattr__(self, f.name, tuple(value))
         check_range("eps_asym", self.eps_asym, 0, 1, lo_open=True)
+        check(self.kb_single >= -1 and isinstance(self.kb_single, int), "kb_single",
+              self.kb_single, "-1 (as many as Assumption 1 allows) or an integer >= 0")
+        check(self.n_answers >= 0 and isinstance(self.n_answers, int), "n_answers",
+              self.n_answers, "0 (= n) or an integer")
+        check(self.pre_hidden >= 0 and isinstance(self.pre_hidden, int), "pre_hidden",
+              self.pre_hidden, "0 (= 2 n R) or an integer")
+        check(2 <= self.ind_min_period <= self.ind_max_period, "ind_min_period",
+              self.ind_min_period, f"an integer in [2, ind_max_period = {self.ind_max_period}]")
         for name in ("escape_at", "sweep_retrieval_min", "sweep_target_frac"):
             check_range(name, getattr(self, name), 0, 1, lo_open=True)
         check(self.stop_max >= self.steps, "stop_max", self.stop_max,
               f"an integer >= steps ({self.steps})")
-        check(all(n // self.sweep_d_div >= 2 for n in self.sweep_n), "sweep_d_div",
-              self.sweep_d_div, "a divisor leaving d = n // sweep_d_div >= 2 at every sweep_n")
-        check(self.sweep_d_div >= 2, "sweep_d_div", self.sweep_d_div,
-              "an integer >= 2 (IR-5 needs d(n) < n)")
+        check(len(self.sweep_d) == len(self.sweep_d_n), "sweep_d", list(self.sweep_d),
+              f"one width per sweep_d_n ({len(self.sweep_d_n)} values)")
+        check(all(d < n for n, d in zip(self.sweep_d_n, self.sweep_d)), "sweep_d",
+              list(self.sweep_d), "widths d < n at every sweep_d_n (IR-5 needs d(n) < n)")
+        check(all(2 <= sweep_width(self, n) < n for n in self.sweep_n), "sweep_n",
+              list(self.sweep_n), "sizes whose width d(n) (sweep_d, else n // 2) is in [2, n)")
         check(self.ind_len >= 2 * self.ind_max_period, "ind_len", self.ind_len,
               f"an integer >= {2 * self.ind_max_period} (two repeats of the longest period, "
               "ind_max_period)")
@@ -145,11 +182,17 @@ class IRConfig:
                 _checked(name, n, lambda n=n: task_config(self, n))
         _checked("k3_n", self.k3_n, lambda: task_config(self, self.k3_n, K=3))
         _checked("steps", self.steps, lambda: main_pgd(self))
-        _checked("sweep_d_div", self.sweep_d_div,
-                 lambda: model_spec(self, embedding="random",
-                                    d_embed=min(self.sweep_n) // self.sweep_d_div))
+        _checked("sweep_d", list(self.sweep_d),
+                 lambda: [model_spec(self, embedding="random", d_embed=sweep_width(self, n))
+                          for n in self.sweep_n])
         _checked("theta_ans", self.theta_ans, lambda: model_spec(self))
+        _checked("theta_rel", self.theta_rel, lambda: model_spec(self))
+        _checked("pre_jitter", self.pre_jitter, lambda: model_spec(self, memory="pretrained"))
         _checked("pre_lr", self.pre_lr, lambda: model_spec(self, memory="pretrained"))
+
+
+# fields whose 0 (or -1) means "derived" (checked by the task or model config they build)
+_OWN_CHECK = ("theta_rel", "kb_single", "n_answers", "pre_hidden", "pre_jitter")
 
 
 def _checked(name: str, value, build) -> None:
@@ -160,19 +203,29 @@ def _checked(name: str, value, build) -> None:
         raise ConfigError(f"{name} = {value!r} gives an invalid derived config: {e}") from None
 
 
+def sweep_width(cfg: IRConfig, n: int) -> int:
+    """IR-5's embedding width d(n): the registered table (``sweep_d_n`` -> ``sweep_d``), or
+    ``n // 2`` for an n outside it (not a registered setting)."""
+    table = dict(zip(cfg.sweep_d_n, cfg.sweep_d))
+    return table.get(n, n // 2)
+
+
 def task_config(cfg: IRConfig, n: int, K: int = 2, sym: bool = False) -> IRTaskConfig:
     """The IR task config with ``n`` subjects and ``K`` in-context pairs (``sym``: each batch
     holds every sequence and its pair-reversed copy)."""
-    return IRTaskConfig(n_subjects=n, n_relations=cfg.R, n_pairs=K, p_single=cfg.p_single,
-                        p_swap=cfg.p_swap, pair_symmetric=sym, temperature=cfg.temperature)
+    return IRTaskConfig(n_subjects=n, n_relations=cfg.R, n_answers=cfg.n_answers, n_pairs=K,
+                        kb_single=cfg.kb_single, kb_swap_frac=cfg.kb_swap_frac,
+                        p_single=cfg.p_single, p_swap=cfg.p_swap, pair_symmetric=sym,
+                        temperature=cfg.temperature)
 
 
 def model_spec(cfg: IRConfig, **kw) -> IRModelSpec:
     """The IR model spec of ``cfg`` (memory constants and pretraining settings), with the
     changes ``kw`` (e.g. ``embedding="random"``, ``memory="pretrained"``)."""
-    base = dict(lam2=cfg.lam2, theta_ans=cfg.theta_ans, gate=cfg.gate,
+    base = dict(lam2=cfg.lam2, theta_ans=cfg.theta_ans, theta_rel=cfg.theta_rel, gate=cfg.gate,
                 pretrain_steps=cfg.pre_steps, pretrain_lr=cfg.pre_lr,
-                pretrain_batch=cfg.pre_batch)
+                pretrain_batch=cfg.pre_batch, pretrain_hidden=cfg.pre_hidden,
+                pretrain_pair_jitter=cfg.pre_jitter)
     return IRModelSpec(**{**base, **kw})
 
 

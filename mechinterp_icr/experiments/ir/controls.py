@@ -153,7 +153,8 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
     on the probes of the IR head's length (the IR context minus one) by the project's code and
     by TransformerLens's head detector; the better layer counts."""
     task = InductionTaskConfig(n_tokens=cfg.ind_tokens, max_period=cfg.ind_max_period,
-                               min_period=2, max_offset=cfg.ind_len - 2 * cfg.ind_max_period,
+                               min_period=cfg.ind_min_period,
+                               max_offset=cfg.ind_len - 2 * cfg.ind_max_period,
                                seq_len=cfg.ind_len).build(seed)
     model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=cfg.ind_d_model,
                                     d_head=cfg.ind_d_model // 2, attn_only=True,
@@ -171,8 +172,11 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
     proj = {lay: prefix_matching_score(p, toks) for lay, p in pats.items()}
     best = max(proj, key=lambda lay: proj[lay]["score_minus_baseline"])
     tl = tl_induction_score(model, toks[:64], best, 0)
+    idx = torch.arange(0, len(toks), len(PROBE_SHAPES))  # probes of PROBE_SHAPES[0]
+    mean_pat = np.round(pats[best][idx].double().mean(0).numpy(), 5).tolist()
     return {"train_acc": res.final_metrics.get("train_acc"), "layer": best,
             "project": proj[best], "transformer_lens": tl,
+            "probe_shape": list(PROBE_SHAPES[0]), "mean_probe_pattern": mean_pat,
             "per_layer_project": {str(k): v["score_minus_baseline"] for k, v in proj.items()}}
 
 

@@ -9,13 +9,14 @@ records.
 - ``seed<s>/overwrite``    IR-3/IR-4 causal: fixed step-1 rows at the learned ``a`` (reads the
   fast run of ``seed<s>/main``).
 - ``seed<s>/induction``    IR-8 induction-head control.
+- ``seed<s>/ir8_tok``      IR-8 decided on the token-dependent model (all of W_Q, W_K).
 - ``seed<s>/k3``           IR-7 K = 3 in-context pairs.
 - ``seed<s>/ir6_memory``   IR-6: pretrain the memory, written to
   ``.../seed<s>/ir6_memory.safetensors`` (+ ``.json``); ``seed<s>/ir6`` reads it
   and finetunes with PGD.
 - ``gap/n<n>/seed<s>``     IR-3 within-pair gap, one per n of ``gap_n``.
 - ``sample/n<n>/seed<s>``  IR-5 sample complexity (random embeddings), one per n of
-  ``sweep_n``.
+  ``sweep_n``; ``sample_learned/n<n>/seed<s>`` its positive control (the learned memory).
 - First seed only: ``seed<s>/ht/<run>``, the HookedTransformer runs with checkpoints at every
   early step (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and
   ``ht_raw_qk_pgd``, all of W_Q, W_K with gradient clipping); ``seed<s>/ht_overwrite/<run>``
@@ -36,12 +37,9 @@ from mechinterp_icr.claims import Summary
 from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
+from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed, sample_complexity_table
 from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS, read_trajectories
-from mechinterp_icr.experiments.ir.sweeps import (
-    gap_fit,
-    sample_complexity_per_seed,
-    sample_complexity_table,
-)
+from mechinterp_icr.experiments.ir.sweeps import gap_fit
 from mechinterp_icr.experiments.ir.units import (
     gap_task,
     hooked_overwrite_task,
@@ -53,13 +51,14 @@ from mechinterp_icr.experiments.ir.units import (
     overwrite_task,
     pretrained_task,
     sample_task,
+    tok_task,
 )
 from mechinterp_icr.jobs import Task, run_tasks
 from mechinterp_icr.viz.claim_figures import write_verdict_figures
 from mechinterp_icr.viz.ir_figures import write_ir_figures
 from mechinterp_icr.viz.views import write_ir_views
 
-__all__ = ["memory_file", "plan", "reproduce", "seed_dir", "summarise"]
+__all__ = ["ir8_per_seed", "memory_file", "plan", "reproduce", "seed_dir", "summarise"]
 
 
 def seed_dir(out_dir: Path, seed: int) -> Path:
@@ -91,6 +90,12 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     for s in seeds:
         add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
             memory_file=memory_file(out_dir, s))
+    # IR-5 at the largest n next (its positive control runs up to max sweep_Ns sequences)
+    for n in sorted(dict.fromkeys(cfg.sweep_n), reverse=True)[:2]:
+        for s in seeds:
+            add(f"sample_learned/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n,
+                arm="learned")
+            add(f"sample/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
     for s in seeds:
         add(f"seed{s}/main", main_task, cfg=cfg, seed=s, run_dir=seed_dir(out_dir, s))
     for name in HOOKED_RUNS:
@@ -98,18 +103,42 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
             run_dir=seed_dir(out_dir, first), name=name)
     for s in seeds:
         add(f"seed{s}/induction", induction_task, cfg=cfg, seed=s)
+        add(f"seed{s}/ir8_tok", tok_task, cfg=cfg, seed=s)
         add(f"seed{s}/k3", k3_task, cfg=cfg, seed=s)
         add(f"seed{s}/overwrite", overwrite_task, (f"seed{s}/main",), cfg=cfg, seed=s,
             run_dir=seed_dir(out_dir, s))
         for n in dict.fromkeys(cfg.gap_n):
             add(f"gap/n{n}/seed{s}", gap_task, cfg=cfg, seed=s, n=n)
-        for n in dict.fromkeys(cfg.sweep_n):
+        for n in sorted(dict.fromkeys(cfg.sweep_n), reverse=True)[2:]:
+            add(f"sample_learned/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n,
+                arm="learned")
             add(f"sample/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
     for name in OW_RUNS:
         add(f"seed{first}/ht_overwrite/{name}", hooked_overwrite_task,
             (f"seed{first}/ht/{name}",), cfg=cfg, seed=first,
             run_dir=seed_dir(out_dir, first), name=name)
     return tasks
+
+
+def ir8_per_seed(pos: dict, tok: dict, ctrl: dict) -> dict[str, Any]:
+    """IR-8's per-seed metrics: the token-dependent model's (the conditions), the
+    induction-head control's, and the position-only model's as structural numbers."""
+    return {
+        "tok_solved": tok["solved"],
+        "tok_induction_row_step1_acc": tok["induction_row_step1_acc"],
+        "tok_learned_row_step1_acc": tok["learned_row_step1_acc"],
+        "tok_head_score_minus_baseline": tok["project"]["score_minus_baseline"],
+        "tok_head_tl_score_minus_baseline": tok["transformer_lens"]["score_minus_baseline"],
+        "tok_offset_1_step1_acc": tok["offset_1_step1_acc"],
+        "tok_offset_2_step1_acc": tok["offset_2_step1_acc"],
+        "induction_model_score_minus_baseline": ctrl["project"]["score_minus_baseline"],
+        "induction_model_tl_score_minus_baseline":
+            ctrl["transformer_lens"]["score_minus_baseline"],
+        "posonly": {
+            "induction_row_step1_acc": pos["induction_row_step1_acc"],
+            "learned_row_step1_acc": pos["learned_row_step1_acc"],
+            "score_minus_baseline": pos["head"]["project"]["score_minus_baseline"],
+            "tl_score_minus_baseline": pos["head"]["transformer_lens"]["score_minus_baseline"]}}
 
 
 def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str, dict],
@@ -137,23 +166,15 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         gap_traces[sk] = per["IR-3"][sk].pop("gap_trace")
         ow_seed[sk] = records[f"seed{s}/overwrite"]["fixed_rows"]
         ctrl = records[f"seed{s}/induction"]["control"]
-        h = main["IR-8"]
-        per["IR-8"][sk] = {
-            "induction_row_step1_acc": h["induction_row_step1_acc"],
-            "learned_row_step1_acc": h["learned_row_step1_acc"],
-            "offset_1_step1_acc": h["offset_1_step1_acc"],
-            "offset_2_step1_acc": h["offset_2_step1_acc"],
-            "ir_head_score_minus_baseline": h["head"]["project"]["score_minus_baseline"],
-            "ir_head_tl_score_minus_baseline":
-                h["head"]["transformer_lens"]["score_minus_baseline"],
-            "induction_model_score_minus_baseline": ctrl["project"]["score_minus_baseline"],
-            "induction_model_tl_score_minus_baseline":
-                ctrl["transformer_lens"]["score_minus_baseline"]}
-        ir8_detail[sk] = {"ir_head": h["head"], "control": ctrl}
+        per["IR-8"][sk] = ir8_per_seed(main["IR-8"], records[f"seed{s}/ir8_tok"]["IR-8"], ctrl)
+        ir8_detail[sk] = {"token_dependent": records[f"seed{s}/ir8_tok"]["IR-8"],
+                          "position_only_structural": main["IR-8"], "control": ctrl}
         gap_rows += [records[f"gap/n{n}/seed{s}"]["row"] for n in cfg.gap_n]
         per["IR-7"][sk] = records[f"seed{s}/k3"]["IR-7"]
         per["IR-6"][sk] = records[f"seed{s}/ir6"]["IR-6"]
-        sweep_rows += [records[f"sample/n{n}/seed{s}"]["row"] for n in cfg.sweep_n]
+        sweep_rows += [records[f"{arm}/n{n}/seed{s}"]["row"] for arm in ("sample",
+                                                                         "sample_learned")
+                       for n in cfg.sweep_n]
     summary.tables["IR HookedTransformer runs"] = {
         name: records[f"seed{first}/ht/{name}"]["row"] for name in HOOKED_RUNS}
     ow_runs = {name: rows for name in OW_RUNS
@@ -175,7 +196,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     summary.tables["IR figures"] = write_ir_figures(
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
         gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=sweep_rows,
-        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n)
+        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n, ir8=ir8_detail)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 
     with summary.stage("attention views"):

@@ -15,6 +15,7 @@ import torch
 from mechinterp_icr.claims.protocol import compare
 from mechinterp_icr.claims.registry import spec
 from mechinterp_icr.experiments.ir.config import IRConfig, main_pgd, model_spec, task_config
+from mechinterp_icr.experiments.ir.conventions import fixed_length_variants
 from mechinterp_icr.experiments.ir.train import (
     ceiling,
     escape_step,
@@ -62,6 +63,7 @@ __all__ = [
     "pretrained_pgd",
     "pretrained_records",
     "pretrained_setting",
+    "raw_train",
     "read_trajectories",
     "row_metrics",
     "rows_met",
@@ -197,6 +199,12 @@ def eps_batch(cfg: IRConfig, seed: int, sym_train):
     return Batch(tok, tg, {}), k
 
 
+def raw_train(cfg: IRConfig, seed: int):
+    """The raw finetuning batch of the main run (IR-2/IR-3): ``N`` sequences at ``n``."""
+    return task_config(cfg, cfg.n).build(seed).sample(tagged_rng(seed, "train", cfg.n, "raw"),
+                                                      cfg.N)
+
+
 def pgd_vs_gd_runs(cfg: IRConfig, main: MainSetting, seed: int, seed_dir: Path) -> Runs:
     """PGD and plain GD on raw, pair-symmetric and eps-asymmetric finetuning data (fast
     path), expected swap accuracy at every step. The raw-data PGD run is IR-2/IR-3's and runs
@@ -206,8 +214,7 @@ def pgd_vs_gd_runs(cfg: IRConfig, main: MainSetting, seed: int, seed_dir: Path) 
     sw = swap_batch(cfg, main.task, seed)
     # IR-4's control: single-pair-confusing sequences only (no swap), so that it could tie
     no_swap = kind_batch(main.task, seed, "eval-single", cfg.eval_size, 1.0, 0.0)
-    data = {"raw": task_config(cfg, cfg.n).build(seed).sample(
-                tagged_rng(seed, "train", cfg.n, "raw"), cfg.N),
+    data = {"raw": raw_train(cfg, seed),
             "sym": task_config(cfg, cfg.n, sym=True).build(seed).sample(
                 tagged_rng(seed, "train", cfg.n, "sym"), cfg.N)}
     data["eps"], k_eps = eps_batch(cfg, seed, data["sym"])
@@ -334,10 +341,10 @@ def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, main: MainSetting, seed: int
 # IR-7 (K = 3) and IR-6 (pretrained memory); the gap sweep reuses both with changed knobs
 # --------------------------------------------------------------------------------------------
 def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = None,
-               pgd: PGDConfig | None = None) -> list[dict]:
+               pgd: PGDConfig | None = None, return_run: bool = False):
     """PGD records of the K = 3 setting (n = ``k3_n``, N = ``k3_N``) under IR-3's stopping
     rule, the final accuracies read on ``final_eval`` sequences (or the given ``pgd``, without
-    either)."""
+    either). ``return_run``: (final model, records, training batch) instead."""
     n = cfg.k3_n if n is None else n
     tk = task_config(cfg, n, K=3).build(seed)
     ev3 = tk.sample(tagged_rng(seed, "eval3", n), cfg.eval_size)
@@ -348,8 +355,9 @@ def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = N
     # the evaluation batch without its swap-confusing sequences (as IR-2's zero-data control):
     # where the large-step state must be confident for its swap failure to count (k3_metrics)
     no_swap = _without_swaps(ev3)[1]
-    return stopped_run(cfg, tk, spec_, train, ev3, seed, at_big_step={"noswap": no_swap},
-                       final_ev=final_batch(cfg, tk, seed, "k3"))[1]
+    fast, recs = stopped_run(cfg, tk, spec_, train, ev3, seed, at_big_step={"noswap": no_swap},
+                             final_ev=final_batch(cfg, tk, seed, "k3"))
+    return (fast, recs, train) if return_run else recs
 
 
 def k3_metrics(recs: list[dict]) -> dict[str, Any]:
@@ -395,7 +403,7 @@ class PretrainedSetting:
 
 
 def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
-                       pre_steps: int | None = None, jitter: float = 0.0,
+                       pre_steps: int | None = None, jitter: float | None = None,
                        log: list | None = None, memory: Memory | None = None
                        ) -> PretrainedSetting:
     """Pretrain the memory at n = ``pre_n`` for ``pre_steps`` (``log`` gets its progress);
@@ -405,7 +413,7 @@ def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
     tk = task_config(cfg, n).build(seed)
     spec_ = model_spec(cfg, memory="pretrained",
                        pretrain_steps=cfg.pre_steps if pre_steps is None else pre_steps,
-                        pretrain_pair_jitter=jitter)
+                        pretrain_pair_jitter=cfg.pre_jitter if jitter is None else jitter)
     E = token_embeddings(tk, spec_, seed)
     if memory is None:
         memory = pretrain_memory(tk, spec_, E, seed, log=log)
@@ -449,6 +457,7 @@ def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,
     c = final_record(pretrained_records(cfg, seed, pre, constructed=True))
     cm = {**row_metrics(c), **ir2_metrics(c, None)}
     return {**m, "large_step_pair_mass_diff": row_metrics(recs[1])["pair_mass_diff"],
+            "stop_tol_variants": fixed_length_variants(cfg, recs),
             "constructed_rows_met": rows_met(cm, "IR-3"),
             "constructed": {k: cm[k] for k in ("within_pair_gap", "pair_mass_diff", "mass_s3",
                                                "ir2_met", "step1_argmax_acc",

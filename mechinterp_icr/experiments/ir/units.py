@@ -34,6 +34,9 @@ from mechinterp_icr.experiments.ir.controls import (
     overwrite_fixed_rows,
     overwrite_run_rows,
 )
+from mechinterp_icr.experiments.ir.conventions import stop_tol_variants
+from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
+from mechinterp_icr.experiments.ir.ir8 import tok_metrics
 from mechinterp_icr.experiments.ir.stages import (
     hooked_run_named,
     k3_metrics,
@@ -44,8 +47,9 @@ from mechinterp_icr.experiments.ir.stages import (
     pgd_vs_gd_runs,
     pretrained_metrics,
     pretrained_setting,
+    raw_train,
 )
-from mechinterp_icr.experiments.ir.sweeps import gap_row, sample_complexity_row
+from mechinterp_icr.experiments.ir.sweeps import gap_row
 from mechinterp_icr.experiments.ir.train import final_record
 from mechinterp_icr.models.ir import Memory
 from mechinterp_icr.store.io import (
@@ -72,12 +76,15 @@ __all__ = [
     "pretrained_task",
     "sample_task",
     "save_memory",
+    "tok_task",
 ]
 
 # stage names of the timings (the same as before the cut into tasks)
 STAGES = ("IR-1 memory + ceiling", "IR-2/3/4 PGD vs GD (fast)",
-          "IR-3/IR-4 causal: row overwrite", "IR-8 induction control", "IR-3 gap vs n",
-          "IR-7 K=3", "IR-6 pretrained memory", "IR-5 sample complexity",
+          "IR-3/6/7 stopping-rule conventions", "IR-3/IR-4 causal: row overwrite",
+          "IR-8 position-only (structural)", "IR-8 induction control",
+          "IR-8 token-dependent model", "IR-3 gap vs n", "IR-7 K=3", "IR-6 pretrained memory",
+          "IR-5 sample complexity", "IR-5 sample complexity (learned control)",
           "HookedTransformer runs (checkpoints)")
 
 
@@ -120,8 +127,10 @@ def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
     with t("IR-2/3/4 PGD vs GD (fast)"):
         runs = pgd_vs_gd_runs(cfg, main, seed, run_dir)
         ir2, ir3, ir4 = pgd_vs_gd_metrics(cfg, runs, main, seed)
-    with t("IR-8 induction control"):
-        fast = runs[("raw", "pgd")][0]
+    with t("IR-3/6/7 stopping-rule conventions"):
+        fast, recs = runs[("raw", "pgd")]
+        ir3["stop_tol_variants"] = stop_tol_variants(cfg, fast, recs, raw_train(cfg, seed))
+    with t("IR-8 position-only (structural)"):
         ir8 = {**induction_row_test(fast, main.ev), "head": ir_head_scores(fast, cfg, seed)}
     return plain({"IR-1": ir1, "IR-2": ir2, "IR-3": ir3, "IR-4": ir4, "IR-8": ir8,
                   "timings": t.timings})
@@ -149,7 +158,10 @@ def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-7: PGD with K = 3 in-context pairs."""
     t = StageTimer()
     with t("IR-7 K=3"):
-        m = k3_metrics(k3_records(cfg, seed))
+        fast, recs, train = k3_records(cfg, seed, return_run=True)
+        m = k3_metrics(recs)
+    with t("IR-3/6/7 stopping-rule conventions"):
+        m["stop_tol_variants"] = stop_tol_variants(cfg, fast, recs, train)
     return plain({"IR-7": m, "timings": t.timings})
 
 
@@ -241,12 +253,21 @@ def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     return plain({"row": row, "timings": t.timings})
 
 
-def sample_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
-    """IR-5: the sample-complexity row at ``n`` subjects (random embeddings)."""
+def sample_task(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dict[str, Any]:
+    """IR-5: the sample-complexity row at ``n`` subjects (random embeddings) of ``arm``:
+    "memory" (the claim) or "learned" (its positive control)."""
     t = StageTimer()
-    with t("IR-5 sample complexity"):
-        row = sample_complexity_row(cfg, seed, n)
+    with t("IR-5 sample complexity" + ("" if arm == "memory" else " (learned control)")):
+        row = sample_complexity_row(cfg, seed, n, arm)
     return plain({"row": row, "timings": t.timings})
+
+
+def tok_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-8: the token-dependent model (all of W_Q, W_K) finetuned and scored."""
+    t = StageTimer()
+    with t("IR-8 token-dependent model"):
+        m = tok_metrics(cfg, seed)
+    return plain({"IR-8": m, "timings": t.timings})
 
 
 # --------------------------------------------------------------------------------------------

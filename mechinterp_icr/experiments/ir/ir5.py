@@ -1,0 +1,351 @@
+"""IR-5: sample complexity on random embeddings (SPEC 2, revised 2026-12-02).
+
+The paper's statement is an upper bound (N grows at most polylogarithmically in n; a flat N
+satisfies it), so the claim is decided against a measurement shown able to see growth:
+
+- **memory arm** (the claim): the constructed memory over random unit embeddings of the
+  registered width ``sweep_d[i]`` at ``sweep_n[i]`` (chosen from retrieval alone,
+  :mod:`.ir5_dn`); per N of ``sweep_Ns``, ``sweep_runs`` PGD runs of the position block (each
+  on its own training draw, ``sweep_steps`` small steps, stopped at the target); N(n) = the
+  1/2 crossing of a logistic fit of "the run reached the target" against log2 N; target =
+  ``sweep_target_frac`` x the ideal-row expected step-1 accuracy at (n, d).
+- **learned arm** (positive control: the measurement can see linear growth): the same
+  procedure, n, d, data, target and budgets on a memory that must learn its facts during
+  finetuning. It starts empty (no unit, no fact) and the finetuning sequences write one unit
+  per triple they show, ``(s_i, r*, a_i)`` of the context pairs and ``(s_q, r*, a_q)`` of the
+  query (the outer-product write one gradient step makes on an associative memory from zero,
+  made exact: a triple seen once is stored as the constructed memory stores it, an unseen one
+  is absent). It is the most sample-efficient memory that learns from the data, so its N must
+  grow about linearly with the n R facts; then the same PGD on the position block.
+
+Per seed (:func:`sample_complexity_per_seed`): the rule's quantities (growth over the bound
+``(log n_max / log n_min)^2``; polylog R^2 against linear R^2 where N grows), the positive
+control (:data:`~mechinterp_icr.claims.ir_registry.IR5_LINEAR_FRACTION`), the zero-data
+negative control and the precondition (retrieval >= ``sweep_retrieval_min`` at every n).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from mechinterp_icr.claims.ir_registry import IR5_LINEAR_FRACTION
+from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, sweep_width, task_config
+from mechinterp_icr.experiments.ir.ir5_dn import retrieval_at
+from mechinterp_icr.experiments.ir.train import ceiling, tagged_rng
+from mechinterp_icr.models.ir import FastIR, token_embeddings
+from mechinterp_icr.tasks.ir import SUBJ
+from mechinterp_icr.training.pgd import PGDConfig, perturbation, pgd_fast
+
+__all__ = [
+    "ARMS",
+    "censored_lower_bound",
+    "growth_fits",
+    "learned_memory",
+    "logistic_crossing",
+    "polylog_bound",
+    "sample_complexity_per_seed",
+    "sample_complexity_row",
+    "sample_complexity_table",
+    "seen_triples",
+    "Step1IR",
+    "step1_expected",
+    "step1_logits",
+]
+
+ARMS = ("memory", "learned")
+
+
+def logistic_crossing(Ns: list[int], reached: list[float]) -> float | None:
+    """N at which a logistic fit of ``reached`` (0/1 per run) against log2 N crosses 1/2
+    (ridge-regularised Newton, so a perfectly separated sweep still gives a finite crossing).
+    None when no run reached the target; the smallest N when every run did."""
+    x = np.log2(np.asarray(Ns, float))
+    y = np.asarray(reached, float)
+    if y.max() == 0:
+        return None
+    if y.min() == 1:
+        return float(min(Ns))
+    w = np.zeros(2)
+    X = np.stack([np.ones_like(x), x], 1)
+    lam = 1e-2
+    for _ in range(100):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        g = X.T @ (p - y) + lam * w
+        H = X.T @ (X * (p * (1 - p))[:, None]) + lam * np.eye(2)
+        w = w - np.linalg.solve(H, g)
+    if w[1] <= 0:  # reaching the target does not become likelier with N
+        return float(2 ** x[y > 0].min())
+    return float(2 ** float(np.clip(-w[0] / w[1], x.min() - 1, x.max() + 1)))
+
+
+def step1_logits(fast: FastIR, tokens: torch.Tensor) -> torch.Tensor:
+    """The step-1 logits of the relation tokens (B, R) of a random-embedding FastIR with the
+    constructed memory or a subset of its units: the relation block of
+    :meth:`FastIR.cot_blocks`, exactly (a test pins it). With the full table of units (one per
+    (s, r), row s R + r) the sum over subjects is a reshape instead of a scatter."""
+    sp, task = fast.spec, fast.task
+    q1 = task.step1_pos
+    n, R = task.cfg.n_subjects, task.cfg.n_relations
+    A = fast.attention([q1])
+    copy = torch.einsum("pt,btd->bpd", A, fast.E[tokens])[:, 0]
+    gate = sp.gate * (fast.ttype[tokens[:, q1]] != SUBJ).to(A.dtype)[:, None]
+    if len(fast.s_tok) == n * R and getattr(fast, "full_table", False):
+        x = ((copy @ fast.E[:n].T)[:, :, None]
+             + (copy @ fast.E[n + R:].T)[:, fast.f_table])  # (B, n, R)
+        act = torch.relu(x - sp.theta_rel - gate[:, :, None]).pow(2).sum(1)
+    else:
+        act = torch.relu(fast.rel_input(copy) - sp.theta_rel - gate).pow(2)
+        act = torch.zeros(len(tokens), R, dtype=A.dtype).index_add(1, fast.r_tok - n, act)
+    return act * (sp.lam2 / task.cfg.temperature)
+
+
+def step1_expected(fast: FastIR, batch) -> float:
+    """Expected step-1 accuracy (P(r*) at the decoding temperature) from
+    :func:`step1_logits` (every other step-1 logit is exactly 0)."""
+    b1 = step1_logits(fast, batch.tokens)
+    n, R = fast.task.cfg.n_subjects, fast.task.cfg.n_relations
+    logits = torch.zeros(len(batch), fast.V, dtype=b1.dtype)
+    logits[:, n: n + R] = b1
+    t1 = batch.targets[:, fast.task.step1_pos]
+    return float(torch.softmax(logits, -1).gather(-1, t1[:, None]).mean())
+
+
+class Step1IR(FastIR):
+    """The IR-5 sweep's model: :class:`FastIR` whose CoT blocks are the exact step-1 block
+    (:func:`step1_logits`) and a constant step-2 block. IR-5 reads step 1 only, and nothing
+    the step-2 loss trains reaches the step-1 logits (the step-2 attention row is another row
+    of B, the answer units are gated off at s_q), so PGD gives the step-1 row, logits and
+    expected accuracy of the full loss at every step (a test pins it) at about half the cost;
+    the step-2 row only keeps its perturbation."""
+
+    full_table = True  # units in the constructed order (s R + r) until learned_memory
+
+    def cot_blocks(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b1 = step1_logits(self, tokens)
+        return b1, torch.zeros(tokens.shape[0], self.task.cfg.m, dtype=b1.dtype)
+
+
+def seen_triples(task, batch) -> torch.Tensor:
+    """Sorted indices into ``task.triples`` (row ``s R + r``) of the triples the sequences of
+    ``batch`` show: ``(s_i, r*)`` for every subject of the context and the query."""
+    K, n, R = task.cfg.n_pairs, task.cfg.n_subjects, task.cfg.n_relations
+    subj = batch.tokens[:, 0: 2 * K + 1: 2]  # (B, K+1) subject ids
+    rel = batch.tokens[:, 2 * K + 1] - n  # (B,) r*
+    return torch.unique((subj * R + rel[:, None]).reshape(-1))
+
+
+def learned_memory(fast: FastIR, batch) -> int:
+    """Make ``fast`` (constructed memory, random embeddings) the learned arm's memory after
+    the finetuning data ``batch``: only the units of :func:`seen_triples` remain. Returns how
+    many units it holds."""
+    idx = seen_triples(fast.task, batch)
+    fast.s_tok, fast.r_tok, fast.a_tok = fast.s_tok[idx], fast.r_tok[idx], fast.a_tok[idx]
+    fast.full_table = False
+    return len(idx)
+
+
+def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
+                          ) -> dict[str, Any]:
+    """IR-5 at one n of ``sweep_n`` for one arm (:data:`ARMS`): width ``d = sweep_d[i]``, the
+    ideal-row expected-accuracy ceiling of the constructed memory at (n, d) and the target
+    (``sweep_target_frac`` x ceiling), then ``sweep_runs`` PGD runs per N of ``sweep_Ns``
+    (the same training draws in both arms) and N read from the logistic fit. The memory arm
+    also measures the precondition (retrieval, :func:`..ir5_dn.retrieval_at`) and the
+    zero-data state (the perturbation alone, no sequence; negative control)."""
+    if arm not in ARMS:
+        raise ValueError(f"arm {arm!r} not in {ARMS}")
+    d = sweep_width(cfg, n)
+    rspec = model_spec(cfg, embedding="random", d_embed=d)
+    tk = task_config(cfg, n).build(seed)
+    E = token_embeddings(tk, rspec, seed)
+    ev = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
+    ceil = ceiling(tk, rspec, ev, seed, E=E, key="step1_prob", grid=9)["step1_prob"]
+    target = cfg.sweep_target_frac * ceil
+    out: dict[str, Any] = {"seed": seed, "n": n, "d_embed": d, "arm": arm,
+                           "ceiling_expected": ceil, "target": target}
+    fast = Step1IR(tk, rspec, seed=seed, E=E)
+    if arm == "memory":
+        out.update(retrieval_at(cfg, n, d, seed))
+        with torch.no_grad():
+            fast.B.copy_(perturbation(fast.T, cfg.sigma, seed))
+            zero = step1_expected(fast, ev)
+        out.update(zero_data_expected_acc=zero, zero_data_reaches=float(zero >= target))
+    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=cfg.sweep_steps)
+    checks = {t for t in cfg.sweep_checks if t <= pgd.steps} | {pgd.steps + 1}
+    runs = []
+    for N in cfg.sweep_Ns:
+        for r in range(cfg.sweep_runs):
+            train = tk.sample(tagged_rng(seed, "sweep-train", n, N, r), N)
+            if arm == "learned":
+                fast = Step1IR(tk, rspec, seed=seed, E=E)
+                units = learned_memory(fast, train)
+            with torch.no_grad():
+                fast.B.zero_()
+            last = [0.0]
+
+            def ev_fn(f, t, last=last):
+                if t not in checks:
+                    return {}
+                last[0] = step1_expected(f, ev)
+                return {"p": last[0]}
+
+            pgd_fast(fast, train, pgd, seed * 1000 + r, eval_fn=ev_fn, record_rows=False,
+                     stop_fn=lambda rec: rec.get("p", 0.0) >= target)
+            run = {"N": N, "run": r, "expected_acc": last[0],
+                   "reached": float(last[0] >= target)}
+            if arm == "learned":
+                run["units"] = units
+            runs.append(run)
+    out["N"] = logistic_crossing([x["N"] for x in runs], [x["reached"] for x in runs])
+    out["runs"] = runs
+    return out
+
+
+def growth_fits(ns: list[int], Ns: list[float]) -> dict[str, Any]:
+    """Least-squares fits of N against log2 n, (log2 n)^2 and n (intercept, slope, R^2)."""
+    x = np.asarray(ns, float)
+    y = np.asarray(Ns, float)
+    out = {}
+    for name, feat in (("log_n", np.log2(x)), ("log_n_sq", np.log2(x) ** 2), ("n", x)):
+        A = np.stack([np.ones_like(feat), feat], 1)
+        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+        ss = float(((y - y.mean()) ** 2).sum())
+        r2 = 1 - float(((y - A @ coef) ** 2).sum()) / ss if ss > 0 else None
+        out[name] = {"intercept": float(coef[0]), "slope": float(coef[1]), "r2": r2}
+    return out
+
+
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def polylog_bound(sweep_n) -> float:
+    """IR-5 bound on N(n_max) / N(n_min): (log n_max / log n_min)^2."""
+    n_lo, n_hi = min(sweep_n), max(sweep_n)
+    return (math.log2(n_hi) / math.log2(n_lo)) ** 2
+
+
+def censored_lower_bound(cfg: IRConfig, N_lo: float) -> float:
+    """With N(n_min) measured and N(n_max) censored (never reached with N <= max
+    ``sweep_Ns``): the smallest N(n_max) / N(n_min) over the bound the data allow."""
+    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound(cfg.sweep_n)
+
+
+def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
+    ns = [n for n in by if _finite(by[n])]
+    fit = growth_fits(ns, [float(by[n]) for n in ns]) if len(ns) >= 3 else None
+    r2 = {k: fit[k]["r2"] for k in fit} if fit else {"log_n": None, "log_n_sq": None,
+                                                     "n": None}
+    return fit, r2
+
+
+def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
+    n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
+    by = {r["n"]: r["N"] for r in rr}
+    N_lo, N_hi = by.get(n_lo), by.get(n_hi)
+    ends = _finite(N_lo) and _finite(N_hi)
+    fit, r2 = _arm_fits(by)
+    poly = max((v for k, v in r2.items() if k != "n" and _finite(v)), default=None)
+    lin = r2["n"] if _finite(r2["n"]) else None
+    grows = (N_hi > N_lo) if ends else None
+    if ends:
+        ratio = (N_hi / N_lo) / polylog_bound(cfg.sweep_n)
+        beats = 1.0 if not grows else (float(poly > lin) if poly is not None and
+                                       lin is not None else None)
+    elif _finite(N_lo) and n_hi in by:  # censored at n_max: decidable only if it exceeds
+        lb = censored_lower_bound(cfg, N_lo)
+        ratio, beats = (lb if lb > 1.0 else None), None
+    else:
+        ratio, beats = None, None
+    retr = {r["n"]: r.get("retrieval") for r in rr}
+    thr = cfg.sweep_retrieval_min
+    return {
+        "N_by_n": {str(n): by[n] for n in by},
+        "censored_n": [n for n in by if not _finite(by[n])],
+        "N_smallest_n": N_lo, "N_largest_n": N_hi,
+        "N_grows": None if grows is None else float(grows),
+        "growth_over_bound": ratio,
+        "growth_over_bound_is_lower_bound": float(not ends and ratio is not None),
+        "polylog_beats_linear_where_grows": beats,
+        "polylog_r2": poly, "linear_r2": lin, "r2": r2, "fit": fit,
+        "retrieval_by_n": {str(n): v for n, v in retr.items()},
+        "retrieval_min": (None if not retr or any(not _finite(v) for v in retr.values())
+                          else min(retr.values())),
+        "retrieval_low_n": [n for n, v in retr.items() if not (_finite(v) and v >= thr)],
+        "zero_data_reaches": (max(r["zero_data_reaches"] for r in rr)
+                              if rr and all(_finite(r.get("zero_data_reaches")) for r in rr)
+                              else None)}
+
+
+def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
+    n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
+    by = {r["n"]: r["N"] for r in rr}
+    N_lo, N_hi = by.get(n_lo), by.get(n_hi)
+    _, r2 = _arm_fits(by)
+    need = IR5_LINEAR_FRACTION * n_hi / n_lo
+    if n_hi not in by or n_lo not in by:
+        sees = None  # a row missing: not measured
+    elif not _finite(N_hi):
+        sees = 1.0  # misses the target at n_max within the registered N range (SPEC 2)
+    else:
+        sees = float(_finite(N_lo) and N_hi / N_lo >= need)
+    return {"learned_N_by_n": {str(n): by[n] for n in by},
+            "learned_N_smallest_n": N_lo, "learned_N_largest_n": N_hi,
+            "learned_growth": (N_hi / N_lo if _finite(N_lo) and _finite(N_hi) else None),
+            "learned_growth_needed": need,
+            "learned_reached_some_n": float(any(_finite(v) for v in by.values())),
+            "learned_sees_growth": sees, "learned_r2": r2}
+
+
+def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
+                               ) -> dict[str, dict[str, Any]]:
+    """IR-5 per-seed metrics from the sweep rows of both arms (a row without ``arm`` is the
+    memory arm's). Memory arm: N at n_min and n_max, ``growth_over_bound`` (N(n_max) /
+    N(n_min) over the bound; with N censored at n_max the smallest ratio the data allow when
+    it already exceeds the bound, else None), ``polylog_beats_linear_where_grows`` (1 where N
+    does not grow; else whether the better polylog fit's R^2 beats the linear fit's, over
+    the n whose N was measured), the precondition (``retrieval_min``, ``retrieval_low_n``),
+    the zero-data control. Learned arm: ``learned_sees_growth`` (positive control)."""
+    per = {}
+    for seed in seeds:
+        mine = [r for r in rows if r["seed"] == seed]
+        mem = sorted((r for r in mine if r.get("arm", "memory") == "memory"),
+                     key=lambda r: r["n"])
+        lrn = sorted((r for r in mine if r.get("arm") == "learned"), key=lambda r: r["n"])
+        per[str(seed)] = {**_memory_metrics(cfg, mem), **_learned_metrics(cfg, lrn)}
+    return per
+
+
+def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
+    """The IR-5 summary table: every sweep row, and per arm the fits of the mean measured N
+    over seeds and the censored counts."""
+    out: dict[str, Any] = {"rows": rows, "d_of_n": {str(n): sweep_width(cfg, n)
+                                                    for n in cfg.sweep_n}}
+    for arm in ARMS:
+        by: dict[int, list] = {}
+        for r in rows:
+            if r.get("arm", "memory") != arm:
+                continue
+            by.setdefault(r["n"], [])
+            if _finite(r["N"]):
+                by[r["n"]].append(r["N"])
+        ns = sorted(n for n in by if by[n])
+        out[arm] = {
+            "mean_N_by_n": {str(n): float(np.mean(by[n])) for n in ns},
+            "fit_mean": (growth_fits(ns, [float(np.mean(by[n])) for n in ns])
+                         if len(ns) >= 3 else None),
+            "censored": {str(n): sum(1 for r in rows if r["n"] == n and
+                                     r.get("arm", "memory") == arm and not _finite(r["N"]))
+                         for n in sorted(by)}}
+    out["note"] = ("random embeddings of width d(n) (registered, chosen from retrieval alone: "
+                   "experiments/ir/ir5_dn.py); N = crossing at 1/2 of a logistic fit of 'run "
+                   "reached {} x the ideal-row expected-accuracy ceiling' against log2 N over "
+                   "{} runs per N of {} (None = never reached: censored; fits over the "
+                   "measured N only). learned = the positive control, a memory that writes "
+                   "the triples its finetuning sequences show".format(
+                       cfg.sweep_target_frac, cfg.sweep_runs, list(cfg.sweep_Ns)))
+    return out

@@ -1,0 +1,117 @@
+"""IR-8 decided on the token-dependent model (SPEC 2, revised 2026-12-02).
+
+A position-only head cannot be an induction head by construction (its scores do not depend
+on the tokens), so IR-8 is decided on the same 1-layer IR model with **all of W_Q, W_K
+trainable** (token and position blocks; the HookedTransformer at ``n = ht_n``, frozen
+memory, embeddings and OV copy), finetuned by PGD (:func:`~mechinterp_icr.training.pgd.
+pgd_hooked`, ``target="qk"``: the large step ``ht_attn_big_lr``, the perturbation of the
+position block, ``tok_steps`` small steps of ``ht_attn_lr``, gradient clipping
+``ht_attn_clip``) on ``tok_N`` sequences. It must solve the task: step-1 argmax >= 0.99 on
+``tok_eval`` fresh sequences at the end of the budget, else IR-8 is inconclusive. On it:
+
+- (a) its own step-1 rows (per sequence) against induction-style rows written in through
+  ``hook_pattern``: all attention on a fixed earlier offset (t-1, the previous token a copying
+  head would use, or t-2). An induction head attends to the token after an earlier
+  occurrence of the query's token; in an IR sequence the query ``s_q`` never occurs earlier
+  (the context subjects are distinct; counted in ``query_seen_before``), so only the offsets
+  remain.
+- (b) the baseline-subtracted prefix-matching score of its head on repeated-token probes of
+  the IR context's length minus one (tokens drawn from the whole IR vocabulary), by the
+  project's code and by TransformerLens's ``head_detector``, with the mean attention on one
+  probe shape for the figure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mechinterp_icr.claims.protocol import compare
+from mechinterp_icr.claims.registry import spec
+from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
+from mechinterp_icr.experiments.ir.controls import (
+    PROBE_SHAPES,
+    head_patterns,
+    induction_probes,
+    prefix_matching_score,
+    tl_induction_score,
+)
+from mechinterp_icr.experiments.ir.train import tagged_rng
+from mechinterp_icr.interp.ir_attention import ir_accuracy, overwrite_attention_row
+from mechinterp_icr.models.ir import build_ir_hooked
+from mechinterp_icr.training.pgd import PGDConfig, pgd_hooked
+
+__all__ = ["OFFSETS", "hooked_row_test", "mean_probe_pattern", "tok_metrics", "tok_model",
+           "tok_pgd"]
+
+OFFSETS = (1, 2)  # induction-style rows: all attention on query - offset
+
+
+def tok_pgd(cfg: IRConfig) -> PGDConfig:
+    """IR-8's PGD of all of W_Q, W_K (the registered attention step sizes and clipping)."""
+    return PGDConfig(big_lr=cfg.ht_attn_big_lr, sigma=cfg.sigma, lr=cfg.ht_attn_lr,
+                     steps=cfg.tok_steps, perturb=True, target="qk", clip=cfg.ht_attn_clip)
+
+
+def tok_model(cfg: IRConfig, seed: int):
+    """(model, task, eval batch): the token-dependent IR model at ``n = ht_n`` after PGD on
+    ``tok_N`` fresh sequences, and ``tok_eval`` fresh evaluation sequences."""
+    task = task_config(cfg, cfg.ht_n).build(seed)
+    model = build_ir_hooked(task, model_spec(cfg), seed=seed)
+    train = task.sample(tagged_rng(seed, "ir8-train", cfg.ht_n), cfg.tok_N)
+    pgd_hooked(model, train, tok_pgd(cfg), None, seed)
+    model.eval()
+    ev = task.sample(tagged_rng(seed, "ir8-eval", cfg.ht_n), cfg.tok_eval)
+    return model, task, ev
+
+
+@torch.no_grad()
+def hooked_row_test(model, ev, K: int = 2) -> dict[str, float]:
+    """IR-8 (a) on a HookedTransformer: step-1 accuracy (argmax, ties 1/k) with the model's
+    own step-1 rows and with each induction-style row of :data:`OFFSETS`; the larger of the
+    latter is ``induction_row_step1_acc``."""
+    q = 2 * K
+    own = model(ev.tokens)[:, q: q + 2]
+    out = {"learned_row_step1_acc": ir_accuracy(own, ev)["step1_acc"],
+           "learned_row_step1_expected": ir_accuracy(own, ev)["step1_prob"]}
+    for off in OFFSETS:
+        row = torch.zeros(q + 1)
+        row[q - off] = 1.0
+        logits = overwrite_attention_row(model, ev.tokens, 0, 0, q, row)[:, q: q + 2]
+        out[f"offset_{off}_step1_acc"] = ir_accuracy(logits.double(), ev)["step1_acc"]
+    out["induction_row_step1_acc"] = max(out[f"offset_{o}_step1_acc"] for o in OFFSETS)
+    ctx = ev.tokens[:, :q]
+    out["query_seen_before"] = float((ctx == ev.tokens[:, q: q + 1]).any(1).double().mean())
+    return out
+
+
+def mean_probe_pattern(pattern: torch.Tensor, shape: int = 0) -> list[list[float]]:
+    """Mean attention pattern (L, L) over the probes of :data:`PROBE_SHAPES` ``[shape]``
+    (probe i has shape ``i % len(PROBE_SHAPES)``): what the IR-8 figure draws."""
+    idx = torch.arange(shape, pattern.shape[0], len(PROBE_SHAPES))
+    return pattern[idx].double().mean(0).tolist()
+
+
+@torch.no_grad()
+def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-8's per-seed numbers on the token-dependent model: ``solved`` (step-1 argmax on
+    ``tok_eval`` sequences meets the registered learned-row condition, >= 0.99), (a), (b) by
+    both scorers, the mean probe pattern."""
+    with torch.enable_grad():
+        model, task, ev = tok_model(cfg, seed)
+    a = hooked_row_test(model, ev, task.cfg.n_pairs)
+    acc = ir_accuracy(model(ev.tokens)[:, 2 * task.cfg.n_pairs: 2 * task.cfg.n_pairs + 2],
+                      ev)
+    L = task.n_ctx - 1
+    toks = induction_probes(L, task.d_vocab - 1, cfg.ind_probes, seed)
+    pat = head_patterns(model, toks)[0]
+    proj = prefix_matching_score(pat, toks)
+    tl = tl_induction_score(model, toks[:64], 0, 0)
+    c = next(c for c in spec("IR-8").conditions if c.metric == "tok_learned_row_step1_acc")
+    return {**a, "solved": float(compare(a["learned_row_step1_acc"], c.op, c.threshold)),
+            "step2_acc": acc["step2_acc"], "swap_step1_acc": acc.get("step1_acc_swap"),
+            "project": proj, "transformer_lens": tl,
+            "probe_shape": list(PROBE_SHAPES[0]),
+            "mean_probe_pattern": np.round(mean_probe_pattern(pat), 5).tolist()}

@@ -1,0 +1,117 @@
+"""IR claims v3 on tiny inputs: the stopping rule's tolerance conventions (IR-3 / IR-6 / IR-7)
+equal the runs they stand for, and IR-8's token-dependent model is trained and scored."""
+
+import pytest
+import torch
+
+from mechinterp_icr.config import apply_overrides
+from mechinterp_icr.experiments.ir import profile
+from mechinterp_icr.experiments.ir.config import model_spec, task_config
+from mechinterp_icr.experiments.ir.conventions import (
+    fixed_length_variants,
+    stop_step,
+    stop_tol_variants,
+)
+from mechinterp_icr.experiments.ir.stages import stopped_run
+from mechinterp_icr.experiments.ir.train import final_record, tagged_rng
+
+TINY = ["steps=10", "stop_every=10", "stop_max=120", "eval_size=64"]
+
+
+def _setting(cfg, seed=0, n=16):
+    tk = task_config(cfg, n).build(seed)
+    return tk, tk.sample(tagged_rng(seed, "train", n), 32), tk.sample(tagged_rng(seed, "ev"),
+                                                                     64)
+
+
+@pytest.mark.parametrize("tol", [2e-3, 2e-4])
+def test_tolerance_variants_equal_the_runs_with_that_tolerance(tol):
+    """Halved: the registered run continued; doubled: read from its records. Each equals a
+    run made under that tolerance from the start (full-batch GD is deterministic)."""
+    cfg = apply_overrides(profile("quick"), TINY + [f"stop_tol={tol}"])
+    tk, train, ev = _setting(cfg)
+    fast, recs = stopped_run(cfg, tk, model_spec(cfg), train, ev, 0)
+    var = stop_tol_variants(cfg, fast, recs, train)
+    assert var["tol"]["small_steps"] == final_record(recs)["step"] - 1
+    for lab, f in (("tol/2", 0.5), ("2 tol", 2.0)):
+        c2 = apply_overrides(cfg, [f"stop_tol={f * tol}"])
+        _, r2 = stopped_run(c2, tk, model_spec(c2), train, ev, 0)
+        assert var[lab]["small_steps"] == final_record(r2)["step"] - 1, lab
+        assert var[lab]["within_pair_gap"] == pytest.approx(
+            final_record(r2)["within_pair_gap"], abs=1e-10), lab
+    assert var["2 tol"]["small_steps"] <= var["tol"]["small_steps"] <= \
+        var["tol/2"]["small_steps"] <= cfg.stop_max
+
+
+def test_fixed_length_variants_apply_the_rule_after_the_fact():
+    cfg = apply_overrides(profile("quick"), TINY + ["stop_tol=0.01"])
+    gap = {1: 0.1, 11: 0.08, 21: 0.05, 31: 0.045, 41: 0.044, 51: 0.0439}
+    recs = [{"step": t, "row1": [0.25 + g / 2, 0.25 - g / 2, 0.25, 0.25, 0.0]}
+            for t, g in gap.items()]
+    assert stop_step({t: g for t, g in gap.items() if t >= 11}, cfg, 0.01) == 31
+    v = fixed_length_variants(cfg, recs)
+    assert v["tol"]["small_steps"] == 30 and v["tol"]["within_pair_gap"] == pytest.approx(0.045)
+    assert v["2 tol"]["small_steps"] == 30  # |0.05 - 0.045| < 0.02 already at 31
+    assert v["tol/2"]["small_steps"] == 40  # |0.045 - 0.044| < 0.005 at 41
+    assert not v["tol"]["ran_to_length_bound"]
+    never = fixed_length_variants(apply_overrides(cfg, ["stop_tol=1e-9"]), recs)
+    assert never["tol"]["small_steps"] == 50 and never["tol"]["ran_to_length_bound"]
+
+
+def test_token_dependent_model_is_trained_and_scored():
+    from mechinterp_icr.experiments.ir.ir8 import hooked_row_test, tok_metrics, tok_model
+
+    cfg = apply_overrides(profile("quick"), ["ht_n=8", "tok_N=16", "tok_steps=3",
+                                             "tok_eval=64", "ind_probes=8"])
+    model, task, ev = tok_model(cfg, 0)
+    W_Q0 = model.blocks[0].attn.W_Q.detach().clone()
+    from mechinterp_icr.models.ir import build_ir_hooked
+
+    fresh = build_ir_hooked(task, model_spec(cfg), seed=0)
+    # all of W_Q was trained (token block included), not only the position block
+    assert not torch.equal(W_Q0, fresh.blocks[0].attn.W_Q)
+    again, _, _ = tok_model(cfg, 0)  # the decision run is reproducible (perturbation: gelsd)
+    for (k, p), q in zip(model.named_parameters(), again.parameters()):
+        assert torch.equal(p, q), k
+    a = hooked_row_test(model, ev)
+    assert a["query_seen_before"] == 0.0  # an IR query never occurs earlier
+    assert a["induction_row_step1_acc"] == max(a["offset_1_step1_acc"],
+                                               a["offset_2_step1_acc"])
+    m = tok_metrics(cfg, 0)
+    assert m["solved"] == float(m["learned_row_step1_acc"] >= 0.99)
+    assert -1 <= m["project"]["score_minus_baseline"] <= 1
+    assert -1 <= m["transformer_lens"]["score_minus_baseline"] <= 1
+    pat = m["mean_probe_pattern"]
+    assert len(pat) == task.n_ctx - 1 and all(abs(sum(r) - 1) < 1e-4 for r in pat)
+
+
+def test_ir5_and_ir8_figures_draw_both_arms_fits_and_both_heads():
+    from mechinterp_icr.experiments.ir.ir5 import growth_fits
+    from mechinterp_icr.viz.ir_figures import (
+        _growth_fits,
+        probe_attention_figure,
+        sample_complexity_figure,
+    )
+
+    ns, Ns = [128, 256, 512, 1024], [3.0, 4.0, 6.0, 7.0]
+    assert _growth_fits(ns, Ns) == growth_fits(ns, Ns)
+    rows = [{"seed": s, "n": n, "d_embed": 64, "arm": "memory", "N": N + s}
+            for s in (0, 1) for n, N in zip(ns, Ns)]
+    rows += [{"seed": s, "n": n, "d_embed": 64, "arm": "learned", "N": N}
+             for s in (0, 1) for n, N in zip(ns, (100.0, 300.0, 700.0, None))]
+    fig = sample_complexity_figure(rows, [0, 1])
+    names = [t.name for t in fig.data]
+    for label in ("memory (constructed)", "positive control (learned memory)"):
+        assert any(n.startswith(f"{label}: N ~ log n, R^2") for n in names)
+        assert any(n.startswith(f"{label}: N ~ n, R^2") for n in names)
+    pat = [[1.0 if j == max(0, t - 2) else 0.0 for j in range(6)] for t in range(6)]
+    uni = [[1.0 / (t + 1) if j <= t else 0.0 for j in range(6)] for t in range(6)]
+    ir8 = {"0": {"token_dependent": {"mean_probe_pattern": uni, "probe_shape": [0, 3],
+                                     "project": {"score_minus_baseline": -0.01}},
+                 "control": {"mean_probe_pattern": pat, "layer": 1,
+                             "project": {"score_minus_baseline": 0.8}}}}
+    fig = probe_attention_figure(ir8, ["0"])
+    assert sum(t.type == "heatmap" for t in fig.data) == 2
+    assert "-0.010" in fig.layout.annotations[0].text and "0.800" in \
+        fig.layout.annotations[1].text
+    assert probe_attention_figure({}, ["0"]) is None
