@@ -157,7 +157,7 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows
                   if r["seed"] == rows[0]["seed"] and r.get("arm", "memory") == "memory")
     fig.update_xaxes(type="log", title_text="n (subjects)")
-    fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (logistic crossing)")
+    fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (monotone accuracy fit)")
     shown = sorted({r["seed"] for r in rows})
     fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
                             f"{seeds_caption(shown, seeds)}</sub>")

@@ -14,7 +14,12 @@ from mechinterp_icr.experiments.ir.controls import (
     induction_targets,
     prefix_matching_score,
 )
-from mechinterp_icr.experiments.ir.ir5 import logistic_crossing, step1_expected
+from mechinterp_icr.experiments.ir.ir5 import (
+    accuracy_crossing,
+    isotonic_fit,
+    row_N,
+    step1_expected,
+)
 from mechinterp_icr.experiments.ir.train import gap_stop_rule, tagged_rng
 from mechinterp_icr.interp.ir_attention import ir_accuracy
 from mechinterp_icr.models.ir import FastIR, IRModelSpec, memory_retrieval, token_embeddings
@@ -61,11 +66,33 @@ def test_step1_model_follows_the_full_loss_on_step_1():
             assert step1_expected(new, ev) == pytest.approx(step1_expected(ref, ev), abs=1e-10)
 
 
-def test_logistic_crossing():
-    assert logistic_crossing([1, 2, 4, 8], [0, 0, 0, 0]) is None
-    assert logistic_crossing([1, 2, 4, 8], [1, 1, 1, 1]) == 1.0
-    c = logistic_crossing([1, 1, 2, 2, 4, 4, 8, 8], [0, 0, 0, 1, 1, 1, 1, 1])
-    assert 1.5 < c < 4
+def _runs(accs):
+    return [{"N": N, "run": r, "expected_acc": a} for N, pair in accs.items()
+            for r, a in enumerate(pair)]
+
+
+def test_isotonic_fit_pools_adjacent_violators():
+    assert isotonic_fit([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
+    assert isotonic_fit([3, 2, 1]) == [2, 2, 2]
+    assert isotonic_fit([0.1, 0.2]) == [0.1, 0.2]
+    assert isotonic_fit([4, 1], [1, 3]) == [1.75, 1.75]
+
+
+def test_accuracy_crossing_reads_the_fitted_curve_not_one_lucky_run():
+    rising = _runs({1: (0.5, 0.6), 2: (0.7, 0.8), 4: (0.95, 0.96), 8: (0.97, 0.96)})
+    assert accuracy_crossing(rising, 0.95) == 4.0
+    assert accuracy_crossing(rising, 0.99) is None  # never reached: censored
+    assert accuracy_crossing(rising, 0.4) == 1.0
+    # a plateau just under the target with runs scattered around it (IR-5's memory arm at
+    # n = 4096, seed 0): single runs pass 0.921 at N = 4, 16 and 64, the fit does not
+    plateau = _runs({1: (0.816, 0.866), 2: (0.917, 0.871), 4: (0.922, 0.886),
+                     8: (0.895, 0.876), 16: (0.854, 0.926), 32: (0.918, 0.917),
+                     64: (0.926, 0.927), 256: (0.908, 0.914), 1024: (0.923, 0.918)})
+    assert accuracy_crossing(plateau, 0.921) is None
+    assert accuracy_crossing([], 0.5) is None
+    # a row's N is read from its runs when it has them, else the stored N
+    assert row_N({"runs": rising, "target": 0.95, "N": 1.0}) == 4.0
+    assert row_N({"N": 8.0}) == 8.0
 
 
 def test_shuffled_memory_fails_retrieval():

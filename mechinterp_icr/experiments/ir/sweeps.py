@@ -29,8 +29,8 @@ from mechinterp_icr.experiments.ir.config import (
     task_config,
 )
 from mechinterp_icr.experiments.ir.ir5 import (  # noqa: F401 (re-exported)
+    accuracy_crossing,
     growth_fits,
-    logistic_crossing,
     polylog_bound,
     sample_complexity_per_seed,
     sample_complexity_row,
@@ -55,8 +55,8 @@ __all__ = [
     "gap_fit",
     "gap_sweep",
     "gap_row",
+    "accuracy_crossing",
     "growth_fits",
-    "logistic_crossing",
     "polylog_bound",
     "sample_complexity_per_seed",
     "sample_complexity_row",
