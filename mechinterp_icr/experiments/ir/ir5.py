@@ -178,8 +178,9 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
     ideal-row expected-accuracy ceiling of the constructed memory at (n, d) and the target
     (``sweep_target_frac`` x ceiling), then ``sweep_runs`` PGD runs per N of ``sweep_Ns``
     (the same training draws in both arms) and N read from the monotone accuracy fit
-    (:func:`accuracy_crossing`). The memory arm also measures the precondition (retrieval, :func:`..ir5_dn.retrieval_at`) and the
-    zero-data state (the perturbation alone, no sequence; negative control)."""
+    (:func:`accuracy_crossing`). The memory arm also measures the precondition (retrieval,
+    :func:`..ir5_dn.retrieval_at`) and the zero-data state (the perturbation alone, no
+    sequence; negative control)."""
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r} not in {ARMS}")
     d = sweep_width(cfg, n)
