@@ -61,10 +61,12 @@ def perturbation_role(per4: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _learned_note(per5: dict[str, dict[str, Any]]) -> str:
-    """Says when the positive control passes only by missing the target everywhere."""
+    """Says when the positive control fails because the learned memory reached the target
+    at no n (SPEC's letter would pass it for missing the target at n_max)."""
     never = [k for k, m in per5.items() if m.get("learned_reached_some_n") == 0.0]
     return ("; on seed(s) " + ", ".join(never) + " the learned memory reached the target at no "
-            "n (it passes by missing it at n_max, SPEC's letter, but shows no measured N)"
+            "n: it measured no N, so it cannot show that the measurement sees growth (the "
+            "control fails; SPEC's letter would pass it for missing the target at n_max)"
             if never else "")
 
 

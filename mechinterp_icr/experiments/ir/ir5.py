@@ -314,10 +314,15 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     need = IR5_LINEAR_FRACTION * n_hi / n_lo
     if n_hi not in by or n_lo not in by:
         sees = None  # a row missing: not measured
+    elif not _finite(N_lo):
+        # stricter than SPEC 2's letter ("or misses the target at n_max"): a learned memory
+        # that reaches the target at no n has shown no N at all, so it cannot show that the
+        # measurement sees growth (docs/ir.md)
+        sees = 0.0
     elif not _finite(N_hi):
-        sees = 1.0  # misses the target at n_max within the registered N range (SPEC 2)
+        sees = 1.0  # measured at n_min, misses the target at n_max within the N range
     else:
-        sees = float(_finite(N_lo) and N_hi / N_lo >= need)
+        sees = float(N_hi / N_lo >= need)
     return {"learned_N_by_n": {str(n): by[n] for n in by},
             "learned_N_smallest_n": N_lo, "learned_N_largest_n": N_hi,
             "learned_growth": (N_hi / N_lo if _finite(N_lo) and _finite(N_hi) else None),
