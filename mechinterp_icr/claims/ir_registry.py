@@ -182,6 +182,7 @@ IR_SPECS = (
                   _pos("induction-head model, TransformerLens head_detector minus baseline",
                        "induction_model_tl_score_minus_baseline", ">=", 0.5)),
         hyperparameters={**_TASK, "sigma": 0.01, "ht_n": 32, "tok_N": 256, "tok_steps": 300,
+                         "tok_check_every": 100,
                          "tok_eval": 2000, "ht_attn_big_lr": 1.0, "ht_attn_lr": 0.05,
                          "ht_attn_clip": 1.0, "ind_steps": 600, "ind_tokens": 32,
                          "ind_len": 16, "ind_probes": 256, "ind_min_period": 2,

@@ -31,7 +31,7 @@ QUICK_NOW = {
     "pre_hidden": 0, "pre_jitter": 0.0,
     "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
     "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
-    "tok_N": 256, "tok_steps": 300, "tok_eval": 2000, "ind_min_period": 2,
+    "tok_N": 256, "tok_steps": 300, "tok_check_every": 100, "tok_eval": 2000, "ind_min_period": 2,
     "ind_steps": 600, "ind_tokens": 32, "ind_len": 16, "ind_probes": 256,
     "ind_max_period": 6, "ind_d_model": 64, "ind_lr": 3e-3, "ind_batch": 64,
     "ow_n": 64,

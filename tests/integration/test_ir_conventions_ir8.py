@@ -58,19 +58,44 @@ def test_fixed_length_variants_apply_the_rule_after_the_fact():
     assert never["tol"]["small_steps"] == 50 and never["tol"]["ran_to_length_bound"]
 
 
+def test_token_dependent_pgd_in_segments_is_one_run_and_stops_once_solved():
+    """tok_model's segments of small steps make the run one PGD call of the same length
+    makes (full-batch SGD has no state), and the steps stop at the first solved check."""
+    import dataclasses
+
+    from mechinterp_icr.experiments.ir.ir8 import tok_model, tok_pgd
+    from mechinterp_icr.experiments.ir.train import tagged_rng
+    from mechinterp_icr.models.ir import build_ir_hooked
+    from mechinterp_icr.training.pgd import pgd_hooked
+
+    cfg = apply_overrides(profile("quick"), ["ht_n=8", "tok_N=16", "tok_steps=6",
+                                             "tok_check_every=2", "tok_eval=64"])
+    model, task, _, checks = tok_model(cfg, 1)
+    done = checks[-1][0]
+    assert [c[0] for c in checks] == list(range(2, done + 1, 2))
+    assert all(a < 0.99 for _, a in checks[:-1])  # it stopped at the first solved check
+    assert done == 6 or checks[-1][1] >= 0.99
+    one = build_ir_hooked(task, model_spec(cfg), seed=1)
+    train = task.sample(tagged_rng(1, "ir8-train", cfg.ht_n), cfg.tok_N)
+    pgd_hooked(one, train, dataclasses.replace(tok_pgd(cfg), steps=done), None, 1)
+    for (k, p), q in zip(model.named_parameters(), one.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), k
+
+
 def test_token_dependent_model_is_trained_and_scored():
     from mechinterp_icr.experiments.ir.ir8 import hooked_row_test, tok_metrics, tok_model
 
     cfg = apply_overrides(profile("quick"), ["ht_n=8", "tok_N=16", "tok_steps=3",
                                              "tok_eval=64", "ind_probes=8"])
-    model, task, ev = tok_model(cfg, 0)
+    model, task, ev, checks = tok_model(cfg, 0)
+    assert checks[-1][0] <= 3 and all(0 <= a <= 1 for _, a in checks)
     W_Q0 = model.blocks[0].attn.W_Q.detach().clone()
     from mechinterp_icr.models.ir import build_ir_hooked
 
     fresh = build_ir_hooked(task, model_spec(cfg), seed=0)
     # all of W_Q was trained (token block included), not only the position block
     assert not torch.equal(W_Q0, fresh.blocks[0].attn.W_Q)
-    again, _, _ = tok_model(cfg, 0)  # the decision run is reproducible (perturbation: gelsd)
+    again, _, _, _ = tok_model(cfg, 0)  # the decision run is reproducible (perturbation: gelsd)
     for (k, p), q in zip(model.named_parameters(), again.parameters()):
         assert torch.equal(p, q), k
     a = hooked_row_test(model, ev)

@@ -125,7 +125,7 @@ def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     if not bad:
         return ""
     return ("the token-dependent model does not solve the task (step-1 argmax >= 0.99 on "
-            f"{cfg.tok_eval} fresh sequences after {cfg.tok_steps} small steps) on seed(s) "
+            f"{cfg.tok_eval} fresh sequences within {cfg.tok_steps} small steps) on seed(s) "
             + ", ".join(f"{k} ({_fmt(per8[k].get('tok_learned_row_step1_acc'))})"
                         for k in bad))
 
@@ -264,7 +264,8 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
     make("IR-8", figure="figures/ir_8_probe_attention.html",
          not_measurable=ir8_not_measurable(per8, cfg),
          notes=f"decided on the token-dependent model (all of W_Q, W_K trainable, n = "
-               f"{cfg.ht_n}, {cfg.tok_N} sequences, {cfg.tok_steps} small steps; SPEC 2, "
+               f"{cfg.ht_n}, {cfg.tok_N} sequences, PGD until solved within {cfg.tok_steps} small "
+               f"steps; SPEC 2, "
                "revised 2026-12-02): (a) step-1 argmax accuracy with its own rows vs "
                "induction-style rows (all attention on t-1 or t-2; the larger counts; the "
                "query never occurs earlier in an IR sequence); (b) prefix-matching score on "

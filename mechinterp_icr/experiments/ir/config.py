@@ -108,10 +108,13 @@ class IRConfig:
     ht_N: int = 128
     ht_eval: int = 256
     # -- IR-8 decided on the token-dependent model (all of W_Q, W_K trainable, n = ht_n, the
-    # attention step sizes ht_attn_*): tok_N finetuning sequences, tok_steps small steps; it
-    # must solve the task (step-1 argmax >= 0.99 on tok_eval fresh sequences)
+    # attention step sizes ht_attn_*): tok_N finetuning sequences, PGD until it solves the
+    # task (step-1 argmax >= 0.99 on tok_eval validation sequences, checked every
+    # tok_check_every small steps) within tok_steps small steps; "solved" is then read on
+    # tok_eval other fresh sequences
     tok_N: int = 256
     tok_steps: int = 300
+    tok_check_every: int = 100
     tok_eval: int = 2000
     # -- IR-8 induction-head control (repeats of varying period and offset)
     ind_min_period: int = 2

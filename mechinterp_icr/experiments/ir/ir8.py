@@ -5,9 +5,12 @@ on the tokens), so IR-8 is decided on the same 1-layer IR model with **all of W_
 trainable** (token and position blocks; the HookedTransformer at ``n = ht_n``, frozen
 memory, embeddings and OV copy), finetuned by PGD (:func:`~mechinterp_icr.training.pgd.
 pgd_hooked`, ``target="qk"``: the large step ``ht_attn_big_lr``, the perturbation of the
-position block, ``tok_steps`` small steps of ``ht_attn_lr``, gradient clipping
-``ht_attn_clip``) on ``tok_N`` sequences. It must solve the task: step-1 argmax >= 0.99 on
-``tok_eval`` fresh sequences at the end of the budget, else IR-8 is inconclusive. On it:
+position block, small steps of ``ht_attn_lr``, gradient clipping ``ht_attn_clip``) on
+``tok_N`` sequences **until it solves the task** (SPEC 2): every ``tok_check_every`` small
+steps its step-1 argmax on ``tok_eval`` validation sequences is checked, and the small steps
+stop at the first check >= 0.99 or at the budget ``tok_steps``. Solved is then read on
+``tok_eval`` other fresh sequences (so the stopping check's luck does not count); a model
+that does not solve the task makes IR-8 inconclusive. On it:
 
 - (a) its own step-1 rows (per sequence) against induction-style rows written in through
   ``hook_pattern``: all attention on a fixed earlier offset (t-1, the previous token a copying
@@ -30,6 +33,7 @@ import torch
 
 from mechinterp_icr.claims.protocol import compare
 from mechinterp_icr.claims.registry import spec
+from mechinterp_icr.config import TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.experiments.ir.controls import (
     PROBE_SHAPES,
@@ -41,6 +45,7 @@ from mechinterp_icr.experiments.ir.controls import (
 from mechinterp_icr.experiments.ir.train import tagged_rng
 from mechinterp_icr.interp.ir_attention import ir_accuracy, overwrite_attention_row
 from mechinterp_icr.models.ir import build_ir_hooked
+from mechinterp_icr.training.loop import train_phase
 from mechinterp_icr.training.pgd import PGDConfig, pgd_hooked
 
 __all__ = ["OFFSETS", "hooked_row_test", "mean_probe_pattern", "tok_metrics", "tok_model",
@@ -50,21 +55,47 @@ OFFSETS = (1, 2)  # induction-style rows: all attention on query - offset
 
 
 def tok_pgd(cfg: IRConfig) -> PGDConfig:
-    """IR-8's PGD of all of W_Q, W_K (the registered attention step sizes and clipping)."""
+    """IR-8's PGD of all of W_Q, W_K (the registered attention step sizes and clipping); its
+    ``steps`` is the first segment of small steps (``tok_check_every``)."""
     return PGDConfig(big_lr=cfg.ht_attn_big_lr, sigma=cfg.sigma, lr=cfg.ht_attn_lr,
-                     steps=cfg.tok_steps, perturb=True, target="qk", clip=cfg.ht_attn_clip)
+                     steps=min(cfg.tok_check_every, cfg.tok_steps), perturb=True,
+                     target="qk", clip=cfg.ht_attn_clip)
+
+
+def _solves(model, val, K: int) -> float:
+    q = 2 * K
+    with torch.no_grad():
+        return ir_accuracy(model(val.tokens)[:, q: q + 2], val)["step1_acc"]
 
 
 def tok_model(cfg: IRConfig, seed: int):
-    """(model, task, eval batch): the token-dependent IR model at ``n = ht_n`` after PGD on
-    ``tok_N`` fresh sequences, and ``tok_eval`` fresh evaluation sequences."""
+    """(model, task, eval batch, log): the token-dependent IR model at ``n = ht_n`` after PGD
+    on ``tok_N`` fresh sequences until its step-1 argmax on ``tok_eval`` validation
+    sequences reaches the registered learned-row threshold (checked every
+    ``tok_check_every`` small steps, at most ``tok_steps``), ``tok_eval`` other fresh
+    evaluation sequences, and the checks made (``[(small steps, validation accuracy)]``).
+    Full-batch SGD has no state, so the segments make the same run as one call would."""
     task = task_config(cfg, cfg.ht_n).build(seed)
     model = build_ir_hooked(task, model_spec(cfg), seed=seed)
     train = task.sample(tagged_rng(seed, "ir8-train", cfg.ht_n), cfg.tok_N)
-    pgd_hooked(model, train, tok_pgd(cfg), None, seed)
+    val = task.sample(tagged_rng(seed, "ir8-val", cfg.ht_n), cfg.tok_eval)
+    thr = next(c for c in spec("IR-8").conditions
+               if c.metric == "tok_learned_row_step1_acc").threshold
+    pgd = tok_pgd(cfg)
+    pgd_hooked(model, train, pgd, None, seed)
+    done, K = pgd.steps, task.cfg.n_pairs
+    checks = [(done, _solves(model, val, K))]
+    while checks[-1][1] < thr and done < cfg.tok_steps:
+        seg = min(cfg.tok_check_every, cfg.tok_steps - done)
+        more = TrainConfig(steps=seg, batch_size=len(train), optimizer="sgd", lr=pgd.lr,
+                           grad_clip=pgd.clip, trainable="qk", eval_every=0,
+                           checkpoint_schedule="linear", checkpoint_every=seg, progress=False)
+        train_phase(model, lambda rng, bs: train, more, None, "pgd", seed)
+        done += seg
+        checks.append((done, _solves(model, val, K)))
     model.eval()
     ev = task.sample(tagged_rng(seed, "ir8-eval", cfg.ht_n), cfg.tok_eval)
-    return model, task, ev
+    return model, task, ev, checks
 
 
 @torch.no_grad()
@@ -100,7 +131,7 @@ def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     ``tok_eval`` sequences meets the registered learned-row condition, >= 0.99), (a), (b) by
     both scorers, the mean probe pattern."""
     with torch.enable_grad():
-        model, task, ev = tok_model(cfg, seed)
+        model, task, ev, checks = tok_model(cfg, seed)
     a = hooked_row_test(model, ev, task.cfg.n_pairs)
     acc = ir_accuracy(model(ev.tokens)[:, 2 * task.cfg.n_pairs: 2 * task.cfg.n_pairs + 2],
                       ev)
@@ -112,6 +143,7 @@ def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     c = next(c for c in spec("IR-8").conditions if c.metric == "tok_learned_row_step1_acc")
     return {**a, "solved": float(compare(a["learned_row_step1_acc"], c.op, c.threshold)),
             "step2_acc": acc["step2_acc"], "swap_step1_acc": acc.get("step1_acc_swap"),
+            "small_steps": checks[-1][0], "validation_checks": checks,
             "project": proj, "transformer_lens": tl,
             "probe_shape": list(PROBE_SHAPES[0]),
             "mean_probe_pattern": np.round(mean_probe_pattern(pat), 5).tolist()}
