@@ -16,6 +16,7 @@ from mechinterp_icr.experiments.ir.controls import (
 )
 from mechinterp_icr.experiments.ir.ir5 import (
     accuracy_crossing,
+    fit_peak_over_ceiling,
     isotonic_fit,
     row_N,
     step1_expected,
@@ -93,6 +94,11 @@ def test_accuracy_crossing_reads_the_fitted_curve_not_one_lucky_run():
     # a row's N is read from its runs when it has them, else the stored N
     assert row_N({"runs": rising, "target": 0.95, "N": 1.0}) == 4.0
     assert row_N({"N": 8.0}) == 8.0
+    # how close the fitted curve comes to the ceiling: its top, the N = 1024 mean (64 and 256
+    # pool to 0.91875 below it), over the ceiling 0.93
+    assert fit_peak_over_ceiling({"runs": plateau, "ceiling_expected": 0.93}) == \
+        pytest.approx((0.923 + 0.918) / 2 / 0.93)
+    assert fit_peak_over_ceiling({"N": 8.0}) is None
 
 
 def test_shuffled_memory_fails_retrieval():

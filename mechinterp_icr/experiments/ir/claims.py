@@ -98,7 +98,7 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     c_lo = [k for k, m in per5.items() if m.get("N_smallest_n") is None]
     if c_lo:
         why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
-                   + ", ".join(c_lo))
+                   + ", ".join(c_lo) + _peaks(per5, c_lo, lo, cfg))
     c_hi = [k for k, m in per5.items() if k not in c_lo and m.get("N_largest_n") is None
             and m.get("growth_over_bound") is None]
     if c_hi:
@@ -106,6 +106,16 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
                    "allow stays within the bound on seed(s) " + ", ".join(
                        f"{k} (N(n_min) = {_fmt(per5[k].get('N_smallest_n'))})" for k in c_hi))
     return "; ".join(why)
+
+
+def _peaks(per5: dict[str, dict[str, Any]], seeds: list[str], n: int, cfg: IRConfig) -> str:
+    """' (the fitted accuracy peaks at ... of the ceiling, target ...)' where measured."""
+    v = [per5[k].get("peak_over_ceiling_by_n", {}).get(str(n)) for k in seeds]
+    v = [x for x in v if x is not None]
+    if not v:
+        return ""
+    return (f" (its fitted accuracy peaks at {min(v):.3f}-{max(v):.3f} of the ideal-row "
+            f"ceiling there; the target is {cfg.sweep_target_frac:g})")
 
 
 def _d(cfg: IRConfig, n) -> str:

@@ -49,6 +49,7 @@ __all__ = [
     "censored_lower_bound",
     "growth_fits",
     "learned_memory",
+    "fit_peak_over_ceiling",
     "polylog_bound",
     "row_N",
     "sample_complexity_per_seed",
@@ -95,6 +96,21 @@ def accuracy_crossing(runs: list[dict], target: float) -> float | None:
         if f >= target:
             return N
     return None
+
+
+def fit_peak_over_ceiling(row: dict) -> float | None:
+    """The highest value of a row's fitted accuracy-vs-N curve (:func:`accuracy_crossing`'s
+    fit) over its ideal-row ceiling: how close the arm comes to the target fraction
+    (``sweep_target_frac``) anywhere on the N grid. None for a row without runs."""
+    runs, ceil = row.get("runs"), row.get("ceiling_expected")
+    if not runs or not ceil:
+        return None
+    by: dict[float, list[float]] = {}
+    for r in runs:
+        by.setdefault(float(r["N"]), []).append(float(r["expected_acc"]))
+    Ns = sorted(by)
+    return max(isotonic_fit([float(np.mean(by[N])) for N in Ns], [len(by[N]) for N in Ns])
+               ) / ceil
 
 
 def row_N(row: dict) -> float | None:
@@ -289,6 +305,7 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     retr = {r["n"]: r.get("retrieval") for r in rr}
     thr = cfg.sweep_retrieval_min
     return {
+        "peak_over_ceiling_by_n": {str(r["n"]): fit_peak_over_ceiling(r) for r in rr},
         "N_by_n": {str(n): by[n] for n in by},
         "censored_n": [n for n in by if not _finite(by[n])],
         "N_smallest_n": N_lo, "N_largest_n": N_hi,
@@ -324,6 +341,8 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     else:
         sees = float(N_hi / N_lo >= need)
     return {"learned_N_by_n": {str(n): by[n] for n in by},
+            "learned_peak_over_ceiling_by_n": {str(r["n"]): fit_peak_over_ceiling(r)
+                                               for r in rr},
             "learned_N_smallest_n": N_lo, "learned_N_largest_n": N_hi,
             "learned_growth": (N_hi / N_lo if _finite(N_lo) and _finite(N_hi) else None),
             "learned_growth_needed": need,
