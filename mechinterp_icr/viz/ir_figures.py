@@ -110,58 +110,86 @@ def _growth_fits(ns, Ns) -> dict[str, dict[str, Any]]:
 
 
 def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None,
-                             n_cap: float | None = None):
-    """IR-5: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm`` ("memory" or "learned";
-    missing = memory) and the fitted ``N`` (None: not reached, drawn at ``n_cap``, default
-    2 x the largest N measured or 2048). Per arm: per-seed markers, the mean over the
-    measured N, and the fits of the mean against log n, (log n)^2 and n with their R^2."""
+                             n_cap: float | None = None, target_frac: float = 0.99):
+    """IR-5, two panels. Left: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm``
+    ("memory" or "learned"; missing = memory) and the fitted ``N`` (None: not reached, drawn
+    as x at ``n_cap``, default 2 x the largest N measured or 2048); per arm the per-seed
+    markers, the mean over the measured N, and the fits of the mean against log n,
+    (log n)^2 and n with their R^2. Right: each row's ``peak_over_ceiling`` (the top of its
+    fitted accuracy-vs-N curve over the ideal-row ceiling) against n, with the target
+    fraction ``target_frac``: where an arm stays below it, its N is censored."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    fig = go.Figure()
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+        "N reaching the target (x: censored)",
+        f"best fitted accuracy / ideal-row ceiling (target {target_frac:g})"))
     got = [r["N"] for r in rows if _finite(r["N"])]
     cap = n_cap or 2.0 * (max(got) if got else 1024)
     style = {"memory": ("#1f77b4", "memory (constructed)"),
              "learned": ("#d62728", "positive control (learned memory)")}
     for arm, (color, label) in style.items():
         rr = [r for r in rows if r.get("arm", "memory") == arm]
-        if not rr:
-            continue
-        ns = sorted({r["n"] for r in rr})
-        for s in sorted({r["seed"] for r in rr}):
-            pts = sorted((r for r in rr if r["seed"] == s), key=lambda r: r["n"])
-            fig.add_trace(go.Scatter(
-                x=[r["n"] for r in pts], y=[r["N"] if _finite(r["N"]) else cap for r in pts],
-                mode="markers", marker={"color": color, "size": 6, "opacity": 0.4,
-                                        "symbol": ["circle" if _finite(r["N"]) else "x"
-                                                   for r in pts]},
-                name=f"{label}, seed {s}", legendgroup=arm, showlegend=False))
-        mean = {n: float(np.mean([r["N"] for r in rr if r["n"] == n and _finite(r["N"])]))
-                for n in ns if any(r["n"] == n and _finite(r["N"]) for r in rr)}
-        mn = sorted(mean)
-        fig.add_trace(go.Scatter(x=mn, y=[mean[n] for n in mn], mode="lines+markers",
-                                 line={"color": color, "width": 3}, legendgroup=arm,
-                                 name=f"{label}: mean N (x = censored, at {cap:g})"))
-        if len(mn) >= 3:
-            fits = _growth_fits(mn, [mean[n] for n in mn])
-            xs = np.geomspace(min(mn), max(mn), 50)
-            for key, feat, dash in (("log_n", np.log2(xs), "dot"),
-                                    ("log_n_sq", np.log2(xs) ** 2, "dash"),
-                                    ("n", xs, "dashdot")):
-                f = fits[key]
-                r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
-                name = {"log_n": "N ~ log n", "log_n_sq": "N ~ (log n)^2", "n": "N ~ n"}[key]
-                fig.add_trace(go.Scatter(x=xs, y=f["intercept"] + f["slope"] * feat,
-                                         mode="lines", line={"color": color, "dash": dash,
-                                                             "width": 1},
-                                         legendgroup=arm, name=f"{label}: {name}, R^2 {r2}"))
-    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in rows
+        if rr:
+            _sample_complexity_arm(fig, go, rr, color, label, arm, cap)
+    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in sorted(rows, key=lambda r: r["n"])
                   if r["seed"] == rows[0]["seed"] and r.get("arm", "memory") == "memory")
-    fig.update_xaxes(type="log", title_text="n (subjects)")
-    fig.update_yaxes(type="log", title_text="N reaching 0.99 x ceiling (monotone accuracy fit)")
+    ns = sorted({r["n"] for r in rows})
+    fig.add_hline(y=target_frac, line={"color": "black", "dash": "dash", "width": 1},
+                  row=1, col=2)
+    fig.update_xaxes(type="log", title_text="n (subjects)", tickvals=ns,
+                     ticktext=[str(n) for n in ns])
+    fig.update_yaxes(type="log", title_text="N (finetuning sequences)", row=1, col=1)
+    fig.update_yaxes(title_text="peak fitted accuracy / ceiling", row=1, col=2)
     shown = sorted({r["seed"] for r in rows})
     fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
-                            f"{seeds_caption(shown, seeds)}</sub>")
+                            f"{seeds_caption(shown, seeds)}</sub>", width=1300, height=560,
+                      legend={"font": {"size": 10}})
     return fig
+
+
+def _sample_complexity_arm(fig, go, rr, color, label, arm, cap) -> None:
+    """One arm's traces of :func:`sample_complexity_figure`."""
+    ns = sorted({r["n"] for r in rr})
+    for s in sorted({r["seed"] for r in rr}):
+        pts = sorted((r for r in rr if r["seed"] == s), key=lambda r: r["n"])
+        fig.add_trace(go.Scatter(
+            x=[r["n"] for r in pts], y=[r["N"] if _finite(r["N"]) else cap for r in pts],
+            mode="markers", marker={"color": color, "size": 6, "opacity": 0.4,
+                                    "symbol": ["circle" if _finite(r["N"]) else "x"
+                                               for r in pts]},
+            name=f"{label}, seed {s}", legendgroup=arm, showlegend=False), row=1, col=1)
+        peak = [(r["n"], r.get("peak_over_ceiling")) for r in pts
+                if _finite(r.get("peak_over_ceiling"))]
+        if peak:
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in peak], y=[p[1] for p in peak], mode="lines+markers",
+                line={"color": color, "width": 1}, marker={"size": 5}, opacity=0.6,
+                name=f"{label}, seed {s}", legendgroup=arm, showlegend=False), row=1, col=2)
+    mean = {n: float(np.mean([r["N"] for r in rr if r["n"] == n and _finite(r["N"])]))
+            for n in ns if any(r["n"] == n and _finite(r["N"]) for r in rr)}
+    mn = sorted(mean)
+    fig.add_trace(go.Scatter(x=mn, y=[mean[n] for n in mn], mode="lines+markers",
+                             line={"color": color, "width": 3}, legendgroup=arm,
+                             name=f"{label}: mean N over the seeds that reached it"),
+                  row=1, col=1)
+    if len(mn) < 3:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", legendgroup=arm,
+                                 marker={"color": color, "symbol": "x"},
+                                 name=f"{label}: N measured at {len(mn)} n, no fit"),
+                      row=1, col=1)
+        return
+    fits = _growth_fits(mn, [mean[n] for n in mn])
+    xs = np.geomspace(min(mn), max(mn), 50)
+    for key, feat, dash in (("log_n", np.log2(xs), "dot"), ("log_n_sq", np.log2(xs) ** 2, "dash"),
+                            ("n", xs, "dashdot")):
+        f = fits[key]
+        r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
+        name = {"log_n": "N ~ log n", "log_n_sq": "N ~ (log n)^2", "n": "N ~ n"}[key]
+        fig.add_trace(go.Scatter(x=xs, y=f["intercept"] + f["slope"] * feat, mode="lines",
+                                 line={"color": color, "dash": dash, "width": 1},
+                                 legendgroup=arm, name=f"{label}: {name}, R^2 {r2}"),
+                      row=1, col=1)
 
 
 def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = None):

@@ -373,7 +373,7 @@ def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
 def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
     """The IR-5 summary table: every sweep row, and per arm the fits of the mean measured N
     over seeds and the censored counts."""
-    rows = [{**r, "N": row_N(r)} for r in rows]
+    rows = [{**r, "N": row_N(r), "peak_over_ceiling": fit_peak_over_ceiling(r)} for r in rows]
     out: dict[str, Any] = {"rows": rows, "d_of_n": {str(n): sweep_width(cfg, n)
                                                     for n in cfg.sweep_n}}
     for arm in ARMS:
