@@ -95,27 +95,15 @@ def _finite(v) -> bool:
     return v is not None and not (isinstance(v, float) and np.isnan(v))
 
 
-def _growth_fits(ns, Ns) -> dict[str, dict[str, Any]]:
-    """Least-squares fits of N against log2 n, (log2 n)^2 and n with R^2 (the fits of
-    ``experiments/ir/ir5.growth_fits``, drawn here; a test checks they agree)."""
-    x, y = np.asarray(ns, float), np.asarray(Ns, float)
-    out = {}
-    for name, feat in (("log_n", np.log2(x)), ("log_n_sq", np.log2(x) ** 2), ("n", x)):
-        A = np.stack([np.ones_like(feat), feat], 1)
-        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
-        ss = float(((y - y.mean()) ** 2).sum())
-        r2 = 1 - float(((y - A @ coef) ** 2).sum()) / ss if ss > 0 else None
-        out[name] = {"intercept": float(coef[0]), "slope": float(coef[1]), "r2": r2}
-    return out
-
-
 def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None,
-                             n_cap: float | None = None, target_frac: float = 0.99):
+                             n_cap: float | None = None, target_frac: float = 0.99,
+                             fits: dict[str, dict[str, Any] | None] | None = None):
     """IR-5, two panels. Left: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm``
     ("memory" or "learned"; missing = memory) and the fitted ``N`` (None: not reached, drawn
     as x at ``n_cap``, default 2 x the largest N measured or 2048); per arm the per-seed
-    markers, the mean over the measured N, and the fits of the mean against log n,
-    (log n)^2 and n with their R^2. Right: each row's ``peak_over_ceiling`` (the top of its
+    markers, the mean over the measured N, and ``fits[arm]`` (the fits of that mean against
+    log n, (log n)^2 and n with their R^2, as ``experiments/ir/ir5.growth_fits`` gives them
+    in the IR-5 table's ``fit_mean``; none drawn where missing). Right: each row's ``peak_over_ceiling`` (the top of its
     fitted accuracy-vs-N curve over the ideal-row ceiling) against n, with the target
     fraction ``target_frac``: where an arm stays below it, its N is censored."""
     import plotly.graph_objects as go
@@ -131,7 +119,8 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     for arm, (color, label) in style.items():
         rr = [r for r in rows if r.get("arm", "memory") == arm]
         if rr:
-            _sample_complexity_arm(fig, go, rr, color, label, arm, cap)
+            _sample_complexity_arm(fig, go, rr, color, label, arm, cap,
+                                   (fits or {}).get(arm))
     d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in sorted(rows, key=lambda r: r["n"])
                   if r["seed"] == rows[0]["seed"] and r.get("arm", "memory") == "memory")
     ns = sorted({r["n"] for r in rows})
@@ -148,7 +137,7 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     return fig
 
 
-def _sample_complexity_arm(fig, go, rr, color, label, arm, cap) -> None:
+def _sample_complexity_arm(fig, go, rr, color, label, arm, cap, fits) -> None:
     """One arm's traces of :func:`sample_complexity_figure`."""
     ns = sorted({r["n"] for r in rr})
     for s in sorted({r["seed"] for r in rr}):
@@ -173,13 +162,12 @@ def _sample_complexity_arm(fig, go, rr, color, label, arm, cap) -> None:
                              line={"color": color, "width": 3}, legendgroup=arm,
                              name=f"{label}: mean N over the seeds that reached it"),
                   row=1, col=1)
-    if len(mn) < 3:
+    if len(mn) < 3 or not fits:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", legendgroup=arm,
                                  marker={"color": color, "symbol": "x"},
                                  name=f"{label}: N measured at {len(mn)} n, no fit"),
                       row=1, col=1)
         return
-    fits = _growth_fits(mn, [mean[n] for n in mn])
     xs = np.geomspace(min(mn), max(mn), 50)
     for key, feat, dash in (("log_n", np.log2(xs), "dot"), ("log_n_sq", np.log2(xs) ** 2, "dash"),
                             ("n", xs, "dashdot")):
@@ -296,6 +284,7 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
 def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      traj: dict[int, dict[str, list[dict[str, Any]]]],
                      gap_rows: list[dict[str, Any]], sweep_rows: list[dict[str, Any]],
+                     sweep_fits: dict[str, dict[str, Any] | None] | None = None,
                      gap_traces: dict[str, list[list[float]]] | None = None,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
                      n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None
@@ -322,7 +311,8 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
         figs["ir_3_gap_decay"] = save_figure(gap_decay_figure(gap_traces, n, seeds),
                                              fig_dir / "ir_3_gap_decay")
     if sweep_rows:
-        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(sweep_rows, seeds),
+        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(
+            sweep_rows, seeds, fits=sweep_fits),
                                                      fig_dir / "ir_5_sample_complexity")
     if ir8 and (fig := probe_attention_figure(ir8, seeds)) is not None:
         figs["ir_8_probe_attention"] = save_figure(fig, fig_dir / "ir_8_probe_attention",

@@ -111,21 +111,21 @@ def test_token_dependent_model_is_trained_and_scored():
 
 
 def test_ir5_and_ir8_figures_draw_both_arms_fits_and_both_heads():
-    from mechinterp_icr.experiments.ir.ir5 import growth_fits
-    from mechinterp_icr.viz.ir_figures import (
-        _growth_fits,
-        probe_attention_figure,
-        sample_complexity_figure,
-    )
+    from mechinterp_icr.experiments.ir.config import QUICK
+    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_table
+    from mechinterp_icr.viz.ir_figures import probe_attention_figure, sample_complexity_figure
 
     ns, Ns = [128, 256, 512, 1024], [3.0, 4.0, 6.0, 7.0]
-    assert _growth_fits(ns, Ns) == growth_fits(ns, Ns)
     rows = [{"seed": s, "n": n, "d_embed": 64, "arm": "memory", "N": N + s}
             for s in (0, 1) for n, N in zip(ns, Ns)]
     rows += [{"seed": s, "n": n, "d_embed": 64, "arm": "learned", "N": N}
              for s in (0, 1) for n, N in zip(ns, (100.0, 300.0, 700.0, None))]
-    fig = sample_complexity_figure(rows, [0, 1])
+    table = sample_complexity_table(QUICK, rows)  # the fits the reproduction draws
+    fig = sample_complexity_figure(table["rows"], [0, 1],
+                                   fits={a: table[a]["fit_mean"] for a in ("memory", "learned")})
     names = [t.name for t in fig.data]
+    r2 = table["memory"]["fit_mean"]["log_n"]["r2"]
+    assert f"memory (constructed): N ~ log n, R^2 {r2:.2f}" in names
     for label in ("memory (constructed)", "positive control (learned memory)"):
         assert any(n.startswith(f"{label}: N ~ log n, R^2") for n in names)
         assert any(n.startswith(f"{label}: N ~ n, R^2") for n in names)

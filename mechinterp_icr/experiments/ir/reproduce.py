@@ -181,7 +181,8 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                if (rows := records[f"seed{first}/ht_overwrite/{name}"]["rows"]) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
-    summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, sweep_rows)
+    ir5_table = summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg,
+                                                                                   sweep_rows)
     summary.tables["IR-3 gap vs n"] = {"rows": gap_rows, "fit": gap_fit(gap_rows)}
     summary.tables["IR-3 gap decay"] = gap_traces
     summary.tables["IR-8 prefix-matching scores"] = ir8_detail
@@ -195,7 +196,8 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
-        gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=sweep_rows,
+        gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=ir5_table["rows"],
+        sweep_fits={arm: ir5_table[arm]["fit_mean"] for arm in ("memory", "learned")},
         ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n, ir8=ir8_detail)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 
