@@ -103,8 +103,9 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     as x at ``n_cap``, default 2 x the largest N measured or 2048); per arm the per-seed
     markers, the mean over the measured N, and ``fits[arm]`` (the fits of that mean against
     log n, (log n)^2 and n with their R^2, as ``experiments/ir/ir5.growth_fits`` gives them
-    in the IR-5 table's ``fit_mean``; none drawn where missing). Right: each row's ``peak_over_ceiling`` (the top of its
-    fitted accuracy-vs-N curve over the ideal-row ceiling) against n, with the target
+    in the IR-5 table's ``fit_mean``; none drawn where missing). Right: each row's
+    ``peak_over_ceiling`` (the top of its fitted accuracy-vs-N curve over the ideal-row
+    ceiling) against n, with the target
     fraction ``target_frac``: where an arm stays below it, its N is censored."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
