@@ -110,9 +110,9 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
         "N reaching the target (x: censored)",
-        f"best fitted accuracy / ideal-row ceiling (target {target_frac:g})"))
+        f"best fitted accuracy / ceiling (target {target_frac:g})"))
     got = [r["N"] for r in rows if _finite(r["N"])]
     cap = n_cap or 2.0 * (max(got) if got else 1024)
     style = {"memory": ("#1f77b4", "memory (constructed)"),
@@ -133,8 +133,9 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     fig.update_yaxes(title_text="peak fitted accuracy / ceiling", row=1, col=2)
     shown = sorted({r["seed"] for r in rows})
     fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
-                            f"{seeds_caption(shown, seeds)}</sub>", width=1300, height=560,
-                      legend={"font": {"size": 10}})
+                            f"{seeds_caption(shown, seeds)}</sub>", width=1300, height=640,
+                      legend={"font": {"size": 10}, "orientation": "h", "y": -0.18,
+                              "x": 0})
     return fig
 
 
@@ -313,8 +314,8 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                                              fig_dir / "ir_3_gap_decay")
     if sweep_rows:
         figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(
-            sweep_rows, seeds, fits=sweep_fits),
-                                                     fig_dir / "ir_5_sample_complexity")
+            sweep_rows, seeds, fits=sweep_fits), fig_dir / "ir_5_sample_complexity",
+            width=1300, height=640)
     if ir8 and (fig := probe_attention_figure(ir8, seeds)) is not None:
         figs["ir_8_probe_attention"] = save_figure(fig, fig_dir / "ir_8_probe_attention",
                                                    width=1100, height=520)
