@@ -5,7 +5,7 @@ interp.patching.patch_head_out_by_pos).
 
     python analyses/patching_heatmap.py out/runs/cr/seed0 --checkpoints phase:ft-icl --n 64
 
-Prompts (interp.patch_bench.patching_prompts): CR held-out type pairs, IR and induction two
+Prompts (interp.lens.patching_prompts): CR held-out type pairs, IR and induction two
 independent batches; the metric is read at the answer position. The x axis names each
 position with the first clean prompt's token. Where the clean - corrupted gap is below
 --min-gap the figure says so instead of showing recoveries (the table prints n/a; the JSON

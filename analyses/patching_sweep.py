@@ -1,5 +1,5 @@
 """Exact head x position activation patching (batched engine) and attribution patching, per
-checkpoint; prints the per-cell normalised recovery. Prompts (``interp.patch_bench.
+checkpoint; prints the per-cell normalised recovery. Prompts (``interp.lens.
 patching_prompts``): CR runs use held-out type pairs; induction and IR runs two independent
 batches, with the logit difference of their next tokens at the second-to-last position.
 
@@ -28,7 +28,7 @@ def main() -> None:
     from mechinterp_icr.interp.cache import map_checkpoints
     from mechinterp_icr.interp.lens import answer_prompts, head_pos_patching
 
-    pr = answer_prompts(task, a.n, a.seed)  # interp.patch_bench.patching_prompts, answered
+    pr = answer_prompts(task, a.n, a.seed)  # interp.lens.patching_prompts, answered
 
     def fn(ck, model):
         hp = head_pos_patching(model, pr)  # the exact engine, as patching_heatmap.py

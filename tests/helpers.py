@@ -91,3 +91,17 @@ def comparable_summary(data: dict, out_dir, drop_keys=(), drop_tables=()) -> dic
 
     tables = {k: v for k, v in data["tables"].items() if k not in drop_tables}
     return norm({"claims": data["claims"], "tables": tables})
+
+
+def load_repo_script(rel: str, monkeypatch):
+    """Load a script of the repository (``probes/``, ``analyses/``, ``benchmarks/``) as a
+    module; its folder goes on ``sys.path`` for the test (analyses/ scripts import _common)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / rel
+    monkeypatch.syspath_prepend(str(path.parent))
+    spec = importlib.util.spec_from_file_location(path.stem + "_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,9 +1,8 @@
 """Circuit tools at the answer position: logit lens, direct logit attribution (DLA), the head x
 position patching table and the sender x receiver path-patching table.
 
-Prompts (:func:`answer_prompts`) are :func:`mechinterp_icr.interp.patch_bench.
-patching_prompts`'s clean/corrupted pairs with, per prompt, the position whose logits predict
-the answer and the two answers:
+Prompts (:func:`answer_prompts`) are :func:`patching_prompts`'s clean/corrupted pairs with,
+per prompt, the position whose logits predict the answer and the two answers:
 
 - CR: held-out ICL type pairs; position = the query subject (the last token, ``query_pos``);
   answer = the query subject's attribute of the type the clean demos show; the corrupted
@@ -28,7 +27,6 @@ import torch
 from torch import Tensor
 
 from mechinterp_icr.interp import patching as P
-from mechinterp_icr.interp.patch_bench import patching_prompts
 
 __all__ = ["AnswerPrompts", "answer_prompts", "component_stack", "direct_logit_attribution",
            "dla_rows", "head_pos_patching", "lens_label", "logit_lens", "path_patching_table",
@@ -46,6 +44,26 @@ class AnswerPrompts:
     corrupted_answer: Tensor  # (B,) the corrupted prompt's answer token
     metric: Callable[[Tensor], Tensor]  # mean logit[answer] - logit[corrupted answer] at pos
     metric_positions: list[int]  # the distinct values of pos
+
+
+def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
+    """(clean tokens, corrupted tokens, metric, metric positions); CR prompts have ``K`` demos
+    (default: the task's ``max_demos``, the longest ICL prompt the model was built for)."""
+    rng = np.random.default_rng([seed, 0xBE4C])
+    if hasattr(task, "sample_icl"):
+        from mechinterp_icr.interp.roles import make_pairs
+
+        K = task.cfg.max_demos if K is None else K
+        K = min(K, len(task.heldout_subjects) - 2)
+        base, src, target = make_pairs(task, rng, n, "type", K=K)
+        qp = base.meta["query_pos"]
+        metric = P.logit_diff_metric(qp, target, base.meta["answer"])
+        return src.tokens, base.tokens, metric, sorted({int(q) for q in qp})
+    a = task.sample(rng, n, "eval")
+    b = task.sample(rng, n, "eval")
+    pos = a.tokens.shape[1] - 2
+    metric = P.logit_diff_metric(pos, a.tokens[:, pos + 1], b.tokens[:, pos + 1])
+    return a.tokens, b.tokens, metric, [pos]
 
 
 def _icl_answer(task, tokens: Tensor, pos: Tensor) -> Tensor:

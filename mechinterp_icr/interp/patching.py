@@ -1,4 +1,4 @@
-"""Activation patching: one generic engine, thin specialisations, batched exact cells.
+"""Activation patching: one generic engine, strategies that return tensors, batched cells.
 
 Conventions (see ``docs/interp.md``):
 
@@ -11,7 +11,12 @@ Conventions (see ``docs/interp.md``):
 - **Batched exact patching**: the corrupted batch is repeated ``C`` times along the batch axis,
   copy ``c`` gets cell ``c``'s patch, and ``C`` cells cost one forward pass. Results equal the
   per-cell loop (up to float summation order, < 1e-5; tested).
-- **Fast paths** (``suffix=True`` / ``incremental=True``, by-position setters; in
+- **Setters are functions passed in**, TransformerLens's own
+  (``transformer_lens.patching.layer_pos_head_vector_patch_setter``, ..., re-exported from
+  :mod:`~mechinterp_icr.interp.patching_core`) or any callable of that signature with
+  ``index_axis_names``; so ``batched_activation_patch`` is a drop-in for
+  ``generic_activation_patch``.
+- **Fast strategies** (``suffix=True`` / ``incremental=True``, by-position setters; in
   :mod:`mechinterp_icr.interp.patching_fast`): forwards over the changed suffix only, or only
   what a patch can change computed from the cached corrupted run (the patched row of layer l,
   the changed key/value rows after it, the last layer at the metric positions), all cells of a
@@ -26,212 +31,66 @@ Conventions (see ``docs/interp.md``):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import Tensor
 
 from mechinterp_icr.config import ConfigError, check
+from mechinterp_icr.interp import patching_fast as fast
+from mechinterp_icr.interp.patching_core import (
+    POS_ACTS,
+    Setter,
+    act_name,
+    canonical_act,
+    cells_for,
+    chunk_hooks,
+    group_cells,
+    layer_head_pattern_patch_setter,
+    layer_head_pos_pattern_patch_setter,
+    layer_head_vector_patch_setter,
+    layer_pos_head_vector_patch_setter,
+    layer_pos_patch_setter,
+    pads_left,
+    setter_axes,
+    unreachable,
+)
 
 __all__ = [
-    "ACT_AXES",
-    "PATCH_ACTS",
-    "SETTERS",
-    "PatchResult",
-    "answer_logit_metric",
+    "answer_logprob_metric",
     "attribution_patch",
-    "act_name",
     "batched_activation_patch",
     "cells_for",
-    "check_patch_args",
-    "chunk_hooks",
-    "group_cells",
+    "layer_head_pattern_patch_setter",
+    "layer_head_pos_pattern_patch_setter",
+    "layer_head_vector_patch_setter",
+    "layer_pos_head_vector_patch_setter",
+    "layer_pos_patch_setter",
     "logit_diff_metric",
     "normalised_recovery",
-    "patch_attn_out",
     "patch_head_out_all_pos",
     "patch_head_out_by_pos",
-    "patch_k_all_pos",
-    "patch_k_by_pos",
-    "patch_pattern_all_pos",
-    "patch_pattern_by_pos",
-    "patch_q_all_pos",
-    "patch_q_by_pos",
-    "patch_resid_mid",
     "patch_resid_pre",
-    "patch_v_all_pos",
-    "patch_v_by_pos",
-    "pads_left",
     "path_patch",
     "tl_activation_patch",
-    "unreachable",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Setters: act and clean are one copy's tensors (batch leading), index = cell tuple.
-# They mirror transformer_lens.patching's setters exactly.
-# ---------------------------------------------------------------------------------------------
-def _set_layer_pos(act: Tensor, index, clean: Tensor) -> None:
-    _, pos = index
-    act[:, pos, ...] = clean[:, pos, ...]
-
-
-def _set_layer_pos_head(act: Tensor, index, clean: Tensor) -> None:
-    _, pos, head = index
-    act[:, pos, head] = clean[:, pos, head]
-
-
-def _set_layer_head(act: Tensor, index, clean: Tensor) -> None:
-    _, head = index
-    act[:, :, head] = clean[:, :, head]
-
-
-def _set_pattern_layer_head(act: Tensor, index, clean: Tensor) -> None:
-    _, head = index
-    act[:, head, :, :] = clean[:, head, :, :]
-
-
-def _set_pattern_layer_head_dest(act: Tensor, index, clean: Tensor) -> None:
-    _, head, dest = index
-    act[:, head, dest, :] = clean[:, head, dest, :]
-
-
-SETTERS: dict[str, Callable] = {
-    "layer_pos": _set_layer_pos,
-    "layer_pos_head": _set_layer_pos_head,
-    "layer_head": _set_layer_head,
-    "pattern_layer_head": _set_pattern_layer_head,
-    "pattern_layer_head_dest": _set_pattern_layer_head_dest,
-}
-
-# axis names of each setter's cell (first axis is always the layer)
-ACT_AXES: dict[str, tuple[str, ...]] = {
-    "layer_pos": ("layer", "pos"),
-    "layer_pos_head": ("layer", "pos", "head"),
-    "layer_head": ("layer", "head"),
-    "pattern_layer_head": ("layer", "head"),
-    "pattern_layer_head_dest": ("layer", "head", "dest_pos"),
-}
-
-
-# TransformerLens activation short names each setter patches (``layer_pos`` on a head vector
-# patches every head at the position); usable when the model has the hook in every layer
-_HEAD_ACTS = ("z", "q", "k", "v", "result", "rot_q", "rot_k")
-_POS_ACTS = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "pre", "post")
-_PATTERN_ACTS = ("pattern", "attn_scores")
-PATCH_ACTS: dict[str, tuple[str, ...]] = {
-    "layer_pos": _POS_ACTS + _HEAD_ACTS,
-    "layer_pos_head": _HEAD_ACTS,
-    "layer_head": _HEAD_ACTS,
-    "pattern_layer_head": _PATTERN_ACTS,
-    "pattern_layer_head_dest": _PATTERN_ACTS,
-}
-# TransformerLens aliases (``get_act_name``) accepted for the names above
-_ACT_ALIASES = {"key": "k", "query": "q", "value": "v", "attn": "pattern",
-                "attn_logits": "attn_scores", "mlp_pre": "pre", "mlp_post": "post"}
-
-
-def check_patch_args(model, setter: str, act: str, clean_cache=None,
-                     layers: Sequence[int] | None = None) -> str:
-    """``act``'s canonical short name, or a ConfigError naming the argument, its value and the
-    allowed names: ``setter`` not a key of :data:`SETTERS`, ``act`` not one of
-    ``PATCH_ACTS[setter]`` (or a TL alias such as ``key``) that ``model`` has a hook for in
-    every layer, or ``clean_cache`` (if given) without it in one of ``layers`` (default all)."""
-    check(isinstance(setter, str) and setter in SETTERS, "setter", setter,
-          f"one of {sorted(SETTERS)}")
-    L = model.cfg.n_layers
-    have = [a for a in PATCH_ACTS[setter]
-            if all(act_name(a, l) in model.hook_dict for l in range(L))]
-    canon = _ACT_ALIASES.get(act, act) if isinstance(act, str) else act
-    check(canon in have, "act", act, f"one of {have} with setter = {setter!r} on this "
-          "model (TransformerLens activation short names)")
-    if clean_cache is not None:
-        for l in range(L) if layers is None else sorted(set(layers)):
-            name = act_name(canon, l)
-            if name not in clean_cache:
-                raise ConfigError(
-                    f"clean_cache without {name!r} is not allowed; expected the clean run's "
-                    f"cache holding act = {act!r} in every patched layer (e.g. "
-                    "model.run_with_cache(clean_tokens))")
-    return canon
-
-
-def cells_for(model, n_pos: int, axes: Sequence[str]) -> list[tuple[int, ...]]:
-    """All cells over ``axes`` in TransformerLens's order (row-major, layer first)."""
-    rng = {"layer": model.cfg.n_layers, "pos": n_pos, "dest_pos": n_pos, "src_pos": n_pos,
-           "head": model.cfg.n_heads}
-    return list(itertools.product(*[range(rng[a]) for a in axes]))
-
-
-def act_name(act: str, layer: int) -> str:
-    """TransformerLens hook name of activation ``act`` in ``layer`` (``z``, 1 ->
-    ``blocks.1.attn.hook_z``)."""
-    from transformer_lens.utilities import get_act_name
-
-    return get_act_name(act, layer)
-
-
-@dataclass
-class PatchResult:
-    """Metric per cell: ``values`` shaped by the axes (or flat when cells were given)."""
-
-    values: Tensor
-    cells: list[tuple[int, ...]]
-    axes: tuple[str, ...]
-    seconds: float
 
 
 # ---------------------------------------------------------------------------------------------
 # The engine
 # ---------------------------------------------------------------------------------------------
-def chunk_hooks(chunk, act: str, clean_cache, fn: Callable, B: int, p0: int = 0) -> list:
-    """Hooks writing cell ``chunk[c]`` (setter ``fn``, clean activation) into batch copy ``c``
-    (rows ``c*B..(c+1)*B``); with ``p0`` the forward sees positions ``p0..`` only (suffix)."""
-    by_layer: dict[int, list[tuple[int, tuple]]] = {}
-    for c, cell in enumerate(chunk):
-        by_layer.setdefault(cell[0], []).append((c, (cell[0], cell[1] - p0, *cell[2:])
-                                                     if p0 else cell))
-    hooks = []
-    for layer, items in by_layer.items():
-        name = act_name(act, layer)
-        clean = clean_cache[name][:, p0:] if p0 else clean_cache[name]
-
-        def hook(a, hook, items=items, clean=clean):
-            a = a.clone()
-            for c, cell in items:
-                fn(a[c * B:(c + 1) * B], cell, clean)
-            return a
-
-        hooks.append((name, hook))
-    return hooks
-
-
-def group_cells(todo, sort_key, group_key, per: int) -> list[list[int]]:
-    """Cell indices sorted by ``sort_key`` and cut into runs of equal ``group_key`` holding at
-    most ``per`` cells each (one batched forward per run; the engine's loop and the fast
-    paths of :mod:`~mechinterp_icr.interp.patching_fast` share it)."""
-    groups: list[list[int]] = []
-    for i in sorted(todo, key=sort_key):
-        if groups and group_key(groups[-1][0]) == group_key(i) and len(groups[-1]) < per:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
 @torch.no_grad()
 def batched_activation_patch(
     model,
     corrupted_tokens: Tensor,
     clean_cache,
     metric: Callable[[Tensor], Tensor],
-    setter: str,
+    setter: Setter,
     act: str,
+    index_axis_names: Sequence[str] | None = None,
+    *,
     cells: Sequence[tuple[int, ...]] | None = None,
     max_batch: int = 4096,
     skip_layers: bool = True,
@@ -239,156 +98,158 @@ def batched_activation_patch(
     suffix: bool = False,
     incremental: bool = False,
 ) -> Tensor:
-    """Exact activation patching of many cells per forward pass.
+    """Exact activation patching of many cells per forward pass; TransformerLens's
+    ``generic_activation_patch(model, corrupted_tokens, clean_cache, metric, setter, act,
+    index_axis_names)`` with the same arguments and result.
 
     ``clean_cache`` maps hook names to clean activations (an ``ActivationCache`` or a dict).
-    ``setter`` is a key of :data:`SETTERS`; ``act`` a TransformerLens activation short name
-    (``z``, ``q``, ``k``, ``v``, ``pattern``, ``resid_pre``, ``resid_mid``, ``attn_out``, ...).
-    Without ``cells`` every cell over the setter's axes is patched and the result has one
-    dimension per axis (like TransformerLens); with ``cells`` the result is flat.
-    ``max_batch`` bounds the rows of one forward (copies x batch). With ``skip_layers`` a
-    group of cells in layer l starts its forward at layer l from the cached corrupted
-    residual stream. ``metric_positions`` (optional) declares the only positions whose logits
-    ``metric`` reads; cells that provably cannot reach them (see :func:`unreachable`) get the
-    corrupted run's metric without a forward pass (exact: their patched logits at those
-    positions are the corrupted logits). ``suffix`` (by-position setters only): a patch at
-    position p leaves positions < p unchanged, so each group of cells runs only the positions
-    from its smallest p on, with the corrupted prefix's keys and values in a frozen
-    TransformerLens key/value cache. Mathematically exact; the float summation order differs
-    from a full forward, so it is off by default (:func:`.patching_fast.suffix_patch`).
-    ``incremental`` (by-position setters, see :func:`.patching_fast.incremental_supported`;
-    otherwise ignored): compute only what each patch can change, from the cached corrupted
-    run: layer l at the patched row only for position-local activations, the changed
-    key/value rows of later layers, and the last layer and the unembedding only at
-    ``metric_positions`` (all positions when not given); all cells of a layer in one
-    vectorised pass (:func:`.patching_fast.incremental_patch`). Mathematically exact; float
-    summation order differs from a full forward (tested <= 1e-5), so it is off by default.
-    """
-    B, T = corrupted_tokens.shape
-    if metric_positions is not None:
-        mps = [int(p) for p in metric_positions]
-        check(len(mps) > 0 and all(0 <= p < T for p in mps), "metric_positions",
-              list(metric_positions), f"a non-empty list of positions in [0, {T - 1}]")
-    act = check_patch_args(model, setter, act)
-    axes = ACT_AXES[setter]
-    shaped = cells is None
-    if cells is None:
-        cells = cells_for(model, T, axes)
-    cells = [tuple(int(i) for i in c) for c in cells]
-    check_patch_args(model, setter, act, clean_cache, [c[0] for c in cells])
-    fn = SETTERS[setter]
-    per = max(1, max_batch // B)
-    out = torch.zeros(len(cells), device=corrupted_tokens.device)
-    todo = list(range(len(cells)))
-    fast = None
-    if suffix or incremental:  # the optional fast paths live in their own module
-        from mechinterp_icr.interp import patching_fast as fast
-    logits_c = cc_inc = None
-    if incremental and fast.incremental_supported(model, setter, act):
-        logits_c, cc_inc = fast.corrupted_cache(model, corrupted_tokens)
-    if metric_positions is not None:
-        skip = [i for i in todo if unreachable(model, setter, act, cells[i], metric_positions)]
-        if skip:
-            base = model(corrupted_tokens) if logits_c is None else logits_c
-            out[skip] = metric(base).reshape(()).to(out)
-            todo = [i for i in todo if i not in set(skip)]
-    if cc_inc is not None and todo:
-        mp = range(T) if metric_positions is None else metric_positions
-        fast.incremental_patch(model, corrupted_tokens, clean_cache, metric, setter, act,
-                               cells, todo, out, per, mp, logits_c, cc_inc)
-        todo = []
-    if suffix and fast.suffix_supported(setter, act, model) and todo:
-        fast.suffix_patch(model, corrupted_tokens, clean_cache, metric, setter, act, cells,
-                          todo, out, per, skip_layers)
-        todo = []
-    # Cells are grouped by layer: a patch in layer l leaves layers < l untouched, so the
-    # forward of a group starts at layer l from the corrupted run's residual stream (exact:
-    # those activations are the same computation on the same inputs). It also gets what TL's
-    # forward derives from the tokens: a shortformer's positional embedding (added to every
-    # block's query/key input) and the mask of a tokenizer that pads on the left.
-    start_resid: dict[int, Tensor] = {}
-    restart_kw: dict[str, Tensor] = {}
-    shortformer = model.cfg.positional_embedding_type == "shortformer"
-    layers = sorted({cells[i][0] for i in todo})
-    if skip_layers and any(l > 0 for l in layers) and act not in ("resid_pre",):
-        names = {f"blocks.{l}.hook_resid_pre" for l in layers if l > 0}
-        names |= {"hook_pos_embed"} if shortformer else set()
-        _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
-        start_resid = {l: cc[f"blocks.{l}.hook_resid_pre"] for l in layers if l > 0}
-        if shortformer:
-            restart_kw["shortformer_pos_embed"] = cc["hook_pos_embed"]
-        if pads_left(model):  # the mask TL's forward would compute from the tokens
-            from transformer_lens.utilities import get_attention_mask
+    ``setter`` is a patch-setter function: one of TransformerLens's five (their cell axes are
+    known) or any callable of that signature with ``index_axis_names``. ``act`` is a
+    TransformerLens activation short name (``z``, ``q``, ``k``, ``v``, ``pattern``,
+    ``resid_pre``, ``resid_mid``, ``attn_out``, ...). Without ``cells`` every cell over the
+    axes is patched and the result has one dimension per axis (like TransformerLens); with
+    ``cells`` the result is flat. ``max_batch`` bounds the rows of one forward (copies x
+    batch).
 
-            restart_kw["attention_mask"] = get_attention_mask(
-                model.tokenizer, corrupted_tokens, model.cfg.default_prepend_bos)
-    # chunks of one layer each, at most `per` cells
-    groups = group_cells(todo, lambda i: cells[i][0], lambda i: cells[i][0], per)
-    for idx in groups:
+    Strategies (each returns the metric of the cells it is given):
+
+    - ``metric_positions`` (optional) declares the only positions whose logits ``metric``
+      reads; cells that provably cannot reach them (:func:`.patching_core.unreachable`) get
+      the corrupted run's metric without a forward pass (exact).
+    - ``incremental`` (by-position setters where :func:`.patching_fast.incremental_supported`;
+      otherwise ignored): only what each patch can change, from the cached corrupted run
+      (:func:`.patching_fast.incremental_values`).
+    - ``suffix`` (by-position setters): each group of cells runs only the positions from its
+      smallest p on, over a frozen key/value cache of the corrupted prefix
+      (:func:`.patching_fast.suffix_values`).
+    - otherwise full forwards of the repeated batch, a group of cells in layer l starting at
+      layer l from the cached corrupted residual stream when ``skip_layers``
+      (:func:`full_forward_values`).
+
+    The fast strategies are mathematically exact; their float summation order differs from a
+    full forward (tested <= 1e-5), so they are off by default.
+    """
+    T = corrupted_tokens.shape[1]
+    axes = setter_axes(setter, index_axis_names)
+    act = canonical_act(model, setter, act)
+    shaped = cells is None
+    cells = cells_for(model, T, axes) if cells is None else [tuple(int(i) for i in c)
+                                                            for c in cells]
+    canonical_act(model, setter, act, clean_cache, [c[0] for c in cells])
+    per = max(1, max_batch // corrupted_tokens.shape[0])
+    out = torch.zeros(len(cells), device=corrupted_tokens.device)
+    corrupted = None
+    if incremental and fast.incremental_supported(model, setter, act):
+        corrupted = fast.corrupted_cache(model, corrupted_tokens)
+    todo = list(range(len(cells)))
+    if metric_positions is not None:
+        todo = _fill_unreachable(out, model, corrupted_tokens, metric, setter, act, cells,
+                                 _checked_positions(metric_positions, T), corrupted)
+    if todo:
+        mine = [cells[i] for i in todo]
+        common = (model, corrupted_tokens, clean_cache, metric, setter, act, mine)
+        if corrupted is not None:
+            mp = range(T) if metric_positions is None else metric_positions
+            vals = fast.incremental_values(*common, per=per, metric_positions=mp,
+                                           corrupted=corrupted)
+        elif suffix and fast.suffix_supported(setter, act, model):
+            vals = fast.suffix_values(*common, per=per, skip_layers=skip_layers)
+        else:
+            vals = full_forward_values(*common, per=per, skip_layers=skip_layers)
+        out[todo] = vals.to(out)
+    if shaped:
+        return out.reshape([max(c[i] for c in cells) + 1 for i in range(len(axes))])
+    return out
+
+
+def _checked_positions(metric_positions: Sequence[int], T: int) -> list[int]:
+    mps = [int(p) for p in metric_positions]
+    check(len(mps) > 0 and all(0 <= p < T for p in mps), "metric_positions",
+          list(metric_positions), f"a non-empty list of positions in [0, {T - 1}]")
+    return mps
+
+
+def _fill_unreachable(out: Tensor, model, corrupted_tokens: Tensor, metric, setter: Setter,
+                      act: str, cells, metric_positions: list[int], corrupted) -> list[int]:
+    """Write the corrupted run's metric into ``out`` for every cell that cannot reach the
+    metric positions; the indices of the other cells."""
+    skip = [i for i, c in enumerate(cells)
+            if unreachable(model, setter, act, c, metric_positions)]
+    if skip:
+        base = model(corrupted_tokens) if corrupted is None else corrupted[0]
+        out[skip] = metric(base).reshape(()).to(out)
+    gone = set(skip)
+    return [i for i in range(len(cells)) if i not in gone]
+
+
+@torch.no_grad()
+def full_forward_values(model, corrupted_tokens: Tensor, clean_cache,
+                        metric: Callable[[Tensor], Tensor], setter: Setter, act: str,
+                        cells: Sequence[tuple[int, ...]], *, per: int,
+                        skip_layers: bool = True) -> Tensor:
+    """The metric of each cell of ``cells`` by full forwards of the corrupted batch repeated
+    once per cell (at most ``per`` copies per forward; cells grouped by layer).
+
+    A patch in layer l leaves layers < l untouched, so with ``skip_layers`` the forward of a
+    group starts at layer l from the corrupted run's residual stream (exact: those
+    activations are the same computation on the same inputs), with what TransformerLens's
+    forward derives from the tokens: a shortformer's positional embedding and the mask of a
+    tokenizer that pads on the left."""
+    B = corrupted_tokens.shape[0]
+    out = torch.zeros(len(cells), device=corrupted_tokens.device)
+    start_resid, restart_kw = ({}, {}) if not skip_layers or act == "resid_pre" else \
+        _restart_inputs(model, corrupted_tokens, {c[0] for c in cells})
+    for idx in group_cells(range(len(cells)), lambda i: cells[i][0], lambda i: cells[i][0],
+                           per):
         chunk = [cells[i] for i in idx]
-        C = len(chunk)
-        layer0 = chunk[0][0]
-        hooks = chunk_hooks(chunk, act, clean_cache, fn, B)
+        C, layer0 = len(chunk), chunk[0][0]
+        hooks = chunk_hooks(chunk, act, clean_cache, setter, B)
         if layer0 in start_resid:
             resid = start_resid[layer0].repeat(C, 1, 1)  # (C*B, T, d_model)
             kw = {k: v.repeat(C, *[1] * (v.dim() - 1)) for k, v in restart_kw.items()}
             logits = model.run_with_hooks(resid, fwd_hooks=hooks, start_at_layer=layer0,
                                           tokens=corrupted_tokens.repeat(C, 1), **kw)
-        else:
-            toks = corrupted_tokens.repeat(C, 1)  # (C*B, T): copy c = rows c*B..(c+1)*B
-            logits = model.run_with_hooks(toks, fwd_hooks=hooks)
+        else:  # (C*B, T): copy c = rows c*B..(c+1)*B
+            logits = model.run_with_hooks(corrupted_tokens.repeat(C, 1), fwd_hooks=hooks)
         for c in range(C):
             out[idx[c]] = metric(logits[c * B:(c + 1) * B]).reshape(())
-    if shaped:
-        sizes = [max(c[i] for c in cells) + 1 for i in range(len(axes))]
-        return out.reshape(sizes)
     return out
 
 
-def pads_left(model) -> bool:
-    """True when ``model`` has a tokenizer that pads on the left: TransformerLens's forward
-    then masks the leading pad tokens of a token batch itself."""
-    tok = getattr(model, "tokenizer", None)
-    return tok is not None and getattr(tok, "padding_side", None) == "left"
+def _restart_inputs(model, corrupted_tokens: Tensor, layers: set[int]
+                    ) -> tuple[dict[int, Tensor], dict[str, Tensor]]:
+    """The corrupted run's ``resid_pre`` of each layer > 0 in ``layers``, and the keyword
+    arguments a forward restarted there needs (shortformer positions, a left-padding mask)."""
+    later = sorted(layer for layer in layers if layer > 0)
+    if not later:
+        return {}, {}
+    shortformer = model.cfg.positional_embedding_type == "shortformer"
+    names = {f"blocks.{layer}.hook_resid_pre" for layer in later}
+    names |= {"hook_pos_embed"} if shortformer else set()
+    _, cc = model.run_with_cache(corrupted_tokens, names_filter=lambda n: n in names)
+    restart_kw: dict[str, Tensor] = {}
+    if shortformer:
+        restart_kw["shortformer_pos_embed"] = cc["hook_pos_embed"]
+    if pads_left(model):  # the mask TL's forward would compute from the tokens
+        from transformer_lens.utilities import get_attention_mask
+
+        restart_kw["attention_mask"] = get_attention_mask(
+            model.tokenizer, corrupted_tokens, model.cfg.default_prepend_bos)
+    return {layer: cc[f"blocks.{layer}.hook_resid_pre"] for layer in later}, restart_kw
 
 
-# activations whose patch at position p in the last layer only changes position p's output
-_POSITION_LOCAL_LAST = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post", "result"}
-
-
-def unreachable(model, setter: str, act: str, cell: tuple, metric_positions) -> bool:
-    """True when patching ``cell`` cannot change the logits at ``metric_positions``: a
-    position after every metric position (causal masking), or a last-layer position-local
-    activation (``z``, ``q``, ``attn_out``, ``resid_mid``, ``mlp_out``, ``resid_post``) at a
-    position the metric does not read. (The first rule needs causal attention; a
-    bidirectional model keeps only the second.)"""
-    if setter not in ("layer_pos", "layer_pos_head"):
-        return False
-    layer, pos = cell[0], cell[1]
-    mp = {int(p) for p in metric_positions}
-    if pos > max(mp) and getattr(model.cfg, "attention_dir", "causal") == "causal":
-        return True
-    return layer == model.cfg.n_layers - 1 and act in _POSITION_LOCAL_LAST and pos not in mp
-
-
-def tl_activation_patch(model, corrupted_tokens, clean_cache, metric, setter: str,
-                        act: str) -> Tensor:
-    """The TransformerLens per-cell reference (one forward per cell) for the same cells."""
+def tl_activation_patch(model, corrupted_tokens: Tensor, clean_cache,
+                        metric: Callable[[Tensor], Tensor], setter: Setter, act: str,
+                        index_axis_names: Sequence[str] | None = None) -> Tensor:
+    """The TransformerLens per-cell reference (``generic_activation_patch``, one forward per
+    cell) for the same arguments."""
     import transformer_lens.patching as tlp
 
-    act = check_patch_args(model, setter, act, clean_cache)
-    tl_setters = {
-        "layer_pos": tlp.layer_pos_patch_setter,
-        "layer_pos_head": tlp.layer_pos_head_vector_patch_setter,
-        "layer_head": tlp.layer_head_vector_patch_setter,
-        "pattern_layer_head": tlp.layer_head_pattern_patch_setter,
-        "pattern_layer_head_dest": tlp.layer_head_pos_pattern_patch_setter,
-    }
-    axes = ACT_AXES[setter]
+    axes = setter_axes(setter, index_axis_names)
+    act = canonical_act(model, setter, act, clean_cache)
     with torch.no_grad(), _quiet_tqdm(tlp):
-        return tlp.generic_activation_patch(
-            model, corrupted_tokens, clean_cache, metric, tl_setters[setter], act,
-            index_axis_names=axes)
+        return tlp.generic_activation_patch(model, corrupted_tokens, clean_cache, metric,
+                                            setter, act, index_axis_names=axes)
 
 
 @contextmanager
@@ -401,22 +262,30 @@ def _quiet_tqdm(mod):
         mod.tqdm = old
 
 
-# thin specialisations (TransformerLens names in parentheses)
-patch_head_out_by_pos = partial(batched_activation_patch, setter="layer_pos_head", act="z")
-patch_head_out_all_pos = partial(batched_activation_patch, setter="layer_head", act="z")
-patch_q_by_pos = partial(batched_activation_patch, setter="layer_pos_head", act="q")
-patch_k_by_pos = partial(batched_activation_patch, setter="layer_pos_head", act="k")
-patch_v_by_pos = partial(batched_activation_patch, setter="layer_pos_head", act="v")
-patch_q_all_pos = partial(batched_activation_patch, setter="layer_head", act="q")
-patch_k_all_pos = partial(batched_activation_patch, setter="layer_head", act="k")
-patch_v_all_pos = partial(batched_activation_patch, setter="layer_head", act="v")
-patch_pattern_all_pos = partial(batched_activation_patch, setter="pattern_layer_head",
-                                act="pattern")
-patch_pattern_by_pos = partial(batched_activation_patch, setter="pattern_layer_head_dest",
-                               act="pattern")
-patch_resid_pre = partial(batched_activation_patch, setter="layer_pos", act="resid_pre")
-patch_resid_mid = partial(batched_activation_patch, setter="layer_pos", act="resid_mid")
-patch_attn_out = partial(batched_activation_patch, setter="layer_pos", act="attn_out")
+# Specialisations with TransformerLens's cells (only those the package uses)
+def patch_head_out_by_pos(model, corrupted_tokens: Tensor, clean_cache, metric,
+                          **kwargs) -> Tensor:
+    """Every head's output ``z`` at every position -> (layers, pos, heads); TransformerLens's
+    ``get_act_patch_attn_head_out_by_pos``. Keyword arguments go to
+    :func:`batched_activation_patch`."""
+    return batched_activation_patch(model, corrupted_tokens, clean_cache, metric,
+                                    layer_pos_head_vector_patch_setter, "z", **kwargs)
+
+
+def patch_head_out_all_pos(model, corrupted_tokens: Tensor, clean_cache, metric,
+                           **kwargs) -> Tensor:
+    """Every head's output ``z`` at all positions at once -> (layers, heads);
+    TransformerLens's ``get_act_patch_attn_head_out_all_pos``."""
+    return batched_activation_patch(model, corrupted_tokens, clean_cache, metric,
+                                    layer_head_vector_patch_setter, "z", **kwargs)
+
+
+def patch_resid_pre(model, corrupted_tokens: Tensor, clean_cache, metric,
+                    **kwargs) -> Tensor:
+    """The residual stream before each layer at every position -> (layers, pos);
+    TransformerLens's ``get_act_patch_resid_pre``."""
+    return batched_activation_patch(model, corrupted_tokens, clean_cache, metric,
+                                    layer_pos_patch_setter, "resid_pre", **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +304,7 @@ def attribution_patch(model, clean_tokens: Tensor, corrupted_tokens: Tensor,
     activations, as the exact functions do.
     """
     head_acts = ("z", "q", "k", "v")
-    check(act in head_acts + _POS_ACTS, "act", act, f"one of {list(head_acts + _POS_ACTS)}")
+    check(act in head_acts + POS_ACTS, "act", act, f"one of {list(head_acts + POS_ACTS)}")
     if act in head_acts:
         check(by in ("pos_head", "head"), "by", by, f"'pos_head' or 'head' with act = {act!r}")
     L = model.cfg.n_layers
@@ -581,8 +450,8 @@ def logit_diff_metric(pos, good: Tensor, bad: Tensor) -> Callable[[Tensor], Tens
     return metric
 
 
-def answer_logit_metric(pos, answer: Tensor) -> Callable[[Tensor], Tensor]:
-    """Mean log-probability of ``answer`` at ``pos``."""
+def answer_logprob_metric(pos, answer: Tensor) -> Callable[[Tensor], Tensor]:
+    """Mean log-probability of ``answer`` at ``pos`` (int, (B,) tensor or None = last)."""
 
     def metric(logits: Tensor) -> Tensor:
         lg = _gather_last(logits, pos).log_softmax(-1)

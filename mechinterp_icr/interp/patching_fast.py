@@ -1,20 +1,20 @@
-"""Optional fast paths of the exact activation-patching engine (by-position setters only).
+"""Fast strategies of the exact activation-patching engine (by-position setters only).
 
-:func:`mechinterp_icr.interp.patching.batched_activation_patch` dispatches here when it is
-called with ``suffix=True`` or ``incremental=True``; nothing else needs to import this module.
-Both paths are mathematically exact but sum floats in another order than a full forward, so
+:func:`mechinterp_icr.interp.patching.batched_activation_patch` calls them when it is
+called with ``suffix=True`` or ``incremental=True``; each takes the cells to patch and
+returns their metric values as a tensor. This module imports only the shared core
+(:mod:`~mechinterp_icr.interp.patching_core`), never the engine.
+Both strategies are mathematically exact but sum floats in another order than a full forward, so
 they agree with TransformerLens's per-cell loop up to float rounding (tested <= 1e-5 in
 ``tests/integration/test_patching_fast.py``), not bitwise; that is why they are off by default.
 
-- **Suffix** (:func:`suffix_patch`): a patch at position p leaves positions < p unchanged, so a
+- **Suffix** (:func:`suffix_values`): a patch at position p leaves positions < p unchanged, so a
   group of cells runs only the positions from its smallest p on, with the corrupted prefix's
   keys and values in a frozen TransformerLens key/value cache.
-- **Incremental** (:func:`incremental_patch`, where :func:`incremental_supported`): compute
+- **Incremental** (:func:`incremental_values`, where :func:`incremental_supported`): compute
   only what each patch can change from the cached corrupted run (:func:`corrupted_cache`): the
   patched row of layer l, the changed key/value rows after it, the last layer and the
   unembedding at the metric positions; all cells of a layer in one vectorised pass.
-
-Both fill ``out[i]`` for the cell indices ``todo`` in place, as the engine's own loop does.
 """
 
 from __future__ import annotations
@@ -25,15 +25,24 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from mechinterp_icr.interp.patching import SETTERS, act_name, chunk_hooks, group_cells, pads_left
+from mechinterp_icr.interp.patching_core import (
+    BY_POSITION_SETTERS,
+    Setter,
+    act_name,
+    chunk_hooks,
+    group_cells,
+    layer_pos_head_vector_patch_setter,
+    layer_pos_patch_setter,
+    pads_left,
+)
 
 __all__ = [
     "SUFFIX_ACTS",
     "corrupted_cache",
-    "incremental_patch",
     "incremental_supported",
-    "suffix_patch",
+    "incremental_values",
     "suffix_supported",
+    "suffix_values",
 ]
 
 
@@ -44,13 +53,13 @@ SUFFIX_ACTS = {"z", "q", "k", "v", "result", "resid_pre", "resid_mid", "resid_po
                 "attn_out", "mlp_out"}
 
 
-def suffix_supported(setter: str, act: str, model=None) -> bool:
+def suffix_supported(setter: Setter, act: str, model=None) -> bool:
     """True when ``suffix=True`` applies: a by-position setter and an activation of
     :data:`SUFFIX_ACTS`, and (when ``model`` is given) a causal model with standard,
     shortformer or rotary positions and no tokenizer that pads on the left (the frozen
     prefix cache assumes an all-ones attention mask). Other cases fall back to the full
     forward passes."""
-    if setter not in ("layer_pos", "layer_pos_head") or act not in SUFFIX_ACTS:
+    if setter not in BY_POSITION_SETTERS or act not in SUFFIX_ACTS:
         return False
     if model is None:
         return True
@@ -61,9 +70,12 @@ def suffix_supported(setter: str, act: str, model=None) -> bool:
 
 
 @torch.no_grad()
-def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
-                  skip_layers, n_windows: int = 8) -> None:
-    """Fill ``out[i]`` for cells ``todo`` by suffix forwards over a frozen prefix KV cache."""
+def suffix_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor], Tensor],
+                  setter: Setter, act: str, cells: Sequence[tuple[int, ...]], *, per: int,
+                  skip_layers: bool = True, n_windows: int = 8) -> Tensor:
+    """The metric of each cell of ``cells`` (at most ``per`` copies per forward), by suffix
+    forwards over a frozen prefix key/value cache (the positions are cut into ``n_windows``
+    windows; cells of one window share a forward)."""
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
     B, T = tokens.shape
@@ -75,9 +87,10 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
     if shortformer:  # added to every block's query/key input; a restarted forward needs it
         keep.add("hook_pos_embed")
     logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
-    fn = SETTERS[setter]
+    out = torch.zeros(len(cells), device=dev)
     width = max(1, -(-T // n_windows))
-    groups = group_cells(todo, lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
+    groups = group_cells(range(len(cells)),
+                         lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
                          lambda i: cells[i][1] // width, per)
     for idx in groups:
         chunk = [cells[i] for i in idx]
@@ -91,7 +104,7 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
             e.past_values = cc[f"blocks.{l}.attn.hook_v"][:, :p0].repeat(C, 1, 1, 1)
         kv.previous_attention_mask = torch.ones(CB, p0, dtype=torch.int, device=dev)
         kv.freeze()
-        hooks = chunk_hooks(chunk, act, clean_cache, fn, B, p0)
+        hooks = chunk_hooks(chunk, act, clean_cache, setter, B, p0)
         if l0 > 0:
             resid = cc[f"blocks.{l0}.hook_resid_pre"][:, p0:].repeat(C, 1, 1)
             kw = ({"shortformer_pos_embed": cc["hook_pos_embed"][:, p0:].repeat(C, 1, 1)}
@@ -109,6 +122,7 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
         full[:, p0:] = suf
         for c in range(C):
             out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,12 +130,12 @@ def suffix_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, o
 # ---------------------------------------------------------------------------------------------
 # activations whose patch at (layer l, position p) changes layer l's output only at p
 _LOCAL_ACTS = {"z", "q", "attn_out", "resid_mid", "mlp_out", "resid_post"}
-_INCREMENTAL_ACTS = {"layer_pos_head": {"z", "q", "k", "v"},
-                     "layer_pos": {"resid_pre", "resid_mid", "attn_out", "mlp_out",
-                                   "resid_post"}}
+_INCREMENTAL_ACTS = {layer_pos_head_vector_patch_setter: {"z", "q", "k", "v"},
+                     layer_pos_patch_setter: {"resid_pre", "resid_mid", "attn_out", "mlp_out",
+                                              "resid_post"}}
 
 
-def incremental_supported(model, setter: str, act: str) -> bool:
+def incremental_supported(model, setter: Setter, act: str) -> bool:
     """True when ``batched_activation_patch`` can use ``incremental=True`` for this
     model and activation: by-position setters, and a plain pre-norm causal decoder (standard
     positional embedding, no split q/k/v input, no parallel attention/MLP, no grouped or local
@@ -154,7 +168,7 @@ def incremental_supported(model, setter: str, act: str) -> bool:
 
 
 def corrupted_cache(model, tokens: Tensor):
-    """(logits, cache) of the corrupted run with what :func:`incremental_patch` reads: every
+    """(logits, cache) of the corrupted run with what :func:`incremental_values` reads: every
     layer's ``resid_pre``, keys and values."""
     keep = {f"blocks.{l}.{x}" for l in range(model.cfg.n_layers)
             for x in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")}
@@ -181,13 +195,13 @@ def _attend_full(a, q: Tensor, qpos: Tensor, K: Tensor, V: Tensor) -> Tensor:
     return a.calculate_z_scores(V, pattern.to(V.dtype))
 
 
-def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor,
+def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, prow: Tensor,
                    k_row: Tensor | None, v_row: Tensor | None) -> Tensor:
     """Like :func:`_attend_full` for C copies of one batch whose keys/values are the shared
-    ``Kc``, ``Vc`` (B, T, H, d_head) except row ``P[n]`` of copy n, which holds ``k_row[n]``,
+    ``Kc``, ``Vc`` (B, T, H, d_head) except row ``prow[n]`` of copy n, which holds ``k_row[n]``,
     ``v_row[n]`` (N, H, d_head) when given. The copies' queries become extra query rows of
     the shared batch (no per-copy key/value tensor); the changed key row's scores are set
-    and the changed value row enters as ``pattern[P] * v_row`` added to the other rows' sum:
+    and the changed value row enters as ``pattern[prow] * v_row`` added to the other rows' sum:
     the same arithmetic up to float summation order."""
     N, R, H, dh = q.shape
     B, T = Kc.shape[:2]
@@ -201,7 +215,7 @@ def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor
     if k_row is not None:
         s_row = (q.permute(0, 2, 1, 3) @ k_row[:, :, :, None])[..., 0].permute(0, 2, 1) \
             / a.attn_scale  # (N, R, H)
-        s5[bidx, :, cidx, :, P] = s_row.permute(0, 2, 1)  # (N, H, R)
+        s5[bidx, :, cidx, :, prow] = s_row.permute(0, 2, 1)  # (N, H, R)
     qp = qpos.reshape(C, B, R).permute(1, 0, 2).reshape(B, 1, C * R, 1)
     mask = torch.arange(T, device=dev).view(1, 1, 1, T) <= qp
     scores = torch.where(mask, scores, a.IGNORE.to(scores.device))
@@ -209,10 +223,10 @@ def _attend_shared(a, q: Tensor, qpos: Tensor, Kc: Tensor, Vc: Tensor, P: Tensor
     pattern = torch.where(torch.isnan(pattern), torch.zeros_like(pattern), pattern)
     pattern = pattern.to(Vc.dtype)
     p_row = None
-    if v_row is not None:  # the changed value row enters separately: z = sum_{t != P} + p_P v
+    if v_row is not None:  # the changed value row enters separately: z = sum_{t != prow} + p_prow v
         p5 = pattern.view(B, H, C, R, T)
-        p_row = p5[bidx, :, cidx, :, P].permute(0, 2, 1)  # (N, R, H)
-        p5[bidx, :, cidx, :, P] = 0.0
+        p_row = p5[bidx, :, cidx, :, prow].permute(0, 2, 1)  # (N, R, H)
+        p5[bidx, :, cidx, :, prow] = 0.0
     z = pattern @ Vc.permute(0, 2, 1, 3)  # (B, H, C*R, d_head)
     z = z.view(B, H, C, R, dh).permute(2, 0, 3, 1, 4).reshape(N, R, H, dh)
     if p_row is not None:
@@ -224,8 +238,8 @@ def _attend_full_kv(a, q, qpos, kv):
     return _attend_full(a, q, qpos, *kv)
 
 
-def _attend_shared_kv(a, q, qpos, Kc, Vc, P, k_row, v_row):
-    return _attend_shared(a, q, qpos, Kc, Vc, P, k_row, v_row)
+def _attend_shared_kv(a, q, qpos, Kc, Vc, prow, k_row, v_row):
+    return _attend_shared(a, q, qpos, Kc, Vc, prow, k_row, v_row)
 
 
 def _block_rows(blk, x: Tensor, qpos: Tensor, attend: Callable, attn_only: bool,
@@ -255,13 +269,13 @@ def _no_patch(name: str, t: Tensor) -> Tensor:
     return t
 
 
-def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, P: Tensor, Hd: Tensor | None,
+def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, prow: Tensor, Hd: Tensor | None,
                clean: Tensor) -> Tensor:
-    """Activation ``name`` with copy n's rows at position ``P[n]`` (head ``Hd[n]``) set to
+    """Activation ``name`` with copy n's rows at position ``prow[n]`` (head ``Hd[n]``) set to
     ``clean[n]``; ``t`` is (N, R, H, d_head) or (N, R, d_model) at positions ``qpos`` (N, R)."""
     if name != act:
         return t
-    sel = qpos == P[:, None]  # (N, R)
+    sel = qpos == prow[:, None]  # (N, R)
     if Hd is not None:
         heads = torch.arange(t.shape[2], device=t.device) == Hd[:, None]  # (N, H)
         sel = sel[:, :, None] & heads[:, None, :]  # (N, R, H)
@@ -269,92 +283,111 @@ def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, P: Tensor, Hd: Tens
 
 
 @torch.no_grad()
-def incremental_patch(model, tokens, clean_cache, metric, setter, act, cells, todo, out, per,
-                       mp: Sequence[int], logits_c: Tensor, cc) -> None:
-    """Fill ``out[i]`` for cells ``todo`` computing only what each patch can change.
+def incremental_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor], Tensor],
+                       setter: Setter, act: str, cells: Sequence[tuple[int, ...]], *,
+                       per: int, metric_positions: Sequence[int], corrupted) -> Tensor:
+    """The metric of each cell of ``cells``, computing only what each patch can change;
+    ``corrupted`` is :func:`corrupted_cache`'s (logits, cache) of the corrupted run.
 
     A patch at (layer l, position p) leaves layers < l and positions < p as in the corrupted
-    run (cached in ``cc``). Position-local activations (z, q, attn_out, resid_mid, mlp_out,
+    run (cached). Position-local activations (z, q, attn_out, resid_mid, mlp_out,
     resid_post) change layer l's output only at p: layer l is computed at that one row. The
     next layer then differs from the corrupted run only in the key/value row p; layers
     between recompute all rows; the last layer computes only the queries at the metric
-    positions ``mp`` (its keys/values come from the cache, with the changed rows recomputed),
+    positions (its keys/values come from the cache, with the changed rows recomputed),
     and the unembedding runs on those rows only. All cells of a chunk (up to ``per``) are
     vectorised along the batch axis, whatever their position and head."""
-    from transformer_lens.utilities.activation_functions import apply_softcap
-
-    B, T = tokens.shape
-    L = model.cfg.n_layers
-    dev = tokens.device
-    attn_only = bool(model.cfg.attn_only)
-    mp_t = torch.as_tensor(sorted(int(p) for p in mp), device=dev, dtype=torch.long)
+    B = tokens.shape[0]
+    logits_c, cc = corrupted
+    mp_t = torch.as_tensor(sorted(int(p) for p in metric_positions), device=tokens.device,
+                           dtype=torch.long)
+    out = torch.zeros(len(cells), device=tokens.device)
     buf = logits_c.clone()
     # chunks of one layer each, at most `per` cells
-    groups = group_cells(todo, lambda i: cells[i], lambda i: cells[i][0], per)
+    groups = group_cells(range(len(cells)), lambda i: cells[i], lambda i: cells[i][0], per)
     for idx in groups:
-        chunk = [cells[i] for i in idx]
-        C, l = len(chunk), chunk[0][0]
-        N = C * B
-        ar = torch.arange(N, device=dev)
-        bidx = torch.arange(B, device=dev).repeat(C)  # copy c = rows c*B..(c+1)*B
-        P = torch.tensor([c[1] for c in chunk], device=dev).repeat_interleave(B)  # (N,)
-        Hd = (torch.tensor([c[2] for c in chunk], device=dev).repeat_interleave(B)
-              if setter == "layer_pos_head" else None)
-        clean = clean_cache[act_name(act, l)][bidx, P]  # (N, [H, d_head] | d_model)
-
-        row = clean if act == "resid_pre" else None  # input rows at P that differ
-        dense = None  # or the whole input residual (N, T, d_model)
-        final = None
-        for j in range(l, L):
-            blk = model.blocks[j]
-            last = j == L - 1
-            if dense is not None:
-                attend = partial(_attend_full_kv, kv=_kv_rows(blk, dense))
-            else:  # the corrupted keys/values, shared by the copies, except row P
-                Kc = cc[f"blocks.{j}.attn.hook_k"]  # (B, T, H, d_head)
-                Vc = cc[f"blocks.{j}.attn.hook_v"]
-                k_row = v_row = None
-                if row is not None:
-                    kr, vr = _kv_rows(blk, row[:, None])
-                    k_row, v_row = kr[:, 0], vr[:, 0]  # (N, H, d_head)
-                if j == l and act in ("k", "v"):
-                    put = (Kc if act == "k" else Vc)[bidx, P]  # (N, H, d_head)
-                    put[ar, Hd] = clean[ar, Hd]
-                    k_row, v_row = (put, None) if act == "k" else (None, put)
-                attend = partial(_attend_shared_kv, Kc=Kc, Vc=Vc, P=P, k_row=k_row,
-                                 v_row=v_row)
-            # query rows: the metric positions (last layer), the patched row (position-local
-            # patch layer) or every position
-            resid = dense if dense is not None else cc[f"blocks.{j}.hook_resid_pre"]
-            rep = 1 if dense is not None else C
-            if last:
-                qpos = mp_t.expand(N, -1)
-                x = resid[:, mp_t].repeat(rep, 1, 1)  # (N, R, d_model)
-            elif j == l and act in _LOCAL_ACTS:
-                qpos = P[:, None]
-                x = resid[bidx, P][:, None]
-            else:
-                qpos = torch.arange(T, device=dev).expand(N, -1)
-                x = resid.repeat(rep, 1, 1)
-            if row is not None:
-                x = torch.where((qpos == P[:, None])[..., None], row[:, None], x)
-            fn = (partial(_put_clean, qpos=qpos, act=act, P=P, Hd=Hd, clean=clean) if j == l
-                  else _no_patch)
-            y = _block_rows(blk, x, qpos, attend, attn_only, fn)
-            if last:
-                final = y
-            elif j == l and act in _LOCAL_ACTS:
-                row, dense = y[:, 0], None
-            else:
-                row, dense = None, y
-        if model.cfg.normalization_type is not None:
-            final = model.ln_final(final)
-        rows = apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
+        rows = _chunk_metric_logits(model, cc, clean_cache, setter, act,
+                                    [cells[i] for i in idx], B, mp_t).to(logits_c.dtype)
         # one buffer of corrupted logits; copy c's metric-position rows are written in just
-        # before its metric is read into `out` (positions the metric does not read keep the
-        # corrupted logits)
-        rows = rows.to(logits_c.dtype)
-        for c in range(C):
+        # before its metric is read (positions the metric does not read keep the corrupted
+        # logits)
+        for c in range(len(idx)):
             buf[:, mp_t] = rows[c * B:(c + 1) * B]
             out[idx[c]] = metric(buf).reshape(())
         buf[:, mp_t] = logits_c[:, mp_t]
+    return out
+
+
+def _chunk_metric_logits(model, cc, clean_cache, setter: Setter, act: str,
+                         chunk: Sequence[tuple[int, ...]], B: int, mp_t: Tensor) -> Tensor:
+    """Logits (C*B, R, d_vocab) at the metric positions ``mp_t`` of the C patched copies of
+    the corrupted batch (B rows each), one per cell of ``chunk`` (all in one layer)."""
+    from transformer_lens.utilities.activation_functions import apply_softcap
+
+    T = cc["blocks.0.hook_resid_pre"].shape[1]
+    n_layers = model.cfg.n_layers
+    dev = mp_t.device
+    C, l = len(chunk), chunk[0][0]
+    N = C * B
+    bidx = torch.arange(B, device=dev).repeat(C)  # copy c = rows c*B..(c+1)*B
+    prow = torch.tensor([c[1] for c in chunk], device=dev).repeat_interleave(B)  # (N,)
+    Hd = (torch.tensor([c[2] for c in chunk], device=dev).repeat_interleave(B)
+          if setter is layer_pos_head_vector_patch_setter else None)
+    clean = clean_cache[act_name(act, l)][bidx, prow]  # (N, [H, d_head] | d_model)
+    row = clean if act == "resid_pre" else None  # input rows at prow that differ
+    dense = None  # or the whole input residual (N, T, d_model)
+    for j in range(l, n_layers):
+        blk = model.blocks[j]
+        last = j == n_layers - 1
+        if dense is not None:
+            attend = partial(_attend_full_kv, kv=_kv_rows(blk, dense))
+        else:
+            attend = _shared_attend(blk, cc, j, row, bidx, prow,
+                                    (Hd, clean) if j == l and act in ("k", "v") else None, act)
+        # query rows: the metric positions (last layer), the patched row (position-local
+        # patch layer) or every position
+        resid = dense if dense is not None else cc[f"blocks.{j}.hook_resid_pre"]
+        rep = 1 if dense is not None else C
+        if last:
+            qpos = mp_t.expand(N, -1)
+            x = resid[:, mp_t].repeat(rep, 1, 1)  # (N, R, d_model)
+        elif j == l and act in _LOCAL_ACTS:
+            qpos = prow[:, None]
+            x = resid[bidx, prow][:, None]
+        else:
+            qpos = torch.arange(T, device=dev).expand(N, -1)
+            x = resid.repeat(rep, 1, 1)
+        if row is not None:
+            x = torch.where((qpos == prow[:, None])[..., None], row[:, None], x)
+        fn = (partial(_put_clean, qpos=qpos, act=act, prow=prow, Hd=Hd, clean=clean)
+              if j == l else _no_patch)
+        y = _block_rows(blk, x, qpos, attend, bool(model.cfg.attn_only), fn)
+        if last:
+            final = y
+        elif j == l and act in _LOCAL_ACTS:
+            row, dense = y[:, 0], None
+        else:
+            row, dense = None, y
+    if model.cfg.normalization_type is not None:
+        final = model.ln_final(final)
+    return apply_softcap(model.unembed(final), model.cfg.output_logits_soft_cap)
+
+
+def _shared_attend(blk, cc, j: int, row: Tensor | None, bidx: Tensor, prow: Tensor,
+                   kv_patch: tuple[Tensor, Tensor] | None, act: str) -> Callable:
+    """Layer ``j``'s attention over the corrupted keys/values, shared by the copies, except
+    row ``prow`` of each copy: recomputed from the changed input ``row`` (when given) or, for
+    a key/value patch (``kv_patch`` = (heads, clean rows)), the clean key/value of the head."""
+    Kc = cc[f"blocks.{j}.attn.hook_k"]  # (B, T, H, d_head)
+    Vc = cc[f"blocks.{j}.attn.hook_v"]
+    k_row = v_row = None
+    if row is not None:
+        kr, vr = _kv_rows(blk, row[:, None])
+        k_row, v_row = kr[:, 0], vr[:, 0]  # (N, H, d_head)
+    if kv_patch is not None:
+        Hd, clean = kv_patch
+        ar = torch.arange(len(prow), device=prow.device)
+        put = (Kc if act == "k" else Vc)[bidx, prow]  # (N, H, d_head)
+        put[ar, Hd] = clean[ar, Hd]
+        k_row, v_row = (put, None) if act == "k" else (None, put)
+    return partial(_attend_shared_kv, Kc=Kc, Vc=Vc, prow=prow, k_row=k_row, v_row=v_row)

@@ -33,6 +33,9 @@ from mechinterp_icr.config import ConfigError
 from mechinterp_icr.interp.attention import head_role_table
 from mechinterp_icr.interp.patching import (
     batched_activation_patch,
+    layer_head_vector_patch_setter,
+    layer_pos_head_vector_patch_setter,
+    layer_pos_patch_setter,
     logit_diff_metric,
     normalised_recovery,
 )
@@ -98,13 +101,14 @@ def pair_effects(model, base, src, target) -> list[dict]:
     # the share of base prompts that already answer the target (a patch "moves" the rest)
     base_hit = float((base_logits[torch.arange(len(qp)), qp.to(dev)].argmax(-1).cpu()
                       == target).float().mean())
-    allpos = batched_activation_patch(model, btok, cache, metric, "layer_head", "z")
+    allpos = batched_activation_patch(model, btok, cache, metric,
+                                      layer_head_vector_patch_setter, "z")
     # query-position cells: query_pos is the same for every row (same K, no grammar)
     q = int(qp[0])
     assert bool((qp == q).all()), "pairs must share the query position"
     cells = [(l, q, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
-    atq = batched_activation_patch(model, btok, cache, metric, "layer_pos_head", "z",
-                                   cells=cells)
+    atq = batched_activation_patch(model, btok, cache, metric,
+                                   layer_pos_head_vector_patch_setter, "z", cells=cells)
 
     # moved share needs the argmax: one more batched pass per head (cheap)
     def moved(layer, head, pos=None):
@@ -123,11 +127,12 @@ def pair_effects(model, base, src, target) -> list[dict]:
     # non-head components at the query position (where does the information enter?)
     comp = {}
     rp = batched_activation_patch(model, btok, _ensure(model, stok, cache, "resid_pre"), metric,
-                                  "layer_pos", "resid_pre", cells=[(0, q)])
+                                  layer_pos_patch_setter, "resid_pre", cells=[(0, q)])
     comp["resid_pre0@query"] = float(normalised_recovery(float(rp[0]), v_src, v_base))
     if not model.cfg.attn_only:
         mc = _ensure(model, stok, cache, "mlp_out")
-        mo = batched_activation_patch(model, btok, mc, metric, "layer_pos", "mlp_out",
+        mo = batched_activation_patch(model, btok, mc, metric, layer_pos_patch_setter,
+                                      "mlp_out",
                                       cells=[(l, q) for l in range(model.cfg.n_layers)])
         for l in range(model.cfg.n_layers):
             comp[f"mlp{l}@query"] = float(normalised_recovery(float(mo[l]), v_src, v_base))

@@ -8,6 +8,12 @@ import torch
 from helpers import build_induction_patching_case
 
 from mechinterp_icr.interp import patching as P
+from mechinterp_icr.interp.patching_core import SETTER_AXES, unreachable
+from mechinterp_icr.interp.patching_core import layer_head_pattern_patch_setter as PATTERN
+from mechinterp_icr.interp.patching_core import layer_head_pos_pattern_patch_setter as PATTERN_DEST
+from mechinterp_icr.interp.patching_core import layer_head_vector_patch_setter as HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_head_vector_patch_setter as POS_HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_patch_setter as POS
 
 
 @pytest.fixture(scope="module")
@@ -15,10 +21,10 @@ def trained():
     return build_induction_patching_case()
 
 
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_head", "v"),
-                                        ("pattern_layer_head", "pattern"),
-                                        ("pattern_layer_head_dest", "pattern"),
-                                        ("layer_pos", "resid_pre"), ("layer_pos_head", "q")])
+@pytest.mark.parametrize("setter,act", [(POS_HEAD, "z"), (HEAD, "v"),
+                                        (PATTERN, "pattern"),
+                                        (PATTERN_DEST, "pattern"),
+                                        (POS, "resid_pre"), (POS_HEAD, "q")])
 def test_batched_equals_transformer_lens(trained, setter, act):
     model, clean, corr, metric = trained
     _, cache = model.run_with_cache(clean)
@@ -89,8 +95,8 @@ def test_attribution_patching_correlates(trained):
     assert all(not p.requires_grad or p.grad is None for p in model.parameters())
 
 
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
-                                        ("layer_pos", "resid_pre"), ("layer_pos_head", "q")])
+@pytest.mark.parametrize("setter,act", [(POS_HEAD, "z"), (POS_HEAD, "v"),
+                                        (POS, "resid_pre"), (POS_HEAD, "q")])
 def test_metric_position_pruning_is_exact(trained, setter, act):
     model, clean, corr, metric = trained
     T = clean.shape[1]
@@ -100,8 +106,8 @@ def test_metric_position_pruning_is_exact(trained, setter, act):
                                         metric_positions=[pos])
     ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
     assert float((pruned - ref).abs().max()) <= 1e-5
-    n_skip = sum(P.unreachable(model, setter, act, c, [pos])
-                 for c in P.cells_for(model, T, P.ACT_AXES[setter]))
+    n_skip = sum(unreachable(model, setter, act, c, [pos])
+                 for c in P.cells_for(model, T, SETTER_AXES[setter]))
     assert n_skip > 0
 
 
@@ -112,14 +118,15 @@ def test_bad_metric_positions_are_rejected(trained):
     _, cache = model.run_with_cache(clean)
     for bad in ([], [99], [-1]):
         with pytest.raises(ConfigError, match="metric_positions"):
-            P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "z",
+            P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "z",
                                        metric_positions=bad, incremental=True)
 
 
-def test_benchmark_reports_equal_results_and_ratios(tmp_path):
+def test_benchmark_reports_equal_results_and_ratios(tmp_path, monkeypatch):
     """The benchmark's exact modes agree; its timings are only reported (no speed assertion:
     wall-clock ratios belong to ``benchmarks/patching.py``)."""
-    from mechinterp_icr.interp.patch_bench import benchmark_patching
+    from helpers import load_repo_script
+
     from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
 
     cfg = resolve_run_config("induction", 0, [
@@ -128,6 +135,7 @@ def test_benchmark_reports_equal_results_and_ratios(tmp_path):
         "model.n_heads=2", "model.d_head=16", "model.d_model=32", "task.half_len=6"])
     train_single_phase(cfg, tmp_path / "run")
     lines = []
+    benchmark_patching = load_repo_script("benchmarks/patching.py", monkeypatch).benchmark_patching
     res = benchmark_patching(tmp_path / "run", "all", n=4, log=lines.append,
                              float64_check=True)
     assert res["n_checkpoints"] >= 2

@@ -9,6 +9,9 @@ from helpers import build_induction_patching_case
 
 from mechinterp_icr.interp import patching as P
 from mechinterp_icr.interp import patching_fast as F
+from mechinterp_icr.interp.patching_core import layer_head_vector_patch_setter as HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_head_vector_patch_setter as POS_HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_patch_setter as POS
 from mechinterp_icr.training.loop import batch_rng
 from mechinterp_icr.training.toy import tiny_induction_model
 
@@ -31,9 +34,9 @@ def trained_mlp_ln():
     return model, clean, corr, P.logit_diff_metric(pos, clean[:, pos + 1], corr[:, h]), pos
 
 
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "v"),
-                                        ("layer_pos_head", "k"), ("layer_pos", "resid_pre"),
-                                        ("layer_pos", "attn_out")])
+@pytest.mark.parametrize("setter,act", [(POS_HEAD, "z"), (POS_HEAD, "v"),
+                                        (POS_HEAD, "k"), (POS, "resid_pre"),
+                                        (POS, "attn_out")])
 def test_suffix_mode_equals_transformer_lens(trained, setter, act):
     model, clean, corr, metric = trained
     assert F.suffix_supported(setter, act)
@@ -46,8 +49,8 @@ def test_suffix_mode_equals_transformer_lens(trained, setter, act):
         assert float((ours - ref).abs().max()) <= 1e-5
 
 
-INCREMENTAL_ACTS = [("layer_pos_head", a) for a in "zqkv"] + [
-    ("layer_pos", a) for a in ("resid_pre", "attn_out", "resid_post")]
+INCREMENTAL_ACTS = [(POS_HEAD, a) for a in "zqkv"] + [
+    (POS, a) for a in ("resid_pre", "attn_out", "resid_post")]
 
 
 @pytest.mark.parametrize("setter,act", INCREMENTAL_ACTS)
@@ -66,9 +69,9 @@ def test_incremental_equals_transformer_lens(trained, setter, act):
         assert float((ours - ref).abs().max()) <= 1e-5, kw
 
 
-@pytest.mark.parametrize("setter,act", [("layer_pos_head", "z"), ("layer_pos_head", "k"),
-                                        ("layer_pos", "resid_pre"), ("layer_pos", "resid_mid"),
-                                        ("layer_pos", "mlp_out")])
+@pytest.mark.parametrize("setter,act", [(POS_HEAD, "z"), (POS_HEAD, "k"),
+                                        (POS, "resid_pre"), (POS, "resid_mid"),
+                                        (POS, "mlp_out")])
 def test_incremental_equals_transformer_lens_mlp_layernorm(trained_mlp_ln, setter, act):
     model, clean, corr, metric, pos = trained_mlp_ln
     _, cache = model.run_with_cache(clean)
@@ -82,19 +85,19 @@ def test_incremental_equals_transformer_lens_mlp_layernorm(trained_mlp_ln, sette
 def test_incremental_falls_back_where_unsupported(trained):
     model, clean, corr, metric = trained
     _, cache = model.run_with_cache(clean)
-    assert not F.incremental_supported(model, "layer_head", "z")
-    assert not F.incremental_supported(model, "layer_pos", "mlp_out")  # attention-only model
-    a = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "z",
+    assert not F.incremental_supported(model, HEAD, "z")
+    assert not F.incremental_supported(model, POS, "mlp_out")  # attention-only model
+    a = P.batched_activation_patch(model, corr, cache, metric, HEAD, "z",
                                    incremental=True)
-    b = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "z")
+    b = P.batched_activation_patch(model, corr, cache, metric, HEAD, "z")
     assert torch.equal(a, b)
 
 
 def test_suffix_falls_back_where_unsupported(trained):
     model, clean, corr, metric = trained
     _, cache = model.run_with_cache(clean)
-    assert not F.suffix_supported("layer_head", "v")
-    assert not F.suffix_supported("layer_pos_head", "pattern")
-    a = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "v", suffix=True)
-    b = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "v")
+    assert not F.suffix_supported(HEAD, "v")
+    assert not F.suffix_supported(POS_HEAD, "pattern")
+    a = P.batched_activation_patch(model, corr, cache, metric, HEAD, "v", suffix=True)
+    b = P.batched_activation_patch(model, corr, cache, metric, HEAD, "v")
     assert torch.equal(a, b)

@@ -18,6 +18,12 @@ import transformer_lens.patching as tlp
 from mechinterp_icr.config import ConfigError
 from mechinterp_icr.interp import patching as P
 from mechinterp_icr.interp import patching_fast as F
+from mechinterp_icr.interp.patching_core import layer_head_pattern_patch_setter as PATTERN
+from mechinterp_icr.interp.patching_core import layer_head_pos_pattern_patch_setter as PATTERN_DEST
+from mechinterp_icr.interp.patching_core import layer_head_vector_patch_setter as HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_head_vector_patch_setter as POS_HEAD
+from mechinterp_icr.interp.patching_core import layer_pos_patch_setter as POS
+from mechinterp_icr.interp.patching_core import unreachable
 
 B, T, V = 2, 6, 23
 MP = 3  # the metric reads the logits at this position only
@@ -73,24 +79,24 @@ def _quiet_tl(monkeypatch):
 
 # (setter, act) -> TransformerLens's function for it (None: generic_activation_patch)
 COMBOS = {
-    ("layer_pos", "resid_pre"): "get_act_patch_resid_pre",
-    ("layer_pos", "resid_mid"): "get_act_patch_resid_mid",
-    ("layer_pos", "attn_out"): "get_act_patch_attn_out",
-    ("layer_pos", "mlp_out"): "get_act_patch_mlp_out",
-    ("layer_pos", "resid_post"): None,
-    ("layer_pos", "z"): None,  # every head at the position
-    ("layer_pos", "post"): None,  # MLP neurons
-    ("layer_pos_head", "z"): "get_act_patch_attn_head_out_by_pos",
-    ("layer_pos_head", "q"): "get_act_patch_attn_head_q_by_pos",
-    ("layer_pos_head", "k"): "get_act_patch_attn_head_k_by_pos",
-    ("layer_pos_head", "v"): "get_act_patch_attn_head_v_by_pos",
-    ("layer_head", "z"): "get_act_patch_attn_head_out_all_pos",
-    ("layer_head", "q"): "get_act_patch_attn_head_q_all_pos",
-    ("layer_head", "k"): "get_act_patch_attn_head_k_all_pos",
-    ("layer_head", "v"): "get_act_patch_attn_head_v_all_pos",
-    ("pattern_layer_head", "pattern"): "get_act_patch_attn_head_pattern_all_pos",
-    ("pattern_layer_head_dest", "pattern"): "get_act_patch_attn_head_pattern_by_pos",
-    ("pattern_layer_head_dest", "attn_scores"): None,
+    (POS, "resid_pre"): "get_act_patch_resid_pre",
+    (POS, "resid_mid"): "get_act_patch_resid_mid",
+    (POS, "attn_out"): "get_act_patch_attn_out",
+    (POS, "mlp_out"): "get_act_patch_mlp_out",
+    (POS, "resid_post"): None,
+    (POS, "z"): None,  # every head at the position
+    (POS, "post"): None,  # MLP neurons
+    (POS_HEAD, "z"): "get_act_patch_attn_head_out_by_pos",
+    (POS_HEAD, "q"): "get_act_patch_attn_head_q_by_pos",
+    (POS_HEAD, "k"): "get_act_patch_attn_head_k_by_pos",
+    (POS_HEAD, "v"): "get_act_patch_attn_head_v_by_pos",
+    (HEAD, "z"): "get_act_patch_attn_head_out_all_pos",
+    (HEAD, "q"): "get_act_patch_attn_head_q_all_pos",
+    (HEAD, "k"): "get_act_patch_attn_head_k_all_pos",
+    (HEAD, "v"): "get_act_patch_attn_head_v_all_pos",
+    (PATTERN, "pattern"): "get_act_patch_attn_head_pattern_all_pos",
+    (PATTERN_DEST, "pattern"): "get_act_patch_attn_head_pattern_by_pos",
+    (PATTERN_DEST, "attn_scores"): None,
 }
 MODES = {
     "default": {},
@@ -134,8 +140,8 @@ def test_rotary_only_activations():
     model = _build("rotary")
     clean, corr, metric = _data()
     _, cache = model.run_with_cache(clean)
-    for setter, act in [("layer_pos_head", "rot_q"), ("layer_pos_head", "rot_k"),
-                        ("layer_head", "rot_k"), ("layer_pos", "rot_q")]:
+    for setter, act in [(POS_HEAD, "rot_q"), (POS_HEAD, "rot_k"),
+                        (HEAD, "rot_k"), (POS, "rot_q")]:
         ref = P.tl_activation_patch(model, corr, cache, metric, setter, act)
         assert float(ref.max() - ref.min()) > 1e-3
         diffs = _max_diffs(model, corr, cache, metric, setter, act, ref)
@@ -146,8 +152,8 @@ def test_fast_paths_apply_where_documented(setup):
     """Suffix runs on all four kinds; incremental on standard positions only (rotary and
     shortformer fall back to the full forwards, which the equality test covers)."""
     kind, model = setup[:2]
-    assert F.suffix_supported("layer_pos_head", "z", model)
-    assert F.incremental_supported(model, "layer_pos_head", "z") == (kind in ("ln", "gelu"))
+    assert F.suffix_supported(POS_HEAD, "z", model)
+    assert F.incremental_supported(model, POS_HEAD, "z") == (kind in ("ln", "gelu"))
 
 
 def test_shortformer_restart_needs_the_positional_embedding():
@@ -185,25 +191,28 @@ def test_unknown_setter_and_activation_names_are_config_errors():
     model = _build("ln")
     clean, corr, metric = _data()
     _, cache = model.run_with_cache(clean)
-    with pytest.raises(ConfigError, match=r"setter = 'layer_pos_heads'.*'layer_pos_head'"):
-        P.batched_activation_patch(model, corr, cache, metric, "layer_pos_heads", "z")
-    with pytest.raises(ConfigError, match=r"setter = 'by_pos'.*'pattern_layer_head'"):
-        P.tl_activation_patch(model, corr, cache, metric, "by_pos", "z")
+    # a setter is a function, never a name
+    with pytest.raises(ConfigError, match=r"setter = 'layer_pos_head'.*patch-setter function"):
+        P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "z")
+    with pytest.raises(ConfigError, match=r"setter = '<lambda>'.*index_axis_names"):
+        P.tl_activation_patch(model, corr, cache, metric, lambda a, i, c: a, "z")
+    with pytest.raises(ConfigError, match=r"index_axis_names = \['pos'\]"):
+        P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "z", ["pos"])
     with pytest.raises(ConfigError, match=r"act = 'zz'.*'z'"):
-        P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "zz")
+        P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "zz")
     with pytest.raises(ConfigError, match=r"act = 'resid_pre'.*layer_pos_head"):
         P.patch_head_out_by_pos(model, corr, cache, metric, act="resid_pre")
     with pytest.raises(ConfigError, match=r"act = 'rot_q'"):  # not a rotary model
-        P.batched_activation_patch(model, corr, cache, metric, "layer_pos_head", "rot_q")
+        P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "rot_q")
     with pytest.raises(ConfigError, match=r"clean_cache .*blocks\.1\.attn\.hook_v"):
         small = {k: v for k, v in cache.items() if k != "blocks.1.attn.hook_v"}
-        P.batched_activation_patch(model, corr, small, metric, "layer_head", "v")
+        P.batched_activation_patch(model, corr, small, metric, HEAD, "v")
     with pytest.raises(ConfigError, match=r"by = 'pos'"):
         P.attribution_patch(model, clean, corr, metric, act="z", by="pos")
     # TransformerLens aliases still work
-    a = P.batched_activation_patch(model, corr, cache, metric, "layer_head", "value")
+    a = P.batched_activation_patch(model, corr, cache, metric, HEAD, "value")
     assert torch.equal(a, P.batched_activation_patch(model, corr, cache, metric,
-                                                     "layer_head", "v"))
+                                                     HEAD, "v"))
 
 
 @pytest.mark.parametrize("kind", ["ln", "rotary", "shortformer"])
@@ -216,10 +225,10 @@ def test_left_padding_tokenizer(kind):
     clean[0, :2] = corr[0, :2] = 0  # two leading pads in row 0, one in row 1
     clean[1, :1] = corr[1, :1] = 0
     _, cache = model.run_with_cache(clean)
-    assert not F.suffix_supported("layer_pos_head", "z", model)
-    assert not F.incremental_supported(model, "layer_pos_head", "z")
-    for setter, act in [("layer_pos_head", "z"), ("layer_pos", "resid_mid"),
-                        ("layer_head", "k")]:
+    assert not F.suffix_supported(POS_HEAD, "z", model)
+    assert not F.incremental_supported(model, POS_HEAD, "z")
+    for setter, act in [(POS_HEAD, "z"), (POS, "resid_mid"),
+                        (HEAD, "k")]:
         ref = _tl_reference(model, corr, cache, metric, setter, act)
         diffs = _max_diffs(model, corr, cache, metric, setter, act, ref)
         assert max(diffs.values()) <= TOL, (setter, act, diffs)
@@ -232,9 +241,38 @@ def test_bidirectional_attention():
                    positional_embedding_type="standard")
     clean, corr, metric = _data()
     _, cache = model.run_with_cache(clean)
-    assert not F.suffix_supported("layer_pos_head", "z", model)
-    assert not P.unreachable(model, "layer_pos_head", "z", (0, T - 1, 0), [MP])
-    for setter, act in [("layer_pos_head", "z"), ("layer_pos", "resid_pre")]:
+    assert not F.suffix_supported(POS_HEAD, "z", model)
+    assert not unreachable(model, POS_HEAD, "z", (0, T - 1, 0), [MP])
+    for setter, act in [(POS_HEAD, "z"), (POS, "resid_pre")]:
         ref = _tl_reference(model, corr, cache, metric, setter, act)
         diffs = _max_diffs(model, corr, cache, metric, setter, act, ref)
         assert max(diffs.values()) <= TOL, (setter, act, diffs)
+
+
+def test_a_custom_setter_with_axes_equals_transformer_lens():
+    """Any callable of TransformerLens's setter signature works with ``index_axis_names``
+    (on the general path): here, patching one head's value vector at a position only in the
+    first row of the batch, against TransformerLens's ``generic_activation_patch``."""
+    model = _build("ln")
+    clean, corr, metric = _data()
+    _, cache = model.run_with_cache(clean)
+
+    def first_row_setter(corrupted_activation, index, clean_activation):
+        _, pos, head = index
+        corrupted_activation[0, pos, head] = clean_activation[0, pos, head]
+        return corrupted_activation
+
+    axes = ["layer", "pos", "head"]
+    with torch.no_grad():
+        ref = tlp.generic_activation_patch(model, corr, cache, metric, first_row_setter, "v",
+                                           index_axis_names=axes)
+    ours = P.batched_activation_patch(model, corr, cache, metric, first_row_setter, "v", axes,
+                                      max_batch=2 * B)
+    assert ours.shape == ref.shape
+    assert float(ref.max() - ref.min()) > 1e-4
+    assert float((ours - ref).abs().max()) <= TOL
+    # the fast strategies are for TransformerLens's by-position setters only: asked for, the
+    # engine keeps the general path and the same numbers
+    fast = P.batched_activation_patch(model, corr, cache, metric, first_row_setter, "v", axes,
+                                      suffix=True, incremental=True, metric_positions=[MP])
+    assert torch.equal(fast, ours)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from helpers import load_repo_script
 
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig
@@ -132,22 +133,9 @@ def test_real_task_splits_do_not_leak(tiny_runs):
         pr.split_from_sets(100, 100, T2.prompt_ids(), S2)
 
 
-def _script(rel: str, monkeypatch):
-    """Load a script of the repository (probes/, analyses/) as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / rel
-    monkeypatch.syspath_prepend(str(path.parent))  # analyses/ scripts import _common
-    spec = importlib.util.spec_from_file_location(path.stem + "_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_probe_scripts_run_on_a_run_directory(tiny_runs, tmp_path, capsys, monkeypatch):
     _, paths = tiny_runs
-    mod = _script("probes/task_vectors.py", monkeypatch)
+    mod = load_repo_script("probes/task_vectors.py", monkeypatch)
     rc = mod.main([str(paths[0]), "--checkpoints", "phase:ft-icl:last", "--quick", "--n", "120",
                    "--out", str(tmp_path)])
     assert rc == 0
@@ -165,7 +153,7 @@ def test_scripts_refuse_a_run_of_another_task(script, tmp_path, capsys, monkeypa
 
     run = tmp_path / "runs" / "cr" / "seed0"
     RunDir.open_for(run, RunConfig(name="seed0", task=InductionTaskConfig()))
-    mod = _script(script, monkeypatch)
+    mod = load_repo_script(script, monkeypatch)
     args = ["--out", str(tmp_path), "--seeds", "0"] if "cr_sweep" in script else [str(run)]
     try:
         code = mod.main(args)
