@@ -2,6 +2,8 @@
 logistic crossing, the IR-1 shuffled-triple control, the IR-3 stopping rule, the IR-8 probes,
 scores and induction task."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -242,28 +244,55 @@ def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
                 [{"seed": 0, "n": n, "N": N, "arm": "learned"}
                  for n, N in zip(cfg.sweep_n, learned)])
 
-    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5]), [0])["0"]
+    bound = {n: (math.log2(n) / 5) ** 2 for n in cfg.sweep_n}  # (log n / log n_min)^2
+    m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4]), [0])["0"]
     assert m["N_grows"] == 1.0 and m["censored_n"] == []
     assert m["polylog_r2"] == pytest.approx(max(m["r2"]["log_n"], m["r2"]["log_n_sq"]))
     assert m["polylog_beats_linear_where_grows"] == float(m["polylog_r2"] > m["linear_r2"])
-    assert m["growth_over_bound"] == pytest.approx(2.5 / (8 / 5) ** 2)
+    # the bound is applied at every n: the largest N(n)/N(n_min) over its bound at n
+    assert m["growth_over_bound"] == pytest.approx(max(1 / bound[64], 1.5 / bound[128],
+                                                       2 / bound[256]))
     assert m["learned_sees_growth"] == 1.0  # the learned memory misses at n_max
     assert ir5_not_measurable({"0": m}, cfg) == ""
     flat = sample_complexity_per_seed(cfg, rows([4, 2, 3, 4]), [0])["0"]
     assert flat["N_grows"] == 0.0 and flat["polylog_beats_linear_where_grows"] == 1.0
     assert flat["growth_over_bound"] < 1.0 and ir5_not_measurable({"0": flat}, cfg) == ""
+    # a hump: flat ends, a jump in the middle exceeds the bound at that n
+    hump = sample_complexity_per_seed(cfg, rows([2, 2, 8, 2]), [0])["0"]
+    assert hump["growth_over_bound"] == pytest.approx(4 / bound[128])
+    assert hump["growth_over_bound"] > 1.0 and ir5_not_measurable({"0": hump}, cfg) == ""
+    # a censored interior n: N > max(sweep_Ns) = 8, a lower bound that decides when it
+    # already exceeds the bound there ...
     m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
-    assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None
+    assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None and m["N_grows"] == 1.0
     assert m["fit"]["n"]["r2"] is not None  # fitted over the three measured n
-    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]
-    assert censored_lower_bound(cfg, 4) == pytest.approx((8 / 4) / (8 / 5) ** 2)  # 0.78
-    assert m["N_largest_n"] is None and m["growth_over_bound"] is None  # undecidable
-    assert m["N_grows"] is None and m["polylog_beats_linear_where_grows"] is None
-    assert "censored" in ir5_not_measurable({"0": m}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([1, 3, 4, None]), [0])["0"]  # 8/1 over 2.56
-    assert m["growth_over_bound"] == pytest.approx(8 / (8 / 5) ** 2)
+    assert m["growth_over_bound"] == pytest.approx((8 / 2) / bound[64])
     assert m["growth_over_bound_is_lower_bound"] == 1.0
     assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
+    m = sample_complexity_per_seed(cfg, rows([2, None, None, 2]), [0])["0"]
+    assert m["growth_over_bound"] > 1.0
+    # ... and otherwise leaves the seed not measurable, the n named
+    m = sample_complexity_per_seed(cfg, rows([8, None, 8, 8]), [0])["0"]
+    assert m["growth_over_bound"] is None and m["bound_undecided_n"] == [64]
+    assert "n = 64" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]
+    assert censored_lower_bound(cfg, 4) == pytest.approx((8 / 4) / bound[256])  # 0.78
+    assert m["N_largest_n"] is None and m["growth_over_bound"] is None  # undecidable
+    assert m["N_grows"] == 1.0 and m["bound_undecided_n"] == [256]
+    assert "censored" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([1, 3, 4, None]), [0])["0"]  # 8/1 over 2.56
+    assert m["growth_over_bound"] == pytest.approx(8 / bound[256])
+    assert m["growth_over_bound_is_lower_bound"] == 1.0
+    assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
+    # a missing row is named as missing, not as censored
+    m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4])[1:], [0])["0"]
+    assert m["missing_n"] == [32] and m["growth_over_bound"] is None
+    assert "rows missing: n = 32" in ir5_not_measurable({"0": m}, cfg)
+    # growth within the bound measured at fewer than 3 n: no fit, not measurable
+    few = {**flat, "growth_over_bound": 0.9, "polylog_beats_linear_where_grows": None,
+           "n_measured": 2}
+    assert "fewer" not in ir5_not_measurable({"0": flat}, cfg)
+    assert ">= 3 n" in ir5_not_measurable({"0": few}, cfg)
     m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], float("nan")), [0])["0"]
     assert m["retrieval_min"] is None
     assert "retrieval" in ir5_not_measurable({"0": m}, cfg)
@@ -375,3 +404,15 @@ def test_pretrained_metrics_control_and_comparator(monkeypatch):
     assert m["large_step_pair_mass_diff"] == pytest.approx(0.04)  # pretrained, large step
     assert m["constructed_rows_met"] == 0.0  # the comparator's final gap 0.1 > 0.02
     assert m["constructed"]["within_pair_gap"] == pytest.approx(0.1)
+
+
+def test_a_diverged_run_cannot_create_a_crossing():
+    """A non-finite run accuracy counts as a failed run (0.0): it never pulls the monotone
+    fit up to the target."""
+    from mechinterp_icr.experiments.ir.ir5 import accuracy_crossing
+
+    runs = [{"N": 1, "expected_acc": 0.995}, {"N": 2, "expected_acc": 0.95},
+            {"N": 4, "expected_acc": 0.95}]
+    assert accuracy_crossing(runs, 0.99) is None
+    runs[1:2] = [{"N": 2, "expected_acc": float("nan")}, {"N": 2, "expected_acc": 0.95}]
+    assert accuracy_crossing(runs, 0.99) is None

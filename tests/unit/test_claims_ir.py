@@ -31,7 +31,7 @@ GOOD = {
              "constructed_rows_met": 1.0, "large_step_pair_mass_diff": 0.01},
     "IR-7": {"within_pair_gap": 0.01, "mass_s3": 0.0, "solved": 1.0,
              "large_step_swap_expected_acc": 0.5},
-    "IR-8": {"tok_solved": 1.0, "tok_induction_row_step1_acc": 0.35,
+    "IR-8": {"tok_solved": 1.0, "tok_query_seen_before": 0.0, "tok_induction_row_step1_acc": 0.35,
              "tok_learned_row_step1_acc": 0.995, "tok_head_score_minus_baseline": -0.01,
              "induction_model_score_minus_baseline": 0.7,
              "induction_model_tl_score_minus_baseline": 0.7,
@@ -216,6 +216,8 @@ def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max_only()
     assert sees(10.0, 10.0 * 0.5 * hi / lo)["learned_sees_growth"] == 1.0
     m = sees(10.0, None)  # misses the target at n_max within the registered N range
     assert m["learned_sees_growth"] == 1.0 and m["learned_reached_some_n"] == 1.0
+    # ... but only when the growth that miss implies exceeds the claim's own bound
+    assert sees(max(QUICK.sweep_Ns) / 2, None)["learned_sees_growth"] == 0.0
     never = sees(None, None)  # reached at no n: it measured nothing, so the control fails
     assert never["learned_sees_growth"] == 0.0 and never["learned_reached_some_n"] == 0.0
     assert sees(None, 50.0)["learned_sees_growth"] == 0.0  # not reached at n_min
@@ -266,6 +268,15 @@ def test_ir8_token_dependent_model_that_does_not_solve_the_task_is_inconclusive(
     assert c["verdict"] == "inconclusive"
     assert "does not solve the task" in c["verdict_reason"] and "2 (0.97)" in \
         c["verdict_reason"]
+
+
+@pytest.mark.parametrize("seen", [0.01, None])
+def test_ir8_with_the_query_token_earlier_in_the_context_is_inconclusive(seen):
+    """(a) tests rows at fixed offsets; where the query's token occurred earlier, the row to
+    the token after that occurrence would go untested, so the claim cannot be decided."""
+    per = _per({"IR-8": ("tok_query_seen_before", seen)})
+    c = _verdicts(per)["IR-8"]
+    assert c["verdict"] == "inconclusive" and "occurs earlier" in c["verdict_reason"]
 
 
 def test_derived_settings_are_pinned():

@@ -77,9 +77,10 @@ def _fmt(v) -> str:
 def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     """Why IR-5 cannot be decided ('' when it can): no seed measured; the precondition
     (retrieval >= ``sweep_retrieval_min`` at every n; a missing retrieval counts as failing)
-    fails at some n, named; the memory arm's N is censored (never reached within
-    ``sweep_Ns``) at n_min, or at n_max where the smallest ratio the data allow does not
-    already exceed the bound. (A flat N is no longer a reason: the claim is an upper bound.)"""
+    fails at some n, named; a sweep row is missing; the memory arm's N is censored (never
+    reached within ``sweep_Ns``) at n_min, or at an n where the smallest ratio the data allow
+    does not already exceed the bound; N grows within the bound but is measured at fewer than
+    3 n (no polylog-vs-linear fit). (A flat N is not a reason: the claim is an upper bound.)"""
     if not per5:
         return "no seed measured"
     why = []
@@ -94,17 +95,29 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     if low:
         why.append("precondition unmet: memory retrieval < {:g} at ".format(thr) + "; ".join(
             f"n = {n} (d = {_d(cfg, n)}) on seed(s) {', '.join(ks)}" for n, ks in low.items()))
-    lo, hi, top = min(cfg.sweep_n), max(cfg.sweep_n), max(cfg.sweep_Ns)
+    lo, top = min(cfg.sweep_n), max(cfg.sweep_Ns)
     c_lo = [k for k, m in per5.items() if m.get("N_smallest_n") is None]
     if c_lo:
         why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
                    + ", ".join(c_lo) + _peaks(per5, c_lo, lo, cfg))
-    c_hi = [k for k, m in per5.items() if k not in c_lo and m.get("N_largest_n") is None
-            and m.get("growth_over_bound") is None]
-    if c_hi:
-        why.append(f"N censored at n_max = {hi} (N > {top}) while the smallest ratio the data "
-                   "allow stays within the bound on seed(s) " + ", ".join(
-                       f"{k} (N(n_min) = {_fmt(per5[k].get('N_smallest_n'))})" for k in c_hi))
+    gone = {k: m.get("missing_n") for k, m in per5.items() if m.get("missing_n")}
+    if gone:
+        why.append("sweep rows missing: " + "; ".join(
+            f"n = {', '.join(map(str, ns))} on seed {k}" for k, ns in gone.items()))
+    und = [k for k, m in per5.items() if k not in c_lo and k not in gone
+           and m.get("growth_over_bound") is None]
+    if und:
+        why.append(f"N censored (N > {top}) at n where the smallest ratio the data allow "
+                   "stays within the bound, on seed(s) " + ", ".join(
+                       f"{k} (n = {', '.join(map(str, per5[k].get('bound_undecided_n') or []))};"
+                       f" N(n_min) = {_fmt(per5[k].get('N_smallest_n'))})" for k in und))
+    few = [k for k, m in per5.items() if k not in c_lo and k not in gone and k not in und
+           and compare(m.get("growth_over_bound"), "<=", 1.0)
+           and m.get("polylog_beats_linear_where_grows") is None]
+    if few:
+        why.append("N grows within the bound but polylog and linear fits need N measured at "
+                   ">= 3 n, on seed(s) " + ", ".join(
+                       f"{k} ({per5[k].get('n_measured')} measured)" for k in few))
     return "; ".join(why)
 
 
@@ -128,16 +141,24 @@ def _d(cfg: IRConfig, n) -> str:
 def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     """Why IR-8 cannot be decided ('' when it can): the token-dependent model does not solve
     the task (step-1 argmax < 0.99 on ``tok_eval`` fresh sequences at the end of the
-    registered budget; SPEC 2) on some seed, or was not measured."""
+    registered budget; SPEC 2) on some seed, or was not measured; or the query's token occurs
+    earlier in the context of some evaluation sequence, so (a)'s rows at fixed offsets would
+    not test the row to the token after that occurrence (a missing count counts as such)."""
     if not per8:
         return "no seed measured"
+    why = []
     bad = [k for k, m in per8.items() if m.get("tok_solved") != 1.0]
-    if not bad:
-        return ""
-    return ("the token-dependent model does not solve the task (step-1 argmax >= 0.99 on "
-            f"{cfg.tok_eval} fresh sequences within {cfg.tok_steps} small steps) on seed(s) "
-            + ", ".join(f"{k} ({_fmt(per8[k].get('tok_learned_row_step1_acc'))})"
-                        for k in bad))
+    if bad:
+        why.append("the token-dependent model does not solve the task (step-1 argmax >= 0.99 "
+                   f"on {cfg.tok_eval} fresh sequences within {cfg.tok_steps} small steps) on "
+                   "seed(s) " + ", ".join(
+                       f"{k} ({_fmt(per8[k].get('tok_learned_row_step1_acc'))})" for k in bad))
+    seen = [k for k, m in per8.items() if m.get("tok_query_seen_before") != 0.0]
+    if seen:
+        why.append("the query's token occurs earlier in the context (share of evaluation "
+                   "sequences) on seed(s) " + ", ".join(
+                       f"{k} ({_fmt(per8[k].get('tok_query_seen_before'))})" for k in seen))
+    return "; ".join(why)
 
 
 def ran_to_stop_max(per_seed: dict[str, dict], cfg: IRConfig) -> list[str]:

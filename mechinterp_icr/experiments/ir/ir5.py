@@ -79,6 +79,13 @@ def isotonic_fit(y: list[float], w: list[float] | None = None) -> list[float]:
     return [b[0] / b[1] for b in blocks for _ in range(int(b[2]))]
 
 
+def _run_acc(run: dict) -> float:
+    """A run's final expected accuracy; a non-finite one (a diverged run) counts as 0.0, a
+    failed run, so it can never create a crossing."""
+    v = float(run["expected_acc"])
+    return v if math.isfinite(v) else 0.0
+
+
 def accuracy_crossing(runs: list[dict], target: float) -> float | None:
     """IR-5's N(n) (SPEC 2: "read from a fitted accuracy-vs-N curve with several runs per
     N"): the smallest N of the runs' grid at which the monotone (non-decreasing in N)
@@ -89,7 +96,7 @@ def accuracy_crossing(runs: list[dict], target: float) -> float | None:
     the target within the run-to-run spread crosses only where the pooled runs do."""
     by: dict[float, list[float]] = {}
     for r in runs:
-        by.setdefault(float(r["N"]), []).append(float(r["expected_acc"]))
+        by.setdefault(float(r["N"]), []).append(_run_acc(r))
     Ns = sorted(by)
     fit = isotonic_fit([float(np.mean(by[N])) for N in Ns], [len(by[N]) for N in Ns])
     for N, f in zip(Ns, fit):
@@ -107,7 +114,7 @@ def fit_peak_over_ceiling(row: dict) -> float | None:
         return None
     by: dict[float, list[float]] = {}
     for r in runs:
-        by.setdefault(float(r["N"]), []).append(float(r["expected_acc"]))
+        by.setdefault(float(r["N"]), []).append(_run_acc(r))
     Ns = sorted(by)
     return max(isotonic_fit([float(np.mean(by[N])) for N in Ns], [len(by[N]) for N in Ns])
                ) / ceil
@@ -270,10 +277,42 @@ def polylog_bound(sweep_n) -> float:
     return (math.log2(n_hi) / math.log2(n_lo)) ** 2
 
 
-def censored_lower_bound(cfg: IRConfig, N_lo: float) -> float:
-    """With N(n_min) measured and N(n_max) censored (never reached with N <= max
-    ``sweep_Ns``): the smallest N(n_max) / N(n_min) over the bound the data allow."""
-    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound(cfg.sweep_n)
+def censored_lower_bound(cfg: IRConfig, N_lo: float, n: int | None = None) -> float:
+    """With N(n_min) measured and N(n) censored (never reached with N <= max ``sweep_Ns``;
+    default n = n_max): the smallest N(n) / N(n_min) over the bound at n the data allow."""
+    n = max(cfg.sweep_n) if n is None else n
+    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound((min(cfg.sweep_n), n))
+
+
+def _bound_ratios(cfg: IRConfig, by: dict[int, Any], N_lo: float
+                  ) -> tuple[float | None, list[int], bool]:
+    """(``growth_over_bound``, the censored n it cannot decide, whether the value is a
+    censored lower bound). The bound is applied at every n > n_min, not only at n_max (an
+    upper bound on the growth holds at every n): N(n) / N(n_min) over (log n / log n_min)^2
+    where N(n) is measured; where it is censored, the smallest ratio the data allow, which
+    decides only when it already exceeds the bound. Exceeded anywhere: the largest ratio
+    (> 1); else None while a censored n is undecided; else the largest measured ratio."""
+    n_lo = min(cfg.sweep_n)
+    measured: list[float] = []
+    lower: list[float] = []
+    undecided: list[int] = []
+    for n in sorted(by):
+        if n == n_lo:
+            continue
+        if _finite(by[n]):
+            measured.append((float(by[n]) / N_lo) / polylog_bound((n_lo, n)))
+            continue
+        lb = censored_lower_bound(cfg, N_lo, n)
+        if lb > 1.0:
+            lower.append(lb)
+        else:
+            undecided.append(n)
+    top = max(measured + lower, default=None)
+    if top is not None and top > 1.0:
+        return top, [], top not in measured
+    if undecided:
+        return None, undecided, False
+    return top, [], False
 
 
 def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
@@ -285,23 +324,22 @@ def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
 
 
 def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
-    n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
+    n_lo = min(cfg.sweep_n)
     by = {r["n"]: r["N"] for r in rr}
-    N_lo, N_hi = by.get(n_lo), by.get(n_hi)
-    ends = _finite(N_lo) and _finite(N_hi)
+    N_lo, N_hi = by.get(n_lo), by.get(max(cfg.sweep_n))
+    missing = [n for n in cfg.sweep_n if n not in by]
     fit, r2 = _arm_fits(by)
     poly = max((v for k, v in r2.items() if k != "n" and _finite(v)), default=None)
     lin = r2["n"] if _finite(r2["n"]) else None
-    grows = (N_hi > N_lo) if ends else None
-    if ends:
-        ratio = (N_hi / N_lo) / polylog_bound(cfg.sweep_n)
-        beats = 1.0 if not grows else (float(poly > lin) if poly is not None and
-                                       lin is not None else None)
-    elif _finite(N_lo) and n_hi in by:  # censored at n_max: decidable only if it exceeds
-        lb = censored_lower_bound(cfg, N_lo)
-        ratio, beats = (lb if lb > 1.0 else None), None
-    else:
-        ratio, beats = None, None
+    ratio, undecided, from_lb, grows, beats = None, [], False, None, None
+    if _finite(N_lo) and not missing:
+        ratio, undecided, from_lb = _bound_ratios(cfg, by, N_lo)
+        # N grows where it is above N(n_min) at some n (a censored N is above every N tried)
+        grows = any(not _finite(by[n]) or by[n] > N_lo for n in by if n != n_lo)
+        if not grows:
+            beats = 1.0
+        elif poly is not None and lin is not None:
+            beats = float(poly > lin)
     retr = {r["n"]: r.get("retrieval") for r in rr}
     thr = cfg.sweep_retrieval_min
     return {
@@ -311,7 +349,9 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         "N_smallest_n": N_lo, "N_largest_n": N_hi,
         "N_grows": None if grows is None else float(grows),
         "growth_over_bound": ratio,
-        "growth_over_bound_is_lower_bound": float(not ends and ratio is not None),
+        "growth_over_bound_is_lower_bound": float(from_lb),
+        "bound_undecided_n": undecided, "missing_n": missing,
+        "n_measured": sum(1 for n in by if _finite(by[n])),
         "polylog_beats_linear_where_grows": beats,
         "polylog_r2": poly, "linear_r2": lin, "r2": r2, "fit": fit,
         "retrieval_by_n": {str(n): v for n, v in retr.items()},
@@ -337,7 +377,10 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         # measurement sees growth (docs/ir.md)
         sees = 0.0
     elif not _finite(N_hi):
-        sees = 1.0  # measured at n_min, misses the target at n_max within the N range
+        # misses the target at n_max within the N range; stricter than SPEC's letter: the
+        # smallest growth the data allow must exceed the claim's own bound, or the control
+        # has not shown it could see growth the rule would reject (docs/ir.md)
+        sees = float(censored_lower_bound(cfg, N_lo) > 1.0)
     else:
         sees = float(N_hi / N_lo >= need)
     return {"learned_N_by_n": {str(n): by[n] for n in by},
@@ -353,12 +396,14 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
                                ) -> dict[str, dict[str, Any]]:
     """IR-5 per-seed metrics from the sweep rows of both arms (a row without ``arm`` is the
-    memory arm's). Memory arm: N at n_min and n_max, ``growth_over_bound`` (N(n_max) /
-    N(n_min) over the bound; with N censored at n_max the smallest ratio the data allow when
-    it already exceeds the bound, else None), ``polylog_beats_linear_where_grows`` (1 where N
-    does not grow; else whether the better polylog fit's R^2 beats the linear fit's, over
-    the n whose N was measured), the precondition (``retrieval_min``, ``retrieval_low_n``),
-    the zero-data control. Learned arm: ``learned_sees_growth`` (positive control)."""
+    memory arm's). Memory arm: N at n_min and n_max, ``growth_over_bound`` (the largest
+    N(n) / N(n_min) over the bound at n, over every n; a censored N(n) enters as the smallest
+    ratio the data allow when that already exceeds the bound, else it leaves the seed
+    undecided: ``bound_undecided_n``), ``polylog_beats_linear_where_grows`` (1 where N does
+    not grow; else whether the better polylog fit's R^2 beats the linear fit's over the n
+    whose N was measured; None with fewer than 3 of them), the precondition
+    (``retrieval_min``, ``retrieval_low_n``), the zero-data control. Learned arm:
+    ``learned_sees_growth`` (positive control)."""
     per = {}
     rows = [{**r, "N": row_N(r)} for r in rows]
     for seed in seeds:

@@ -131,6 +131,7 @@ def ir8_per_seed(pos: dict, tok: dict, ctrl: dict) -> dict[str, Any]:
         "tok_head_tl_score_minus_baseline": tok["transformer_lens"]["score_minus_baseline"],
         "tok_offset_1_step1_acc": tok["offset_1_step1_acc"],
         "tok_offset_2_step1_acc": tok["offset_2_step1_acc"],
+        "tok_query_seen_before": tok.get("query_seen_before"),
         "induction_model_score_minus_baseline": ctrl["project"]["score_minus_baseline"],
         "induction_model_tl_score_minus_baseline":
             ctrl["transformer_lens"]["score_minus_baseline"],
