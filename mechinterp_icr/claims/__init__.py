@@ -6,6 +6,7 @@ reproduction summary.
 - :mod:`.summary`: :class:`Claim`, :class:`Summary` (``summary.json``) and the CIs.
 """
 
+from mechinterp_icr.claims.intervals import ci95
 from mechinterp_icr.claims.protocol import (
     HOLDS,
     INCONCLUSIVE,
@@ -18,7 +19,7 @@ from mechinterp_icr.claims.protocol import (
     evaluate_control,
 )
 from mechinterp_icr.claims.registry import REGISTRY, spec
-from mechinterp_icr.claims.summary import Claim, Summary, ci95, claim_key, format_claim_table
+from mechinterp_icr.claims.summary import Claim, Summary, claim_key, format_claim_table
 
 __all__ = [
     "HOLDS",

@@ -109,8 +109,8 @@ def _extreme(vals: dict[str, float], largest: bool) -> tuple[str, float]:
 
 
 def _interval(values: list[float], metric: str) -> tuple[float, float, bool]:
+    from mechinterp_icr.claims.intervals import interval
     from mechinterp_icr.claims.registry import metric_range
-    from mechinterp_icr.claims.summary import interval
 
     return interval(values, metric_range(metric))
 

@@ -495,20 +495,8 @@ class CRTask:
         c = self.cfg
         B = int(batch_size)
         K = c.n_demos if K is None else int(K)
-        subjects = np.arange(c.n_subjects) if subjects is None else np.asarray(subjects)
-        self.check_demos(K, subjects)
-        if types is None:
-            types = rng.integers(c.n_types, size=B)
-        else:
-            types = np.broadcast_to(np.asarray(types, dtype=np.int64), (B,)).copy()
-            check(bool(((types >= 0) & (types < c.n_types)).all()), "types", types,
-                  f"type indices in [0, {c.n_types - 1}]")
-        pick = rng.random((B, len(subjects))).argsort(axis=1)[:, :K + 1]
-        chosen = subjects[pick]  # (B, K+1) distinct per row
-        if demo_subjects is not None:
-            chosen[:, :K] = np.asarray(demo_subjects).reshape(B, K)
-        if query_subjects is not None:
-            chosen[:, K] = np.asarray(query_subjects).reshape(B)
+        types, chosen = self._icl_types_subjects(rng, B, K, subjects, types, demo_subjects,
+                                                 query_subjects)
         if grammar:
             glen = rng.integers(c.iclgrm_len_min, c.iclgrm_len_max + 1, size=(B, K + 1))
             if not c.iclgrm_query_grammar:
@@ -559,6 +547,27 @@ class CRTask:
                 "demo_attr_pos": torch.as_tensor(attr_pos),
                 "grammar_len": torch.as_tensor(glen), "roles": torch.as_tensor(role)}
         return Batch(torch.as_tensor(tok), torch.as_tensor(tgt), meta)
+
+    def _icl_types_subjects(self, rng: np.random.Generator, B: int, K: int, subjects, types,
+                            demo_subjects, query_subjects) -> tuple[np.ndarray, np.ndarray]:
+        """(types (B,), subjects (B, K+1): K demos then the query, distinct per row) of an ICL
+        batch: drawn from ``rng`` (types first, when not given) unless given."""
+        c = self.cfg
+        subjects = np.arange(c.n_subjects) if subjects is None else np.asarray(subjects)
+        self.check_demos(K, subjects)
+        if types is None:
+            types = rng.integers(c.n_types, size=B)
+        else:
+            types = np.broadcast_to(np.asarray(types, dtype=np.int64), (B,)).copy()
+            check(bool(((types >= 0) & (types < c.n_types)).all()), "types", types,
+                  f"type indices in [0, {c.n_types - 1}]")
+        pick = rng.random((B, len(subjects))).argsort(axis=1)[:, :K + 1]
+        chosen = subjects[pick]  # (B, K+1) distinct per row
+        if demo_subjects is not None:
+            chosen[:, :K] = np.asarray(demo_subjects).reshape(B, K)
+        if query_subjects is not None:
+            chosen[:, K] = np.asarray(query_subjects).reshape(B)
+        return types, chosen
 
     def describe(self) -> dict[str, Any]:
         """Numbers worth reporting next to results: separation, Bayes ceilings, split sizes."""

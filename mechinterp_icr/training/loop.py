@@ -185,13 +185,49 @@ def train_phase(
     """
     t_start = time.perf_counter()
     check_phase_name(phase)
-    device = next(model.parameters()).device
     # The embedding backward (index_put with accumulate) sums in a thread-dependent order on
     # CPU; deterministic algorithms make a run, and so a resumed run, bit-identical.
     prev_det = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
     prev = {n: p.requires_grad for n, p in model.named_parameters()}
-    # parameters frozen by construction (requires_grad False before the phase) stay frozen
+    names, masks = _trainable(model, cfg, grad_masks, prev)
+    opt = make_optimizer(model, cfg, names)
+    meta_base = {"phase": phase, "phase_order": phase_order, "seed": seed,
+                 "trainable": names, "config": to_dict(run_config) if run_config else None,
+                 "train": to_dict(cfg), **(extra_meta or {})}
+    res = _Resumed(0, None, {}, [], [])
+    if run is not None and resume:
+        res, opt = _resume(model, opt, cfg, names, run, phase)
+    io = _PhaseIO(model, opt, run, phase, eval_fn, on_log, meta_base)
+    if res.resumed_from is None and 0 in set(checkpoint_steps(cfg)):
+        m0 = io.evaluate()  # (resumed from step 0: logged and saved)
+        io.log({"phase": phase, "step": 0, **m0})
+        io.save(0, m0)
+    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    finished = res.resumed_from is not None and res.start >= cfg.steps
+    loss_v, metrics = float("nan"), {}
+    if finished:  # report the finished phase's last numbers, not nan
+        metrics = res.metrics
+        loss = metrics.get("train_loss")
+        loss_v = float(loss) if isinstance(loss, (int, float)) else float("nan")
+    if end > res.start:
+        loss_v, metrics = _train_steps(model, sample, cfg, seed, io, names, masks, res.start,
+                                       end)
+    model.eval()
+    for n, p in model.named_parameters():
+        p.requires_grad_(prev[n])
+    torch.use_deterministic_algorithms(prev_det, warn_only=True)
+    return PhaseResult(phase, end, loss_v, metrics, io.saved, res.resumed_from,
+                       time.perf_counter() - t_start, res.skipped, finished, res.removed)
+
+
+def _trainable(model: torch.nn.Module, cfg: TrainConfig,
+               grad_masks: dict[str, torch.Tensor] | None, prev: dict[str, bool]
+               ) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The parameters the phase trains (``cfg.trainable``; a parameter frozen by
+    construction, ``requires_grad`` False before the phase, stays frozen), set trainable, and
+    the gradient masks on the model's device; a mask for another parameter is a ConfigError."""
+    device = next(model.parameters()).device
     names = [n for n in resolve_trainable(model, cfg.trainable) if prev[n]]
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
@@ -201,99 +237,117 @@ def train_phase(
             raise ConfigError(f"gradient mask given for {n!r}, which is not trainable under "
                               f"train.trainable = {cfg.trainable!r}")
         masks[n] = m.to(device)
-    opt = make_optimizer(model, cfg, names)
-    params = dict(model.named_parameters())
-    ck_steps = set(checkpoint_steps(cfg))
-    meta_base = {"phase": phase, "phase_order": phase_order, "seed": seed,
-                 "trainable": names, "config": to_dict(run_config) if run_config else None,
-                 "train": to_dict(cfg), **(extra_meta or {})}
-    from mechinterp_icr.store.provenance import git_revision, package_versions
+    return names, masks
 
-    versions, rev = package_versions(), git_revision()
 
-    start = 0
-    resumed_from = None
+@dataclass(frozen=True)
+class _Resumed:
+    """Where a phase starts: ``start`` step, the checkpoint step it resumed from (None:
+    afresh), that checkpoint's metrics, the checkpoints skipped and temp files removed."""
+
+    start: int
+    resumed_from: int | None
+    metrics: dict[str, Any]
+    skipped: list[str]
+    removed: list[str]
+
+
+def _resume(model: torch.nn.Module, opt, cfg: TrainConfig, names: list[str], run: RunDir,
+            phase: str):
+    """(``_Resumed``, optimizer): the model and optimizer loaded from the latest checkpoint
+    of ``phase`` that verifies, or left as built (a fresh optimizer) when none does; the
+    metrics log truncated to match."""
+    removed = [p.name for p in run.remove_stale_temp_files()]
+    candidates = [c for c in run.checkpoints() if c.phase == phase]
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()} \
+        if candidates else {}
     skipped: list[str] = []
-    removed: list[str] = []
-    resumed_metrics: dict[str, Any] = {}
-    if run is not None and resume:
-        removed = [p.name for p in run.remove_stale_temp_files()]
-        candidates = [c for c in run.checkpoints() if c.phase == phase]
-        before = {k: v.detach().clone() for k, v in model.state_dict().items()} \
-            if candidates else {}
-        for ck in reversed(candidates):  # the latest checkpoint that verifies
-            try:
-                data = load_checkpoint(ck.stem, model, opt)  # checks all before loading
-            except CheckpointError as e:
-                skipped.append(f"{ck.name}: {e}")
-                continue
-            start = ck.step
-            resumed_from = start
-            resumed_metrics = dict(data.meta.get("metrics") or {})
-            break
-        if skipped and resumed_from is None:  # none verified: start afresh, as built
-            model.load_state_dict(before)
-            opt = make_optimizer(model, cfg, names)
-        run.truncate_metrics(phase, start if resumed_from is not None else -1)
-    saved: list[str] = []
+    start, resumed_from, metrics = 0, None, {}
+    for ck in reversed(candidates):  # the latest checkpoint that verifies
+        try:
+            data = load_checkpoint(ck.stem, model, opt)  # checks all before loading
+        except CheckpointError as e:
+            skipped.append(f"{ck.name}: {e}")
+            continue
+        start = resumed_from = ck.step
+        metrics = dict(data.meta.get("metrics") or {})
+        break
+    if skipped and resumed_from is None:  # none verified: start afresh, as built
+        model.load_state_dict(before)
+        opt = make_optimizer(model, cfg, names)
+    run.truncate_metrics(phase, start if resumed_from is not None else -1)
+    return _Resumed(start, resumed_from, metrics, skipped, removed), opt
 
-    def evaluate() -> dict[str, Any]:
-        if eval_fn is None:
+
+class _PhaseIO:
+    """What a phase writes: evaluations (``eval_fn`` in eval mode, no grad), metric records
+    (``run``'s metrics.jsonl and ``on_log``) and checkpoints (with provenance)."""
+
+    def __init__(self, model, opt, run: RunDir | None, phase: str, eval_fn, on_log,
+                 meta_base: dict[str, Any]):
+        from mechinterp_icr.store.provenance import git_revision, package_versions
+
+        self.model, self.opt, self.run, self.phase = model, opt, run, phase
+        self.eval_fn, self.on_log, self.meta_base = eval_fn, on_log, meta_base
+        self.versions, self.rev = package_versions(), git_revision()
+        self.saved: list[str] = []
+
+    def evaluate(self) -> dict[str, Any]:
+        if self.eval_fn is None:
             return {}
-        was = model.training
-        model.eval()
+        was = self.model.training
+        self.model.eval()
         with torch.no_grad():
-            out = eval_fn(model)
-        model.train(was)
+            out = self.eval_fn(self.model)
+        self.model.train(was)
         return out
 
-    def save(step: int, metrics: dict[str, Any]) -> None:
-        if run is None:
+    def save(self, step: int, metrics: dict[str, Any]) -> None:
+        if self.run is None:
             return
-        stem = run.checkpoint_stem(phase, step)
-        meta = {**meta_base, "step": step, "metrics": metrics, "versions": versions,
-                "git_revision": rev}
-        save_checkpoint(stem, model, meta, opt)
-        saved.append(stem.name)
+        stem = self.run.checkpoint_stem(self.phase, step)
+        meta = {**self.meta_base, "step": step, "metrics": metrics, "versions": self.versions,
+                "git_revision": self.rev}
+        save_checkpoint(stem, self.model, meta, self.opt)
+        self.saved.append(stem.name)
 
-    def log(record: dict[str, Any]) -> None:
-        if run is not None:
-            run.log_metrics(record)
-        if on_log is not None:
-            on_log(record)
+    def log(self, record: dict[str, Any]) -> None:
+        if self.run is not None:
+            self.run.log_metrics(record)
+        if self.on_log is not None:
+            self.on_log(record)
 
-    if resumed_from is None and 0 in ck_steps:  # (resumed from step 0: logged and saved)
-        m0 = evaluate()
-        log({"phase": phase, "step": 0, **m0})
-        save(0, m0)
 
+def _train_steps(model, sample, cfg: TrainConfig, seed: int, io: _PhaseIO, names: list[str],
+                 masks: dict[str, torch.Tensor], start: int, end: int
+                 ) -> tuple[float, dict[str, Any]]:
+    """Updates ``start..end-1`` of the phase (the batch of step s drawn from
+    ``batch_rng(seed, phase, s)``), logging, evaluating and checkpointing on the schedule;
+    (the last loss, the last logged metrics)."""
+    device = next(model.parameters()).device
+    params = dict(model.named_parameters())
+    ck_steps = set(checkpoint_steps(cfg))
     bar = None
-    if cfg.progress and cfg.steps > start:
+    if cfg.progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.steps, initial=start, desc=phase, leave=False, mininterval=1.0)
+        bar = tqdm(total=cfg.steps, initial=start, desc=io.phase, leave=False, mininterval=1.0)
     model.train()
     loss_v, acc_v, metrics = float("nan"), float("nan"), {}
-    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
-    finished = resumed_from is not None and start >= cfg.steps
-    if finished:  # report the finished phase's last numbers, not nan
-        metrics = resumed_metrics
-        loss = metrics.get("train_loss")
-        loss_v = float(loss) if isinstance(loss, (int, float)) else float("nan")
     for step in range(start, end):
-        batch = sample(batch_rng(seed, phase, step), cfg.batch_size).to(device)
-        for g in opt.param_groups:
+        batch = sample(batch_rng(seed, io.phase, step), cfg.batch_size).to(device)
+        for g in io.opt.param_groups:
             g["lr"] = lr_at(cfg, step)
         logits, targets = target_logits(model, batch)  # (N, V), (N,): target positions only
         loss = masked_loss(logits, targets)
-        opt.zero_grad(set_to_none=True)
+        io.opt.zero_grad(set_to_none=True)
         loss.backward()
         for n, m in masks.items():
             if params[n].grad is not None:
                 params[n].grad.mul_(m)
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_([params[n] for n in names], cfg.grad_clip)
-        opt.step()
+        io.opt.step()
         done = step + 1
         loss_v = float(loss.detach())
         is_ck = done in ck_steps
@@ -303,20 +357,15 @@ def train_phase(
             acc_v = masked_accuracy(logits.detach(), targets)
         if is_ck or is_eval or done == cfg.steps:
             metrics = {"train_loss": loss_v, "train_acc": acc_v, "lr": lr_at(cfg, step)}
-            if is_eval or done == cfg.steps or (is_ck and eval_fn is not None):
-                metrics.update(evaluate())
-            log({"phase": phase, "step": done, **metrics})
+            if is_eval or done == cfg.steps or (is_ck and io.eval_fn is not None):
+                metrics.update(io.evaluate())
+            io.log({"phase": io.phase, "step": done, **metrics})
             if is_ck:
-                save(done, metrics)
+                io.save(done, metrics)
         if bar is not None:
             bar.update(1)
             if show:
                 bar.set_postfix(loss=f"{loss_v:.3f}", acc=f"{acc_v:.3f}")
     if bar is not None:
         bar.close()
-    model.eval()
-    for n, p in model.named_parameters():
-        p.requires_grad_(prev[n])
-    torch.use_deterministic_algorithms(prev_det, warn_only=True)
-    return PhaseResult(phase, end, loss_v, metrics, saved, resumed_from,
-                       time.perf_counter() - t_start, skipped, finished, removed)
+    return loss_v, metrics

@@ -185,19 +185,32 @@ def _k_values(results: list[dict[str, Any]], phase: str, key: str
     return ks, [[row[key] for row in rows if row["K"] == k] for k in ks]
 
 
+_CR4_TITLES = {PHASE_PT: "PT only", PHASE_FT: "after ICL finetuning",
+               PHASE_FT_GRM: "after ICL+Grm finetuning"}
+_CR4_COLORS = ["#7f7f7f", "#1f77b4", "#ff7f0e"]
+
+
 def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str, Any]:
     """PCA scatter (PT-only vs finetuned), separation vs K, separation vs lam, per-layer and
     per-checkpoint probe accuracy. Returns the written paths."""
-    import plotly.graph_objects as go
+    fig_dir = Path(fig_dir)
+    r0 = results[0]
+    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
+    out: dict[str, Any] = {"pca_scatter": _cr4_pca_scatter(results, phases, fig_dir),
+                           "sep_vs_k": _cr4_separation_vs_k(results, phases, fig_dir)}
+    if any(r.get("lam_sweep") for r in results):
+        out["sep_vs_lam"] = _cr4_separation_vs_lam(results, fig_dir)
+    out["probe_layers"] = _cr4_probe_layers(results, phases, fig_dir)
+    out["overview"] = save_figure(cr4_overview_figure(results), fig_dir / "cr4_overview",
+                                  width=1400, height=900)
+    return out
+
+
+def _cr4_pca_scatter(results: list[dict[str, Any]], phases: list[str], fig_dir: Path):
+    """One seed's task vectors in the first two PCs per phase, coloured by type."""
     from plotly.subplots import make_subplots
 
-    out: dict[str, Any] = {}
-    r0 = results[0]
-    seeds = [r["seed"] for r in results]
-    lam_seeds = [r["seed"] for r in results if r.get("lam_sweep")]
-    phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_GRM) if p in r0["pca"]]
-    titles = {PHASE_PT: "PT only", PHASE_FT: "after ICL finetuning",
-              PHASE_FT_GRM: "after ICL+Grm finetuning"}
+    r0, seeds, titles = results[0], [r["seed"] for r in results], _CR4_TITLES
     fig = make_subplots(rows=1, cols=len(phases), subplot_titles=[
         f"{titles[p]} ({r0['pca'][p]['boundary_label']}; top-PC probe "
         f"{r0['phases'][p]['acc_pc']:.2f})" for p in phases])
@@ -212,13 +225,19 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
     fig.update_layout(title=f"CR-4: task vectors of held-out-subject ICL prompts at the query "
                             f"position, first two PCs, coloured by attribute type<br><sub>"
                             f"{seeds_caption([r0['seed']], seeds, 'one seed drawn')}</sub>")
-    out["pca_scatter"] = save_figure(fig, Path(fig_dir) / "cr4_pca_scatter", width=1300,
-                                     height=480)
+    return save_figure(fig, fig_dir / "cr4_pca_scatter", width=1300, height=480)
 
-    # separation vs K
+
+
+def _cr4_separation_vs_k(results: list[dict[str, Any]], phases: list[str], fig_dir: Path):
+    """Type variance share and top-PC probe accuracy against K, per phase (mean, min-max)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    seeds, titles = [r["seed"] for r in results], _CR4_TITLES
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
-    for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
+    for p, colr in zip(phases, _CR4_COLORS):
         for c, key in enumerate(("type_variance_fraction", "acc_pc")):
             ks, vals = _k_values(results, p, key)
             mean = [float(np.mean(v)) for v in vals]
@@ -235,38 +254,51 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
     fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
     fig.update_layout(title="CR-4: separation of the attribute type vs number of demos K "
                             f"(mean over {seeds_caption(seeds)}, bars: min-max)")
-    out["sep_vs_k"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_k", width=1100)
+    return save_figure(fig, fig_dir / "cr4_separation_vs_k", width=1100)
 
+
+
+def _cr4_separation_vs_lam(results: list[dict[str, Any]], fig_dir: Path):
+    """Separation against the pretraining grammar separation lam (the small lam runs)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    seeds = [r["seed"] for r in results]
+    lam_seeds = [r["seed"] for r in results if r.get("lam_sweep")]
     lam_rows = [row for r in results for row in r.get("lam_sweep", [])]
-    if lam_rows:
-        fig = make_subplots(rows=1, cols=2, subplot_titles=[
-            "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
-        lams = sorted({row["lam"] for row in lam_rows})
-        for key, name, colr in (("pt", "PT only", "#7f7f7f"),
-                                ("ft", "after ICL finetuning", "#1f77b4")):
-            for c, metric in enumerate(("type_variance_fraction", "acc_pc")):
-                vals = [[row[f"{key}_{metric}"] for row in lam_rows if row["lam"] == lm]
-                        for lm in lams]
-                fig.add_trace(go.Scatter(x=lams, y=[float(np.mean(v)) for v in vals],
-                                         mode="lines+markers", name=name, legendgroup=key,
-                                         showlegend=c == 0, line=dict(color=colr)), 1, c + 1)
-                fig.add_trace(go.Scatter(x=[row["lam"] for row in lam_rows],
-                                         y=[row[f"{key}_{metric}"] for row in lam_rows],
-                                         mode="markers", showlegend=False, legendgroup=key,
-                                         marker=dict(color=colr, size=5, opacity=0.4)), 1, c + 1)
-        fig.update_xaxes(title_text="pretraining grammar separation lam")
-        fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
-        fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
-        fig.update_layout(title="CR-4: separation vs the Markov separation lam of pretraining "
-                                "(small PT + ICL-finetune runs; line: mean, dots: seeds)"
-                                f"<br><sub>{seeds_caption(lam_seeds, seeds, 'lam runs')}</sub>")
-        out["sep_vs_lam"] = save_figure(fig, Path(fig_dir) / "cr4_separation_vs_lam",
-                                        width=1100)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "type variance share of task vectors", "top-PC probe accuracy (held-out prompts)"])
+    lams = sorted({row["lam"] for row in lam_rows})
+    for key, name, colr in (("pt", "PT only", "#7f7f7f"),
+                            ("ft", "after ICL finetuning", "#1f77b4")):
+        for c, metric in enumerate(("type_variance_fraction", "acc_pc")):
+            vals = [[row[f"{key}_{metric}"] for row in lam_rows if row["lam"] == lm]
+                    for lm in lams]
+            fig.add_trace(go.Scatter(x=lams, y=[float(np.mean(v)) for v in vals],
+                                     mode="lines+markers", name=name, legendgroup=key,
+                                     showlegend=c == 0, line=dict(color=colr)), 1, c + 1)
+            fig.add_trace(go.Scatter(x=[row["lam"] for row in lam_rows],
+                                     y=[row[f"{key}_{metric}"] for row in lam_rows],
+                                     mode="markers", showlegend=False, legendgroup=key,
+                                     marker=dict(color=colr, size=5, opacity=0.4)), 1, c + 1)
+    fig.update_xaxes(title_text="pretraining grammar separation lam")
+    fig.update_yaxes(title_text="between-type / total variance", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
+    fig.update_layout(title="CR-4: separation vs the Markov separation lam of pretraining "
+                            "(small PT + ICL-finetune runs; line: mean, dots: seeds)"
+                            f"<br><sub>{seeds_caption(lam_seeds, seeds, 'lam runs')}</sub>")
+    return save_figure(fig, fig_dir / "cr4_separation_vs_lam", width=1100)
 
-    # probe accuracy per boundary (PT vs finetuned) and across finetuning
+
+def _cr4_probe_layers(results: list[dict[str, Any]], phases: list[str], fig_dir: Path):
+    """Probe accuracy per layer boundary (per phase) and across ICL finetuning (per seed)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    r0, seeds, titles = results[0], [r["seed"] for r in results], _CR4_TITLES
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         "per layer boundary (held-out test prompts)", "across ICL finetuning (read-out hook)"])
-    for p, colr in zip(phases, ["#7f7f7f", "#1f77b4", "#ff7f0e"]):
+    for p, colr in zip(phases, _CR4_COLORS):
         labels = [row["label"] for row in r0["phases"][p]["layers"]]
         for key, dash in (("acc_pc", "solid"), ("acc_full", "dot")):
             vals = np.mean([[row[key] for row in r["phases"][p]["layers"]] for r in results], 0)
@@ -286,11 +318,7 @@ def write_cr4_figures(results: list[dict[str, Any]], fig_dir: Path) -> dict[str,
                             f"{seeds_caption(seeds)})")
     # HTML only: the overview figure carries the per-boundary curve into the report, and each
     # PNG export costs seconds of headless Chromium
-    out["probe_layers"] = save_figure(fig, Path(fig_dir) / "cr4_probe_layers", width=1200,
-                                      png=False)
-    out["overview"] = save_figure(cr4_overview_figure(results), Path(fig_dir) / "cr4_overview",
-                                  width=1400, height=900)
-    return out
+    return save_figure(fig, fig_dir / "cr4_probe_layers", width=1200, png=False)
 
 
 def cr4_overview_figure(results: list[dict[str, Any]]):

@@ -47,8 +47,8 @@ from mechinterp_icr.claims.headline import (
     stored_condition,
     stored_control_condition,
 )
+from mechinterp_icr.claims.intervals import clip_interval, interval
 from mechinterp_icr.claims.registry import metric_range
-from mechinterp_icr.claims.summary import clip_interval, interval
 from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.store.provenance import TreeState, tree_state
 
@@ -304,115 +304,12 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
     items = sorted(claims.items(), key=claim_key)
     n_hold = sum(1 for _, c in items if c.get("holds"))
     heads = {cid: claim_headline(cid, c) for cid, c in items}
-    rows = []
-    for cid, c in items:
-        verdict, cls = _verdict(c)
-        eid = html.escape(str(cid))
-        n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
-        rows.append(
-            f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
-            f'{verdict}</td><td>{html.escape(heads[cid].text)}</td>'
-            f'<td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
-            f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
-    table = ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th>"
-             "<th>decided by (the deciding condition or control, with its seed rule)</th>"
-             "<th>controls as expected</th><th>seeds</th></tr>" + "".join(rows) + "</table>")
-
-    sections = []
-    for cid, c in items:
-        lo, hi, clipped = _primary_interval(c)
-        th = c.get("threshold", {})
-        verdict, cls = _verdict(c)
-        per_seed = c.get("per_seed", {})
-        keys: list[str] = []
-        for m in per_seed.values():
-            keys.extend(k for k in m if k not in keys and isinstance(m[k], (int, float, bool)))
-        ps_rows = "".join(
-            f"<tr><td>{html.escape(str(s))}</td>" + "".join(
-                f'<td class="num">{_f(m.get(k))}</td>' for k in keys) + "</tr>"
-            for s, m in per_seed.items())
-        ps_table = ("<table><tr><th>seed</th>" + "".join(
-            f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>" + ps_rows + "</table>"
-            if per_seed else "")
-        checks = c.get("extra_checks", {})
-        checks_html = ("<ul>" + "".join(
-            f'<li class="{"holds" if ok else "fails"}">{html.escape(name)}: '
-            f'{"ok" if ok else "failed"}</li>' for name, ok in checks.items()) + "</ul>"
-            if checks else "")
-        conds = [k for k in c.get("conditions", []) if isinstance(k, dict)]
-        conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
-            f'<li class="{"holds" if k.get("met") else "fails"}">'
-            f'{html.escape(_condition_line(k, cid))} &mdash; '
-            f'{"met" if k.get("met") else "not met"}</li>' for k in conds) + "</ul>"
-            if conds else "")
-        ctrls = [k for k in c.get("controls", []) if isinstance(k, dict)]
-        ctrls_html = ("<p><b>Controls</b> (computed in this run):</p><table><tr><th>control</th>"
-                      "<th>kind</th><th>condition it names</th><th>what it showed</th>"
-                      "<th>meets it</th><th>as expected</th></tr>" + "".join(
-                          f'<tr><td>{html.escape(str(k.get("name")))}</td>'
-                          f'<td>{html.escape(str(k.get("kind")))}</td>'
-                          f'<td>{html.escape(str(k.get("condition", "")))}</td>'
-                          f'<td>{html.escape(_control_line(k, cid))}</td>'
-                          f'<td>{_f(k.get("meets_rule"))}</td><td class="'
-                          f'{"holds" if k.get("as_expected") else "fails"}">'
-                          f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
-                          for k in ctrls) + "</table>" if ctrls else
-                      '<p class="fails">No control was measured for this claim.</p>')
-        reason = c.get("verdict_reason") or ""
-        notes = c.get("notes") or ""
-        eid = html.escape(str(cid))
-        sections.append(f"""
-<section class="claim" id="{eid}">
-<h2>{eid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
-<p class="statement">{html.escape(str(c.get("statement", "")))}</p>
-<p class="decided"><b>Decided by:</b> {html.escape(heads[cid].text)}</p>
-<p class="muted">Verdict: {html.escape(reason)}</p>
-{conds_html}
-{checks_html}
-<p class="muted">Primary metric <code>{html.escape(str(c.get("metric")))}</code> over seeds
-(descriptive; the verdict reads the rule above with its seed rules): mean {_f(c.get("mean"))}
-over {html.escape(str(c.get("n_seeds", "?")))} seeds, 95% CI [{_f(lo)},
-{_f(hi)}]{_clip_note(c, clipped)}; threshold {html.escape(str(th.get("op", "")))}
-{_f(th.get("value"))}
-({"every seed" if th.get("rule") == "all_seeds" else html.escape(str(th.get("rule", "")))}).</p>
-{ctrls_html}
-{f'<p class="muted">{html.escape(notes)}</p>' if notes else ""}
-<h3>Per seed</h3><div class="scroll">{ps_table}</div>
-{_figure_html(c.get("figure"), out_dir, report_dir)}
-</section>""")
-
-    tables = summary.get("tables", {})
-    shown = {resolve_figure(c["figure"], out_dir).name for _, c in items if c.get("figure")}
-    tparts = []
-    for name, t in tables.items():
-        if name.endswith("attention views"):  # listed below, from views/
-            continue
-        if isinstance(t, dict) and "fixed_rows_mean" in t:
-            body = _overwrite_html(t, out_dir)
-            shown.add(OVERWRITE_FIGURE)
-        elif _is_figure_list(t):
-            body = _figures_html(t, out_dir, shown)
-        else:
-            body = _table_html(t)
-        tparts.append(f"<h3>{html.escape(name)}</h3><div class=\"scroll\">{body}</div>")
-    tables_html = "".join(tparts)
-    views = sorted((out_dir / "views").glob("*.html")) if (out_dir / "views").is_dir() else []
-    views_html = ("<ul>" + "".join(
-        f"<li>{_link(v, report_dir, _rel(v, out_dir))}</li>" for v in views) + "</ul>") \
-        if views else "<p class=\"muted\">No attention views.</p>"
-    runs = sorted(p for p in (out_dir / "runs").glob("*/*") if p.is_dir()) \
-        if (out_dir / "runs").is_dir() else []
-    runs_html = ("<ul>" + "".join(
-        f"<li>{_link(r, report_dir, _rel(r, out_dir) + '/')}</li>" for r in runs) + "</ul>") \
-        if runs else "<p class=\"muted\">No run directories.</p>"
-    timings = summary.get("timings_by_target") or {"all": summary.get("timings_s", {})}
-    trows = "".join(
-        f"<tr><td>{html.escape(t)}</td><td>{html.escape(k)}</td>"
-        f'<td class="num">{_f(v, 3)}</td></tr>'
-        for t, d in timings.items() for k, v in d.items())
-    versions = summary.get("versions", {})
-    vrows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
-                    for k, v in versions.items())
+    table = _claim_table(items, heads)
+    sections = [_claim_section(cid, c, heads[cid].text, out_dir, report_dir)
+                for cid, c in items]
+    tables_html = _tables_html(summary, items, out_dir)
+    views_html, runs_html = _links_html(out_dir, report_dir)
+    trows, vrows = _timing_version_rows(summary)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="git-revision" content="{html.escape(_tree_label(tree))}">
@@ -447,6 +344,138 @@ hold.</p>
 <table>{vrows}</table>
 </main></body></html>
 """
+
+
+
+
+def _claim_table(items, heads) -> str:
+    """The claim table at the top: claim, verdict, what decided it, controls, seeds."""
+    rows = []
+    for cid, c in items:
+        verdict, cls = _verdict(c)
+        eid = html.escape(str(cid))
+        n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
+        rows.append(
+            f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
+            f'{verdict}</td><td>{html.escape(heads[cid].text)}</td>'
+            f'<td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
+            f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
+    return ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th>"
+            "<th>decided by (the deciding condition or control, with its seed rule)</th>"
+            "<th>controls as expected</th><th>seeds</th></tr>" + "".join(rows) + "</table>")
+
+
+def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
+                   report_dir: Path) -> str:
+    """One claim's section: verdict, rule, controls, primary metric, per-seed table, figure."""
+    lo, hi, clipped = _primary_interval(c)
+    th = c.get("threshold", {})
+    verdict, cls = _verdict(c)
+    per_seed = c.get("per_seed", {})
+    keys: list[str] = []
+    for m in per_seed.values():
+        keys.extend(k for k in m if k not in keys and isinstance(m[k], (int, float, bool)))
+    ps_rows = "".join(
+        f"<tr><td>{html.escape(str(s))}</td>" + "".join(
+            f'<td class="num">{_f(m.get(k))}</td>' for k in keys) + "</tr>"
+        for s, m in per_seed.items())
+    ps_table = ("<table><tr><th>seed</th>" + "".join(
+        f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>" + ps_rows + "</table>"
+        if per_seed else "")
+    checks = c.get("extra_checks", {})
+    checks_html = ("<ul>" + "".join(
+        f'<li class="{"holds" if ok else "fails"}">{html.escape(name)}: '
+        f'{"ok" if ok else "failed"}</li>' for name, ok in checks.items()) + "</ul>"
+        if checks else "")
+    conds = [k for k in c.get("conditions", []) if isinstance(k, dict)]
+    conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
+        f'<li class="{"holds" if k.get("met") else "fails"}">'
+        f'{html.escape(_condition_line(k, cid))} &mdash; '
+        f'{"met" if k.get("met") else "not met"}</li>' for k in conds) + "</ul>"
+        if conds else "")
+    ctrls = [k for k in c.get("controls", []) if isinstance(k, dict)]
+    ctrls_html = ("<p><b>Controls</b> (computed in this run):</p><table><tr><th>control</th>"
+                  "<th>kind</th><th>condition it names</th><th>what it showed</th>"
+                  "<th>meets it</th><th>as expected</th></tr>" + "".join(
+                      f'<tr><td>{html.escape(str(k.get("name")))}</td>'
+                      f'<td>{html.escape(str(k.get("kind")))}</td>'
+                      f'<td>{html.escape(str(k.get("condition", "")))}</td>'
+                      f'<td>{html.escape(_control_line(k, cid))}</td>'
+                      f'<td>{_f(k.get("meets_rule"))}</td><td class="'
+                      f'{"holds" if k.get("as_expected") else "fails"}">'
+                      f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
+                      for k in ctrls) + "</table>" if ctrls else
+                  '<p class="fails">No control was measured for this claim.</p>')
+    reason = c.get("verdict_reason") or ""
+    notes = c.get("notes") or ""
+    eid = html.escape(str(cid))
+    return f"""
+<section class="claim" id="{eid}">
+<h2>{eid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
+<p class="statement">{html.escape(str(c.get("statement", "")))}</p>
+<p class="decided"><b>Decided by:</b> {html.escape(head)}</p>
+<p class="muted">Verdict: {html.escape(reason)}</p>
+{conds_html}
+{checks_html}
+<p class="muted">Primary metric <code>{html.escape(str(c.get("metric")))}</code> over seeds
+(descriptive; the verdict reads the rule above with its seed rules): mean {_f(c.get("mean"))}
+over {html.escape(str(c.get("n_seeds", "?")))} seeds, 95% CI [{_f(lo)},
+{_f(hi)}]{_clip_note(c, clipped)}; threshold {html.escape(str(th.get("op", "")))}
+{_f(th.get("value"))}
+({"every seed" if th.get("rule") == "all_seeds" else html.escape(str(th.get("rule", "")))}).</p>
+{ctrls_html}
+{f'<p class="muted">{html.escape(notes)}</p>' if notes else ""}
+<h3>Per seed</h3><div class="scroll">{ps_table}</div>
+{_figure_html(c.get("figure"), out_dir, report_dir)}
+</section>"""
+
+
+
+def _tables_html(summary: dict[str, Any], items, out_dir: Path) -> str:
+    """The summary's tables (and the figures they list that no claim section shows)."""
+    tables = summary.get("tables", {})
+    shown = {resolve_figure(c["figure"], out_dir).name for _, c in items if c.get("figure")}
+    tparts = []
+    for name, t in tables.items():
+        if name.endswith("attention views"):  # listed below, from views/
+            continue
+        if isinstance(t, dict) and "fixed_rows_mean" in t:
+            body = _overwrite_html(t, out_dir)
+            shown.add(OVERWRITE_FIGURE)
+        elif _is_figure_list(t):
+            body = _figures_html(t, out_dir, shown)
+        else:
+            body = _table_html(t)
+        tparts.append(f"<h3>{html.escape(name)}</h3><div class=\"scroll\">{body}</div>")
+    tables_html = "".join(tparts)
+    return tables_html
+
+
+def _links_html(out_dir: Path, report_dir: Path) -> tuple[str, str]:
+    """(attention views list, run directories list), linked relative to ``report_dir``."""
+    views = sorted((out_dir / "views").glob("*.html")) if (out_dir / "views").is_dir() else []
+    views_html = ("<ul>" + "".join(
+        f"<li>{_link(v, report_dir, _rel(v, out_dir))}</li>" for v in views) + "</ul>") \
+        if views else "<p class=\"muted\">No attention views.</p>"
+    runs = sorted(p for p in (out_dir / "runs").glob("*/*") if p.is_dir()) \
+        if (out_dir / "runs").is_dir() else []
+    runs_html = ("<ul>" + "".join(
+        f"<li>{_link(r, report_dir, _rel(r, out_dir) + '/')}</li>" for r in runs) + "</ul>") \
+        if runs else "<p class=\"muted\">No run directories.</p>"
+    return views_html, runs_html
+
+
+def _timing_version_rows(summary: dict[str, Any]) -> tuple[str, str]:
+    """Table rows of the stage timings and of the package versions."""
+    timings = summary.get("timings_by_target") or {"all": summary.get("timings_s", {})}
+    trows = "".join(
+        f"<tr><td>{html.escape(t)}</td><td>{html.escape(k)}</td>"
+        f'<td class="num">{_f(v, 3)}</td></tr>'
+        for t, d in timings.items() for k, v in d.items())
+    versions = summary.get("versions", {})
+    vrows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+                    for k, v in versions.items())
+    return trows, vrows
 
 
 def _as_tree(git_state: TreeState | str | None) -> TreeState | None:

@@ -9,8 +9,8 @@ import pytest
 
 from mechinterp_icr.claims import Claim, evaluate_control, format_claim_table, spec
 from mechinterp_icr.claims.headline import claim_headline
+from mechinterp_icr.claims.intervals import ci95, interval
 from mechinterp_icr.claims.protocol import HOLDS, INCONCLUSIVE, NOT_HOLD, UNIT
-from mechinterp_icr.claims.summary import ci95, interval
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2, 3, 4]

@@ -109,3 +109,103 @@ def test_the_import_parser_resolves_relative_imports(tmp_path, src, expected):
     p.write_text(tree_src)
     got = [t for _, t in _imports(p, "mechinterp_icr.interp.attention")]
     assert got == [expected]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _module_files() -> dict[str, Path]:
+    return {_module_name(p): p for p in _sources()}
+
+
+def _runtime_import_nodes(tree: ast.AST):
+    """Import statements that run (at import time or inside a function): every one except
+    those under ``if TYPE_CHECKING:``, which only annotations read."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _module_edges() -> dict[str, set[str]]:
+    """module -> the package's modules it imports at run time; ``from pkg import name``
+    counts as an import of ``pkg.name`` when that is a module."""
+    files = _module_files()
+    edges: dict[str, set[str]] = {m: set() for m in files}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in _runtime_import_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                parts = package.split(".")
+                base = (".".join(parts[: len(parts) - node.level + 1]
+                                 + ([node.module] if node.module else []))
+                        if node.level else node.module or "")
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            edges[module] |= {t for t in targets if t in files and t != module}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    """No two modules import each other at run time, directly or through others (a
+    package's ``__init__`` re-exporting its modules counts, so a module inside a package
+    imports its siblings directly, not through the package)."""
+    cycles = _cycles(_module_edges())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_function_over_the_line_limit():
+    long = []
+    for path in _sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines)")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

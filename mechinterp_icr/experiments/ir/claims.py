@@ -173,36 +173,59 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
     """The claims IR-1..IR-8 from the per-seed metrics ``per[claim id][seed]``, the
     row-overwrite table ``causal`` (:func:`..controls.causal_table`) and the IR-3 gap-vs-n
     rows, in order."""
-    out: list[Claim] = []
     conv = {cid: convention_report(cid, per[cid]) for cid in CONVENTION_CLAIMS
             if any("stop_tol_variants" in m for m in per[cid].values())}
     per = {cid: ({k: {x: v for x, v in m.items() if x != "stop_tol_variants"}
                   for k, m in d.items()} if cid in conv else d) for cid, d in per.items()}
 
-    def vals(cid, key):
-        return [m[key] for m in per[cid].values() if m.get(key) is not None]
+    out: list[Claim] = []
 
-    def mean(cid, key):
-        v = vals(cid, key)
-        return float(np.mean(v)) if v else None
+    def make(cid: str, **kw) -> None:
+        out.append(_make_claim(cid, per[cid], conv.get(cid), **kw))
 
-    def make(cid: str, **kw) -> Claim:
-        if cid in conv:
-            kw["details"] = {**kw.get("details", {}), "stop_tol_conventions": conv[cid]}
-            if conv[cid]["flips"]:
-                kw["notes"] = (kw.get("notes", "") + " The rule's outcome flips under the "
-                               "stopping rule's tolerance " + " and ".join(conv[cid]["flips"])
-                               + " (details.stop_tol_conventions).").strip()
-        c = Claim.from_spec(spec(cid), per[cid], controls=_controls(cid, per[cid]), **kw)
-        out.append(c)
-        return c
+    # each step adds its claim to `out`, in claim order
+    _ir1(make, per, cfg)
+    _ir2(make, per, cfg)
+    _ir3(make, per, cfg, gap_rows)
+    _ir4(make, per, cfg)
+    _ir5(make, per, cfg)
+    _ir6(make, per, cfg)
+    _ir7(make, per, cfg)
+    _ir8(make, per, cfg)
+    if causal and causal.get("fixed_rows_mean"):
+        _attach_causal(out[2], out[3], causal["fixed_rows_mean"])
+    return out
 
+
+def _make_claim(cid: str, per_seed: dict[str, dict[str, Any]], conv: dict | None,
+                **kw) -> Claim:
+    """``cid``'s Claim from its registry entry, per-seed metrics and controls, with the
+    stopping-rule tolerance report ``conv`` (where measured) in its details and a note when
+    the rule's outcome flips under it."""
+    if conv is not None:
+        kw["details"] = {**kw.get("details", {}), "stop_tol_conventions": conv}
+        if conv["flips"]:
+            kw["notes"] = (kw.get("notes", "") + " The rule's outcome flips under the "
+                           "stopping rule's tolerance " + " and ".join(conv["flips"])
+                           + " (details.stop_tol_conventions).").strip()
+    return Claim.from_spec(spec(cid), per_seed, controls=_controls(cid, per_seed), **kw)
+
+
+def _mean(per_seed: dict[str, dict[str, Any]], key: str) -> float | None:
+    v = [m[key] for m in per_seed.values() if m.get(key) is not None]
+    return float(np.mean(v)) if v else None
+
+
+def _ir1(make, per, cfg: IRConfig) -> None:
     make("IR-1", details={
-        "ceiling_step1_argmax_mean": mean("IR-1", "ceiling_step1"),
-        "ceiling_step1_expected_mean": mean("IR-1", "ceiling_step1_expected")},
+        "ceiling_step1_argmax_mean": _mean(per["IR-1"], "ceiling_step1"),
+        "ceiling_step1_expected_mean": _mean(per["IR-1"], "ceiling_step1_expected")},
         notes=f"n = {cfg.n}; the shuffled-triple memory stores the answers permuted over the "
               "triples and is scored against the true knowledge base (max of its relation and "
               "answer retrieval).")
+
+
+def _ir2(make, per, cfg: IRConfig) -> None:
     zero_bad = [k for k, m in per["IR-2"].items()
                 if m.get("zero_data_other_conditions_met") == 0.0]
     make("IR-2", notes=f"n = {cfg.n}, N = {cfg.N}, T = {cfg.temperature}; expected accuracy "
@@ -221,7 +244,10 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                       "without_swaps": m.get("zero_data_no_swap"),
                       "counts": m.get("zero_data_other_conditions_met")}
                       for k, m in per["IR-2"].items()}})
-    c3 = make("IR-3", figure="figures/ir_3_gap_vs_n.html", details={
+
+
+def _ir3(make, per, cfg: IRConfig, gap_rows: list[dict] | None) -> None:
+    make("IR-3", figure="figures/ir_3_gap_vs_n.html", details={
         "a_per_seed": {k: m.get("a") for k, m in per["IR-3"].items()},
         "small_steps_per_seed": {k: m.get("small_steps") for k, m in per["IR-3"].items()},
         "stopping_rule": f"after {cfg.steps} small steps, every {cfg.stop_every}: stop once "
@@ -232,6 +258,9 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                                           for k, m in per["IR-3"].items()},
         "gap_final_per_seed": {k: m.get("within_pair_gap") for k, m in per["IR-3"].items()},
         "gap_decay_figure": "figures/ir_3_gap_decay.html"})
+
+
+def _ir4(make, per, cfg: IRConfig) -> None:
     role = perturbation_role(per["IR-4"])
     make("IR-4", figure="figures/ir_4_attention_rows.html",
          notes=f"escape = first step with expected swap accuracy >= {cfg.escape_at}; "
@@ -241,6 +270,9 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                "after the large step on single-pair-confusing sequences only (p_single = 1, "
                "p_swap = 0). Perturbation's role: " + role["status"],
          details={"perturbation_role": role})
+
+
+def _ir5(make, per, cfg: IRConfig) -> None:
     per5 = per["IR-5"]
     make("IR-5", figure="figures/ir_5_sample_complexity.html",
          not_measurable=ir5_not_measurable(per5, cfg),
@@ -264,6 +296,9 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                    cfg.sweep_target_frac, cfg.sweep_runs, list(cfg.sweep_Ns),
                    IR5_LINEAR_FRACTION)
                + _learned_note(per5) + ".")
+
+
+def _ir6(make, per, cfg: IRConfig) -> None:
     comp_bad = [k for k, m in per["IR-6"].items() if m.get("constructed_rows_met") != 1.0]
     make("IR-6", notes=(f"undecidable at n = {cfg.pre_n}: the matched constructed comparator "
                         f"fails IR-3 on seed(s) {', '.join(comp_bad)}, so n = {cfg.pre_n} is "
@@ -274,6 +309,9 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
          "is the constructed memory on the same n, data, evaluation and steps.",
          details={"constructed_per_seed": {k: m.get("constructed")
                                            for k, m in per["IR-6"].items()}})
+
+
+def _ir7(make, per, cfg: IRConfig) -> None:
     make("IR-7", notes=f"K = 3, n = {cfg.k3_n}, N = {cfg.k3_N}; swap-confusing sequences are "
          "3-cycle re-pairings (f(s_i, r') = a_(i+1)), which tie under uniform attention; solved "
          f"= IR-2's accuracies met, read on {cfg.final_eval} fresh sequences; run length by "
@@ -291,6 +329,9 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
              for k, m in per["IR-7"].items()},
              "pair_masses_per_seed": {k: m.get("pair_masses") for k, m in per["IR-7"].items()},
              "ran_to_stop_max": ran_to_stop_max(per["IR-7"], cfg)})
+
+
+def _ir8(make, per, cfg: IRConfig) -> None:
     per8 = per["IR-8"]
     make("IR-8", figure="figures/ir_8_probe_attention.html",
          not_measurable=ir8_not_measurable(per8, cfg),
@@ -307,16 +348,17 @@ def ir_claims(per: dict[str, dict[str, dict[str, Any]]], cfg: IRConfig,
                       k: m.get("posonly") for k, m in per8.items()},
                   "tok_tl_score_minus_baseline_per_seed": {
                       k: m.get("tok_head_tl_score_minus_baseline") for k, m in per8.items()}})
-    if causal and causal.get("fixed_rows_mean"):
-        fm = causal["fixed_rows_mean"]
-        short = {row: {k: round(v["mean"], 4) for k, v in d.items()}
-                 for row, d in fm.items() if row != "critical_gap"}
-        fig = "figures/ir_causal_row_overwrite.html"
-        c3.details["causal_row_overwrite"] = {
-            "step1_acc_mean_over_seeds": short,
-            "critical_within_pair_gap": fm["critical_gap"], "figure": fig,
-            "table": "IR-3/IR-4 causal: attention-row overwrite"}
-        out[3].details["causal_row_overwrite"] = {
-            "swap_acc": {row: short[row].get("swap") for row in short},
-            "figure": fig, "table": "IR-3/IR-4 causal: attention-row overwrite"}
-    return out
+
+
+def _attach_causal(c3: Claim, c4: Claim, fm: dict) -> None:
+    """The attention-row overwrite table (IR-3/IR-4 causal) in both claims' details."""
+    short = {row: {k: round(v["mean"], 4) for k, v in d.items()}
+             for row, d in fm.items() if row != "critical_gap"}
+    fig = "figures/ir_causal_row_overwrite.html"
+    c3.details["causal_row_overwrite"] = {
+        "step1_acc_mean_over_seeds": short,
+        "critical_within_pair_gap": fm["critical_gap"], "figure": fig,
+        "table": "IR-3/IR-4 causal: attention-row overwrite"}
+    c4.details["causal_row_overwrite"] = {
+        "swap_acc": {row: short[row].get("swap") for row in short},
+        "figure": fig, "table": "IR-3/IR-4 causal: attention-row overwrite"}
