@@ -202,6 +202,7 @@ def test_bad_sidecar_field_breaks_only_its_checkpoint(run):
 
 @pytest.mark.parametrize("kind", ["weights fifo", "weights /dev/zero", "config empty",
                                   "config not json", "config fifo"])
+@pytest.mark.timeout(120)  # a hang fails the test here, not the whole suite
 def test_special_files_never_hang_or_fill_memory(run, kind):
     if kind.startswith("weights"):
         w = run / "checkpoints" / "train-0000006.safetensors"
@@ -213,7 +214,6 @@ def test_special_files_never_hang_or_fill_memory(run, kind):
         {"config empty": lambda: c.write_text(""),
          "config not json": lambda: c.write_text("{'a': 1"),
          "config fifo": lambda: os.mkfifo(c)}[kind]()
-    t0 = time.time()
     for args in (["eval", run], ["view", run],
                  ["train", "--out", run, *TINY, "--set", "train.steps=6"]):
         code, out, bug = icr(*args)
@@ -221,7 +221,6 @@ def test_special_files_never_hang_or_fill_memory(run, kind):
             assert code == 0 and "skipped damaged checkpoint train-0000006" in out, out
         else:
             assert one_error_line(code, out, bug), (args, out, bug)
-    assert time.time() - t0 < 60
 
 
 def test_disk_full_and_permissions_are_one_line(tmp_path, monkeypatch):
@@ -407,10 +406,8 @@ def test_slow_every_damage_through_every_command(tiny_run, tmp_path, capsys):
         damage(run, kind)
         before = (run / "analyses" / "eval.json").read_bytes()
         for cmd in commands:
-            t0 = time.time()
             code, out, bug = icr(*[str(run) if a == "{run}" else a for a in cmd])
             n += 1
-            assert time.time() - t0 < 60, (kind, cmd)
             if bug is not None or code not in (0, 2) or "Traceback" in out:
                 tracebacks += 1
                 pytest.fail(f"{kind} / {cmd}: exit {code} {bug!r}\n{out[-2000:]}")
