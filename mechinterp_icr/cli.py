@@ -188,7 +188,9 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
 
     cfg = resolve_run_config(task_kind, 0 if seed is None else seed, list(overrides),
                              name=name)
-    tracker = _WandbTracker(cfg, Path(out), phase) if track == "wandb" else None
+    from mechinterp_icr.training.tracking import WandbTracker
+
+    tracker = WandbTracker(cfg, Path(out), phase) if track == "wandb" else None
     try:
         res = train_single_phase(cfg, Path(out), phase=phase, init=init, on_log=tracker)
     finally:
@@ -215,10 +217,11 @@ def _train_recipe(task_kind: str, phase: str, out: str, seed: int | None,
                   overrides: tuple[str, ...], init: str | None, profile: str,
                   track: str) -> None:
     from mechinterp_icr.experiments.recipes import train_recipe
+    from mechinterp_icr.training.tracking import WandbTracker
 
     tracker = None
     if track == "wandb":
-        tracker = _WandbTracker({"task": task_kind, "phase": phase, "profile": profile,
+        tracker = WandbTracker({"task": task_kind, "phase": phase, "profile": profile,
                                  "set": list(overrides), "init": init}, Path(out), phase)
     try:
         res = train_recipe(task_kind, phase, out, 0 if seed is None else seed,
@@ -276,44 +279,6 @@ def phases(task_kind: str) -> None:
         click.echo(f"{r.name.ljust(width)}{r.summary}{start}")
 
 
-class _WandbTracker:
-    """``icr train --track wandb``: a wandb run opened at the first metrics record (so a
-    refused start leaves nothing behind), offline with its files under OUT/wandb/ unless
-    WANDB_MODE says otherwise or WANDB_API_KEY is set; project ``mechinterp_icr`` (or
-    WANDB_PROJECT), named after the run directory and phase, with the resolved config.
-    Metrics are logged as ``<phase>/<name>`` at their step."""
-
-    def __init__(self, cfg, out: Path, phase: str):
-        try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise ConfigError("--track wandb needs the wandb package (pip install wandb)"
-                              ) from None
-        self.cfg, self.out, self.phase, self.run = cfg, out, phase, None
-
-    def __call__(self, record: dict) -> None:
-        import os
-
-        import wandb
-
-        from mechinterp_icr.config import to_dict
-
-        if self.run is None:
-            mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY")
-                                                    else "offline")
-            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "mechinterp_icr"),
-                                  name=f"{self.out.resolve().name}-{self.phase}",
-                                  dir=str(self.out), mode=mode, config=to_dict(self.cfg))
-        step = record.get("step")
-        data = {f"{self.phase}/{k}": v for k, v in record.items()
-                if k not in ("phase", "step") and isinstance(v, (int, float))}
-        self.run.log(data, step=step if isinstance(step, int) else None)
-
-    def finish(self) -> None:
-        if self.run is not None:
-            self.run.finish()
-
-
 @main.command(name="eval")
 @click.argument("run", type=click.Path())
 @click.option("--checkpoints", "selection", default=None,
@@ -330,43 +295,12 @@ def eval_cmd(run: str, selection: str | None, batches: int) -> None:
     PT recall; IR: step-1 and step-2 accuracy; other tasks: held-out loss and accuracy).
     Writes RUN/analyses/eval.json (only when every selected checkpoint was evaluated)."""
     _check_run_path(run)
-    from mechinterp_icr.pipeline import evaluate_run
+    from mechinterp_icr.pipeline import evaluate_run, format_eval
 
     rows, path = evaluate_run(Path(run), selection, batches, progress=True)
     for line in format_eval(rows):
         click.echo(line)
     click.echo(f"wrote {path}")
-
-
-def format_eval(rows: list[dict]) -> list[str]:
-    """Lines of ``icr eval``: per phase, its checkpoints; metrics ending in ``_K<k>`` as a
-    table over K, the others as ``name value`` pairs."""
-    import re
-
-    lines: list[str] = []
-    for r in rows:
-        lines.append(f"{r['phase']}  {r['checkpoint']} (step {r['step']})")
-        by_k: dict[str, dict[int, float]] = {}
-        flat = []
-        for k, v in r.items():
-            if k in ("checkpoint", "phase", "step"):
-                continue
-            m = re.fullmatch(r"(.+)_K(\d+)", k)
-            if m:
-                by_k.setdefault(m.group(1), {})[int(m.group(2))] = v
-            else:
-                flat.append((k, v))
-        if flat:
-            lines.append("  " + "   ".join(
-                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in flat))
-        if by_k:
-            ks = sorted({k for d in by_k.values() for k in d})
-            width = max(len(n) for n in by_k) + 2
-            lines.append("  " + "".ljust(width) + "".join(f"K={k}".rjust(8) for k in ks))
-            for name, d in by_k.items():
-                lines.append("  " + name.ljust(width) + "".join(
-                    (f"{d[k]:.3f}" if k in d else "").rjust(8) for k in ks))
-    return lines
 
 
 @main.command()

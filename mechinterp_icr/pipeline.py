@@ -50,7 +50,7 @@ from mechinterp_icr.training.loop import (
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
            "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
            "main_phase", "resolve_selection", "parse_init", "task_metrics",
-           "check_phase_settings", "init_state",
+           "check_phase_settings", "init_state", "format_eval",
            "trainable_names"]
 
 MAX_EVAL_BATCHES = 10_000
@@ -473,3 +473,34 @@ def evaluate_run(path: Path, selection: str | None = None, n_batches: int = 4,
     out = run.analyses_dir / "eval.json"
     atomic_write_text(out, json.dumps(rows, indent=2))
     return rows, out
+
+
+def format_eval(rows: list[dict]) -> list[str]:
+    """Lines of ``icr eval``: per phase, its checkpoints; metrics ending in ``_K<k>`` as a
+    table over K, the others as ``name value`` pairs."""
+    import re
+
+    lines: list[str] = []
+    for r in rows:
+        lines.append(f"{r['phase']}  {r['checkpoint']} (step {r['step']})")
+        by_k: dict[str, dict[int, float]] = {}
+        flat = []
+        for k, v in r.items():
+            if k in ("checkpoint", "phase", "step"):
+                continue
+            m = re.fullmatch(r"(.+)_K(\d+)", k)
+            if m:
+                by_k.setdefault(m.group(1), {})[int(m.group(2))] = v
+            else:
+                flat.append((k, v))
+        if flat:
+            lines.append("  " + "   ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in flat))
+        if by_k:
+            ks = sorted({k for d in by_k.values() for k in d})
+            width = max(len(n) for n in by_k) + 2
+            lines.append("  " + "".ljust(width) + "".join(f"K={k}".rjust(8) for k in ks))
+            for name, d in by_k.items():
+                lines.append("  " + name.ljust(width) + "".join(
+                    (f"{d[k]:.3f}" if k in d else "").rjust(8) for k in ks))
+    return lines
