@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     try:
         base = require_cr_run(a.run)
-        P = cr.profile(a.profile).taskvec
+        tvc = cr.profile(a.profile).taskvec
         if a.lams:
             try:
                 lams = tuple(float(x) for x in a.lams.split(",") if x.strip())
@@ -52,9 +52,9 @@ def main(argv=None) -> int:
                 lams = ()
             check(len(lams) >= 1 and all(0 <= x <= 1 for x in lams), "--lams", a.lams,
                   "comma-separated numbers in [0, 1], e.g. 0,0.5,0.9")
-            P = replace(P, lams=lams)
+            tvc = replace(tvc, lams=lams)
         prof = cr.profile(a.profile)
-        rows = lam_sweep(base, a.out, base.seed, P, print, prof.pretrain, prof.finetune,
+        rows = lam_sweep(base, a.out, base.seed, tvc, print, prof.pretrain, prof.finetune,
                          Path(a.run))
     except (ConfigError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)

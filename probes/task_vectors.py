@@ -53,17 +53,17 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     try:
         require_cr_run(a.run)
-        P = cr.profile(a.profile).taskvec
+        tvc = cr.profile(a.profile).taskvec
         if a.n is not None:
-            P = replace(P, n_heldout=a.n)
+            tvc = replace(tvc, n_heldout=a.n)
         if a.n_pc is not None:
-            P = replace(P, n_pc=a.n_pc)
+            tvc = replace(tvc, n_pc=a.n_pc)
         from mechinterp_icr.pipeline import resolve_selection
         from mechinterp_icr.store.rundir import RunDir
 
         # a bare last / first is the main phase's (ft-icl), never the all-weights arm
         selection = resolve_selection(RunDir(a.run), a.checkpoints)
-        res = probe_run(a.run, selection, P, a.seed, full=not a.quick, umap=a.umap,
+        res = probe_run(a.run, selection, tvc, a.seed, full=not a.quick, umap=a.umap,
                            out_dir=a.out, with_k=a.k_sweep)
     except (ConfigError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -39,7 +39,7 @@ def main() -> None:
     lam = cfg.task.lam
     tasks = [Task(f"cr9-noise/seed{s}", lam_task,
                   {"base": run_config_for(cfg, s, f"seed{s}")[0], "lam": lam,
-                   "out_dir": args.out, "seed": s, "P": cfg.taskvec,
+                   "out_dir": args.out, "seed": s, "tvc": cfg.taskvec,
                    "pretrain": cfg.pretrain, "finetune": cfg.finetune, "main_run": None})
              for s in seeds]
     records = run_tasks(tasks, args.out / "tasks" / "cr", args.workers)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechinterp_icr.interp import patching as P
+from mechinterp_icr.interp import patching
 
 __all__ = ["AnswerPrompts", "answer_prompts", "component_stack", "direct_logit_attribution",
            "dla_rows", "head_pos_patching", "lens_label", "logit_lens", "path_patching_table",
@@ -57,12 +57,12 @@ def patching_prompts(task, n: int, seed: int = 0, K: int | None = None):
         K = min(K, len(task.heldout_subjects) - 2)
         base, src, target = make_pairs(task, rng, n, "type", K=K)
         qp = base.meta["query_pos"]
-        metric = P.logit_diff_metric(qp, target, base.meta["answer"])
+        metric = patching.logit_diff_metric(qp, target, base.meta["answer"])
         return src.tokens, base.tokens, metric, sorted({int(q) for q in qp})
     a = task.sample(rng, n, "eval")
     b = task.sample(rng, n, "eval")
     pos = a.tokens.shape[1] - 2
-    metric = P.logit_diff_metric(pos, a.tokens[:, pos + 1], b.tokens[:, pos + 1])
+    metric = patching.logit_diff_metric(pos, a.tokens[:, pos + 1], b.tokens[:, pos + 1])
     return a.tokens, b.tokens, metric, [pos]
 
 
@@ -233,9 +233,9 @@ def head_pos_patching(model, pr: AnswerPrompts) -> dict:
     "recovery": (L, T, H) normalised recovery, "clean", "corrupted", "gap"}``."""
     _, cache = model.run_with_cache(pr.clean, names_filter=lambda n: n.endswith("hook_z"))
     c_val, x_val = _clean_corrupted(model, pr)
-    value = P.patch_head_out_by_pos(model, pr.corrupted, cache, pr.metric,
+    value = patching.patch_head_out_by_pos(model, pr.corrupted, cache, pr.metric,
                                     metric_positions=pr.metric_positions)
-    return {"value": value, "recovery": P.normalised_recovery(value, c_val, x_val),
+    return {"value": value, "recovery": patching.normalised_recovery(value, c_val, x_val),
             "clean": c_val, "corrupted": x_val, "gap": c_val - x_val}
 
 
@@ -255,9 +255,9 @@ def path_patching_table(model, pr: AnswerPrompts, freeze_mlps: bool = True) -> l
                        for kind in ("q", "k", "v", "qkv")]
             targets.append(("logits", "direct", [("logits",)]))
             for receiver, kind, recv in targets:
-                v = float(P.path_patch(model, pr.clean, pr.corrupted, pr.metric, (sl, sh),
+                v = float(patching.path_patch(model, pr.clean, pr.corrupted, pr.metric, (sl, sh),
                                        recv, freeze_mlps=freeze_mlps))
                 rows.append({"sender": f"L{sl}H{sh}", "receiver": receiver, "input": kind,
-                             "value": v, "recovery": P.normalised_recovery(v, c_val, x_val),
+                             "value": v, "recovery": patching.normalised_recovery(v, c_val, x_val),
                              "clean": c_val, "corrupted": x_val, "gap": c_val - x_val})
     return rows

@@ -37,8 +37,8 @@ def _base(seed=0):
 @pytest.fixture(scope="module")
 def tiny_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cr4")
-    P = replace(TINY, lam_d_model=16, lam_pt_steps=40, lam_ft_steps=12)
-    p0 = ct.train_lam_run(_base(0), 0.9, root / "runs" / "cr" / "seed0", P)
+    tvc = replace(TINY, lam_d_model=16, lam_pt_steps=40, lam_ft_steps=12)
+    p0 = ct.train_lam_run(_base(0), 0.9, root / "runs" / "cr" / "seed0", tvc)
     p1 = root / "runs" / "cr" / "seed1"  # a second "seed": the same run, other prompts
     shutil.copytree(p0, p1)
     return root, [p0, p1]

@@ -21,11 +21,11 @@ def test_type_subspace_appears_with_icl_finetuning(tmp_path):
                      model=replace(task.default_model(), d_vocab=task.build(0).d_vocab,
                                    n_ctx=64))
     # the main model size and the quick profile's PT / finetuning lengths
-    P = replace(cr.profile("quick").taskvec, lam_model="small", lam_d_model=64, lam_d_mlp=256,
+    tvc = replace(cr.profile("quick").taskvec, lam_model="small", lam_d_model=64, lam_d_mlp=256,
                 lam_pt_steps=500,
                 lam_pt_lr=2e-3, lam_ft_steps=200, lams=(), ks=(1, 4), n_shuffles=16)
-    path = ct.train_lam_run(base, 0.9, tmp_path / "seed0", P)
-    res = ct.analyse_seed(path, 0, P, log=None)
+    path = ct.train_lam_run(base, 0.9, tmp_path / "seed0", tvc)
+    res = ct.analyse_seed(path, 0, tvc, log=None)
     pt, ft = res["phases"]["pretrain"], res["phases"]["ft-icl"]
     assert ft["acc_pc"] >= 0.95 and ft["transfer_acc_pc"] >= 0.95
     assert pt["acc_pc"] <= 0.5 and pt["transfer_acc_pc"] <= 0.5

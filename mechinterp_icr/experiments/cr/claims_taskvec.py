@@ -195,7 +195,7 @@ def _finish(claim: Claim, claim_id: str, variant: str, keys) -> Claim:
     return claim
 
 
-def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig,
+def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], tvc: TaskvecConfig,
                            notes: str = "", figure: str | None = "figures/cr4_overview.html",
                            details: dict | None = None, variant: str = "") -> Claim:
     """CR-4 from per-seed metrics (those of :func:`per_seed_metrics`): the registered rule and
@@ -214,9 +214,9 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
                f"model's own output-type accuracy on the same held-out test prompts: "
                f"{out_t:.3f} (mean; ft_output_type_acc). Necessity: with the component in U "
-               f"(span of the {P.n_pc} type-mean differences of the training prompts) "
+               f"(span of the {tvc.n_pc} type-mean differences of the training prompts) "
                f"replaced by the training mean's, output-type accuracy is {nec:.3f} (mean; "
-               f"ft_necessity_type_acc); with {P.n_random_subspaces} random subspaces of the "
+               f"ft_necessity_type_acc); with {tvc.n_random_subspaces} random subspaces of the "
                f"same dimension mean-replaced the same way it is {rnd:.3f} (mean; the "
                f"control reads its drop, ft_random_subspace_drop; they lie outside U and are "
                f"drawn with the activations' covariance). Answers that are still attribute "
@@ -226,7 +226,7 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], P: TaskvecConfig
                f"(mean; ft_hook_lens_type_acc): the code there is already most of the "
                f"prediction; before the last attention layer (blocks.(L-1).hook_resid_pre) "
                f"the top-PC probe reads {pre:.3f} (mean). Reported only: a probe on "
-               f"{P.n_pc} random directions reads {rdir:.3f} (mean; ft_random_dir) - a strong "
+               f"{tvc.n_pc} random directions reads {rdir:.3f} (mean; ft_random_dir) - a strong "
                f"4-class code is decodable from almost any 3 directions, so it says nothing "
                f"about the code's dimension (the necessity test does). Patch success is "
                f"chance-corrected (_patch_gain: hit rate minus the unpatched model's hit "
@@ -333,7 +333,7 @@ def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], delta: float,
 # ------------------------------------------------------------------------------------------
 # All three from the per-seed results
 # ------------------------------------------------------------------------------------------
-def taskvec_claims(results: list[dict[str, Any]], P: TaskvecConfig, skipped: list,
+def taskvec_claims(results: list[dict[str, Any]], tvc: TaskvecConfig, skipped: list,
                    errors: dict, figures: dict[str, Any], variant: str = "",
                    per_seed: dict[str, dict[str, Any]] | None = None) -> list[Claim]:
     """CR-4, CR-8 and (default task only) CR-9 from the per-seed results of
@@ -343,10 +343,10 @@ def taskvec_claims(results: list[dict[str, Any]], P: TaskvecConfig, skipped: lis
     if per_seed is None:
         per_seed = {str(r["seed"]): per_seed_metrics(r) for r in results}
     fig = figures or {}
-    claims = [cr4_claim_from_metrics(per_seed, P, figure=fig.get("overview"), variant=variant),
+    claims = [cr4_claim_from_metrics(per_seed, tvc, figure=fig.get("overview"), variant=variant),
               cr8_claim_from_metrics(per_seed, figure=fig.get("cr8"), variant=variant)]
     if not variant:
-        claims.append(cr9_claim_from_metrics(per_seed, P.lam_delta, figure=fig.get("cr9")))
+        claims.append(cr9_claim_from_metrics(per_seed, tvc.lam_delta, figure=fig.get("cr9")))
     seed_errors = {k: v for k, v in errors.items() if not str(k).startswith("lam sweep")}
     lam_errors = {k: v for k, v in errors.items() if str(k).startswith("lam sweep")}
     for claim in claims:
@@ -362,7 +362,7 @@ def taskvec_claims(results: list[dict[str, Any]], P: TaskvecConfig, skipped: lis
             claim.not_measurable = "the measurement failed on " + "; ".join(
                 f"{k}: {v}" for k, v in failed.items())
     claims[0].details.update({
-        "figures": figures, "params": {k: getattr(P, k) for k in P.__dataclass_fields__},
+        "figures": figures, "params": {k: getattr(tvc, k) for k in tvc.__dataclass_fields__},
         "seconds": {str(r["seed"]): {ph: v["seconds"] for ph, v in r["phases"].items()}
                     for r in results}})
     return claims

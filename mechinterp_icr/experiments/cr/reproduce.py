@@ -156,7 +156,7 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
         main = cfg.taskvec.lam_model == "main"
         tasks += [Task(f"cr4-lam/{lam:g}/seed{s}", lam_task,
                        {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
-                        "P": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
+                        "tvc": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
                         "main_run": seed_run_path(out_dir, s) if main else None},
                        (f"seed{s}/train",) if main and lam == cfg.task.lam else ())
                   for lam in cfg.taskvec.lams]
@@ -172,7 +172,7 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
             tasks += [sweep(st, s, train) for st in settings
                       if not st["default"] and st["pt_from"] is None]
         tasks.append(Task(f"seed{s}/cr4", taskvec_seed,
-                          {"run_path": seed_run_path(out_dir, s), "seed": s, "P": cfg.taskvec},
+                          {"run_path": seed_run_path(out_dir, s), "seed": s, "tvc": cfg.taskvec},
                           train))
         tasks.append(Task(f"seed{s}/mechanism", mechanism_seed,
                           {"run_path": seed_run_path(out_dir, s), "seed": s,
@@ -191,7 +191,7 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
                               {"cfg": vcfg, "out_dir": vout, "seed": s}))
             tasks.append(Task(f"shared/seed{s}/cr4", taskvec_seed,
                               {"run_path": seed_run_path(vout, s), "seed": s,
-                               "P": vcfg.taskvec}, (f"shared/seed{s}/train",)))
+                               "tvc": vcfg.taskvec}, (f"shared/seed{s}/train",)))
     return tasks
 
 

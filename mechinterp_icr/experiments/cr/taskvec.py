@@ -117,14 +117,14 @@ def _patch(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
 
 
 def _patches(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, final: int,
-             seed: int, P: TaskvecConfig) -> dict[str, Any]:
+             seed: int, tvc: TaskvecConfig) -> dict[str, Any]:
     """The additive causal patch at hook b, its norm-matched random-vector control, and (for
     reference) the same patch at the final residual stream (boundary ``final``), on the test
     prompts of ``split``."""
     te = split.test
-    pa = _patch(model, task, H, split, b, seed, P.transplant_scale, te)
-    pz = _patch(model, task, H, split, b, seed, P.transplant_scale, te, mode="random")
-    pf = _patch(model, task, H, split, final, seed, P.transplant_scale, te)
+    pa = _patch(model, task, H, split, b, seed, tvc.transplant_scale, te)
+    pz = _patch(model, task, H, split, b, seed, tvc.transplant_scale, te, mode="random")
+    pf = _patch(model, task, H, split, final, seed, tvc.transplant_scale, te)
     return {"patch_gain": pa["gain"], "patch_success": pa["transplant_success"],
             "patch_unpatched_hit": pa["unpatched_hit"],
             "patch_kept_original": pa["kept_original"],
@@ -137,11 +137,11 @@ def _patches(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, final: i
 
 
 def _necessity(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: int,
-               P: TaskvecConfig, base_type_acc: float) -> dict[str, Any]:
+               tvc: TaskvecConfig, base_type_acc: float) -> dict[str, Any]:
     """CR-4 necessity at hook b: the component of the query-position activation in U (the
     span of the type-mean differences of the training prompts) replaced by the training
     mean's; the model's output-type accuracy on the test prompts, and the same for
-    ``P.n_random_subspaces`` random subspaces of U's dimension (the control: their mean drop
+    ``tvc.n_random_subspaces`` random subspaces of U's dimension (the control: their mean drop
     of output-type accuracy). The random subspaces lie outside U and are drawn with the
     training activations' covariance, so each carries a share of the variance comparable to
     U's (an isotropic draw would remove only about dim / d_model of it and could not show an
@@ -164,7 +164,7 @@ def _necessity(model, task, H: tv.TaskVectorSet, split: pr.Split, b: int, seed: 
     nec, nec_attr = read(U)
     rand = [read(tv.random_subspace(U.shape[0], U.shape[1], _rng_seed(seed, 0x300 + i),
                                     cov=cov, exclude=U))
-            for i in range(P.n_random_subspaces)]
+            for i in range(tvc.n_random_subspaces)]
     var = float(np.trace(cov)) or 1.0
     return {"necessity_type_acc": nec, "necessity_drop": base_type_acc - nec,
             "necessity_dim": int(U.shape[1]), "necessity_attr_share": nec_attr,
@@ -191,7 +191,7 @@ def logit_lens_type(model, task, X: np.ndarray, types: np.ndarray) -> dict[str, 
             "lens_attr_type_acc": tv.output_type_accuracy(task, best_attr, types)}
 
 
-def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = True
+def analyse_checkpoint(model, task, seed: int, tvc: TaskvecConfig, full: bool = True
                        ) -> dict[str, Any]:
     """All CR-4 numbers of one model at the read-out hook ``blocks.{n-1}.hook_resid_mid``
     (fixed in advance, :func:`interp.taskvec.readout_hook`), with every other boundary (and
@@ -200,17 +200,17 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
     t0 = time.perf_counter()
     names, labels = tv.readout_names(model.cfg.n_layers)
     b = names.index(tv.readout_hook(model.cfg.n_layers))
-    H = _tvset(model, task, P.n_heldout, seed, 1, task.heldout_subjects, names=names)
+    H = _tvset(model, task, tvc.n_heldout, seed, 1, task.heldout_subjects, names=names)
     ids = H.prompt_ids()
-    split = pr.split_by_prompt(ids, P.test_fraction, P.dev_fraction, seed=seed,
+    split = pr.split_by_prompt(ids, tvc.test_fraction, tvc.dev_fraction, seed=seed,
                                stratify=H.types)
     pr.check_no_leak(split, ids)
     test_rows = []
     for k, name in enumerate(names):
         X = H.at(k)
         test_rows.append({"boundary": k, "hook": name, "label": labels[k],
-                          "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", P.n_pc, seed),
-                          "acc_full": pr.probe_accuracy(X, H.types, split, "full", P.n_pc, seed),
+                          "acc_pc": pr.probe_accuracy(X, H.types, split, "pca", tvc.n_pc, seed),
+                          "acc_full": pr.probe_accuracy(X, H.types, split, "full", tvc.n_pc, seed),
                           "type_variance_fraction": tv.type_variance_fraction(X, H.types)})
     te = split.test
     # the read-out hook's own direct-to-vocabulary read (it already holds most of the
@@ -235,9 +235,9 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
         out["seconds"] = time.perf_counter() - t0
         return out
     Xb = H.at(b)
-    ctrl = pr.evaluate_probes(Xb, H.types, split, P.n_pc, seed, n_shuffles=P.n_shuffles,
-                              n_random=P.n_random_dirs, prompt_ids=ids)
-    out.update(_necessity(model, task, H, split, b, seed, P, out["output_type_acc"]))
+    ctrl = pr.evaluate_probes(Xb, H.types, split, tvc.n_pc, seed, n_shuffles=tvc.n_shuffles,
+                              n_random=tvc.n_random_dirs, prompt_ids=ids)
+    out.update(_necessity(model, task, H, split, b, seed, tvc, out["output_type_acc"]))
     out.update({"acc_shuffle_pc": ctrl["acc_shuffle_pc"],
                 "acc_shuffle_full": ctrl["acc_shuffle_full"],
                 "acc_random_dir": ctrl["acc_random_dir"], "chance": ctrl["chance"],
@@ -245,30 +245,30 @@ def analyse_checkpoint(model, task, seed: int, P: TaskvecConfig, full: bool = Tr
                 "pc_minus_random": out["acc_pc"] - ctrl["acc_random_dir"]})
     n_test = len(te)
     out["acc_pc_wilson95"] = list(pr.wilson_ci(int(round(out["acc_pc"] * n_test)), n_test))
-    out.update({f"geom_{k}": v for k, v in tv.geometry(Xb, H.types, P.n_pc).items()})
+    out.update({f"geom_{k}": v for k, v in tv.geometry(Xb, H.types, tvc.n_pc).items()})
 
     # by-subject split: held-out subjects halved, each half's prompts generated apart
     hs = np.random.default_rng([seed, 0x5B]).permutation(task.heldout_subjects)
     A, B = np.sort(hs[: len(hs) // 2]), np.sort(hs[len(hs) // 2:])
     K = task.cfg.n_demos
     if min(len(A), len(B)) >= K + 1:
-        SA = _tvset(model, task, P.n_subject_split, seed, 2, A, names=[names[b]])
-        SB = _tvset(model, task, P.n_subject_split, seed, 3, B, names=[names[b]])
+        SA = _tvset(model, task, tvc.n_subject_split, seed, 2, A, names=[names[b]])
+        SB = _tvset(model, task, tvc.n_subject_split, seed, 3, B, names=[names[b]])
         S = tv.TaskVectorSet.concat([SA, SB])
         sp = pr.split_from_sets(len(SA), len(SB), S.prompt_ids(), _subject_matrix(S), "subject")
-        out["acc_pc_by_subject"] = pr.probe_accuracy(S.at(0), S.types, sp, "pca", P.n_pc, seed)
+        out["acc_pc_by_subject"] = pr.probe_accuracy(S.at(0), S.types, sp, "pca", tvc.n_pc, seed)
     # transfer at the same hook: fit on finetune-subject prompts, test on held-out-subject ones
-    F = _tvset(model, task, P.n_finetune, seed, 4, task.finetune_subjects, names=names)
+    F = _tvset(model, task, tvc.n_finetune, seed, 4, task.finetune_subjects, names=names)
     T = tv.TaskVectorSet.concat([F, H.subset(te)])
     tsp = pr.split_from_sets(len(F), n_test, T.prompt_ids(), _subject_matrix(T), "transfer")
-    out["transfer_acc_pc"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca", P.n_pc, seed)
-    out["transfer_acc_full"] = pr.probe_accuracy(T.at(b), T.types, tsp, "full", P.n_pc, seed)
-    out.update(_patches(model, task, H, split, b, len(names) - 1, seed, P))
+    out["transfer_acc_pc"] = pr.probe_accuracy(T.at(b), T.types, tsp, "pca", tvc.n_pc, seed)
+    out["transfer_acc_full"] = pr.probe_accuracy(T.at(b), T.types, tsp, "full", tvc.n_pc, seed)
+    out.update(_patches(model, task, H, split, b, len(names) - 1, seed, tvc))
     out["seconds"] = time.perf_counter() - t0
     return out
 
 
-def pca_points(model, task, seed: int, P: TaskvecConfig, hook: str, n: int = 400
+def pca_points(model, task, seed: int, tvc: TaskvecConfig, hook: str, n: int = 400
                ) -> dict[str, Any]:
     """2-D PCA coordinates of held-out task vectors at one hook (for the scatter)."""
     H = _tvset(model, task, n, seed, 9, task.heldout_subjects, names=[hook])
@@ -278,11 +278,11 @@ def pca_points(model, task, seed: int, P: TaskvecConfig, hook: str, n: int = 400
             "var_ratio": p.explained_variance_ratio_.tolist()}
 
 
-def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
+def separation_vs_k(model, task, seed: int, tvc: TaskvecConfig, hook: str
                     ) -> list[dict[str, Any]]:
     """Separation (eta^2, the share of variance explained by the type, and CR-8's partial
     eta^2 with the query subject's variance removed) of held-out task vectors at ``hook`` for
-    every K in ``P.ks`` (those that fit the context and the held-out subjects), with the
+    every K in ``tvc.ks`` (those that fit the context and the held-out subjects), with the
     probe and the model's accuracy beside it. Diagnostics beside eta^2:
     ``query_subject_share`` (the share of the variance at ``hook`` explained by the query
     subject; about (n_subjects - 1) / (n - 1) for pure noise) and
@@ -290,10 +290,10 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
     :func:`interp.taskvec.write_hook`)."""
     rows = []
     n_ho = len(task.heldout_subjects)
-    for K in P.ks:
+    for K in tvc.ks:
         if K + 1 > n_ho or task.format_len(K, False) > model.cfg.n_ctx:
             continue
-        H = _tvset(model, task, P.n_per_k, seed, 100 + K, task.heldout_subjects, K=K,
+        H = _tvset(model, task, tvc.n_per_k, seed, 100 + K, task.heldout_subjects, K=K,
                    names=[hook, tv.write_hook(model.cfg.n_layers)])
         X = H.at(0)
         sp = pr.split_by_prompt(H.prompt_ids(), SWEEP_TEST_FRACTION, seed=seed,
@@ -306,7 +306,7 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
                                                                                H.types),
                      "silhouette": tv.silhouette(X, H.types),
                      **tv.cosine_within_between(X, H.types),
-                     "acc_pc": pr.probe_accuracy(X, H.types, sp, "pca", P.n_pc, seed),
+                     "acc_pc": pr.probe_accuracy(X, H.types, sp, "pca", tvc.n_pc, seed),
                      "icl_exact": H.accuracy,
                      "output_type_acc": tv.output_type_accuracy(task, H.pred, H.types)})
     return rows
@@ -315,29 +315,29 @@ def separation_vs_k(model, task, seed: int, P: TaskvecConfig, hook: str
 # --------------------------------------------------------------------------------------------
 # Small PT + finetune runs at several lam (the lam sweep)
 # --------------------------------------------------------------------------------------------
-def lam_run_config(base: RunConfig, lam: float, P: TaskvecConfig) -> RunConfig:
-    """The main run's config with ``task.lam`` replaced. ``P.lam_model == 'main'``: nothing
+def lam_run_config(base: RunConfig, lam: float, tvc: TaskvecConfig) -> RunConfig:
+    """The main run's config with ``task.lam`` replaced. ``tvc.lam_model == 'main'``: nothing
     else changes (SPEC 0: one configuration); ``'small'``: the first build's small model
-    (``P.lam_d_model``, ``P.lam_d_mlp``, ``P.lam_pt_steps`` at ``P.lam_pt_lr``)."""
+    (``tvc.lam_d_model``, ``tvc.lam_d_mlp``, ``tvc.lam_pt_steps`` at ``tvc.lam_pt_lr``)."""
     task_cfg = replace(base.task, lam=float(lam))
-    if P.lam_model == "main":
+    if tvc.lam_model == "main":
         return replace(base, name=f"lam{lam:g}-seed{base.seed}", task=task_cfg)
-    model = replace(base.model, d_model=P.lam_d_model, d_head=P.lam_d_model,
-                    d_mlp=P.lam_d_mlp)
-    pt = TrainConfig(steps=P.lam_pt_steps, batch_size=64, lr=P.lam_pt_lr, eval_every=0,
+    model = replace(base.model, d_model=tvc.lam_d_model, d_head=tvc.lam_d_model,
+                    d_mlp=tvc.lam_d_mlp)
+    pt = TrainConfig(steps=tvc.lam_pt_steps, batch_size=64, lr=tvc.lam_pt_lr, eval_every=0,
                      checkpoint_schedule="none", progress=False)
     return RunConfig(name=f"lam{lam:g}-seed{base.seed}", seed=base.seed, task=task_cfg,
                      model=model, train=pt)
 
 
-def _lam_train_configs(P: TaskvecConfig, pretrain: TrainConfig | None,
+def _lam_train_configs(tvc: TaskvecConfig, pretrain: TrainConfig | None,
                        finetune: TrainConfig | None) -> tuple[TrainConfig, TrainConfig]:
     """(pretrain, finetune) of a lam run: the main run's (``'main'``; start and end
     checkpoints only, which does not change training) or the small ones (``'small'``)."""
-    if P.lam_model == "small":
-        return (TrainConfig(steps=P.lam_pt_steps, batch_size=64, lr=P.lam_pt_lr, eval_every=0,
+    if tvc.lam_model == "small":
+        return (TrainConfig(steps=tvc.lam_pt_steps, batch_size=64, lr=tvc.lam_pt_lr, eval_every=0,
                             checkpoint_schedule="none", progress=False),
-                TrainConfig(steps=P.lam_ft_steps, batch_size=128, lr=1e-3,
+                TrainConfig(steps=tvc.lam_ft_steps, batch_size=128, lr=1e-3,
                             trainable="attention", eval_every=0, checkpoint_schedule="none",
                             progress=False))
     if pretrain is None or finetune is None:
@@ -347,22 +347,22 @@ def _lam_train_configs(P: TaskvecConfig, pretrain: TrainConfig | None,
             replace(finetune, eval_every=0, checkpoint_schedule="none", progress=False))
 
 
-def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig,
+def train_lam_run(base: RunConfig, lam: float, run_path: Path, tvc: TaskvecConfig,
                   pretrain: TrainConfig | None = None, finetune: TrainConfig | None = None
                   ) -> Path:
     """Pretrain (all subjects, PT format) then finetune on ICL (finetune subjects; in
     ``'main'`` mode with the main pipeline's finetuning data, K drawn per batch from
     ``task.finetune_ks``); checkpoints ``pretrain`` and ``ft-icl`` (start and end only) in
     ``run_path``. Resumes."""
-    pt, ft = _lam_train_configs(P, pretrain, finetune)
-    rc = replace(lam_run_config(base, lam, P), train=pt)
+    pt, ft = _lam_train_configs(tvc, pretrain, finetune)
+    rc = replace(lam_run_config(base, lam, tvc), train=pt)
     run = RunDir.open_for(run_path, rc)
     task = rc.task.build(rc.seed)
     model = build_model(rc.model, seed=rc.seed)
     train_phase(model, lambda rng, bs: task.sample_pt(rng, bs), rc.train, run, PHASE_PT,
                 rc.seed, run_config=rc, phase_order=0)
     subs = task.finetune_subjects
-    if P.lam_model == "main":
+    if tvc.lam_model == "main":
         def sample(rng, bs):
             return task.sample_finetune(rng, bs, subjects=subs, grammar=False,
                                         mixed_types=False)
@@ -372,7 +372,7 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig,
     pt_state = {k: v.clone() for k, v in model.state_dict().items()}
     train_phase(model, sample, ft, run, PHASE_FT, rc.seed, run_config=replace(rc, train=ft),
                 phase_order=1)
-    if P.lam_model == "main":  # CR-9's control: the mixed-type finetune from the same PT
+    if tvc.lam_model == "main":  # CR-9's control: the mixed-type finetune from the same PT
         model.load_state_dict(pt_state)
 
         def sample_mixed(rng, bs):
@@ -383,9 +383,9 @@ def train_lam_run(base: RunConfig, lam: float, run_path: Path, P: TaskvecConfig,
     return run.path
 
 
-def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
+def _lam_metrics(path: Path, seed: int, tvc: TaskvecConfig) -> dict[str, Any]:
     """eta^2 and the top-PC probe at the read-out hook of a lam run's PT and finetuned
-    models (``P.n_per_k`` held-out prompts, half to fit the probe)."""
+    models (``tvc.n_per_k`` held-out prompts, half to fit the probe)."""
     run = RunDir(path)
     rc, task, build = load_run_model(run)
     out: dict[str, Any] = {"lam": float(rc.task.lam), "seed": seed,
@@ -393,36 +393,36 @@ def _lam_metrics(path: Path, seed: int, P: TaskvecConfig) -> dict[str, Any]:
     phases = [p for p in (PHASE_PT, PHASE_FT, PHASE_FT_MIXED) if run.latest(p) is not None]
     for ck, model in run.iter_models(",".join(f"phase:{p}:last" for p in phases), build):
         hook = tv.readout_hook(model.cfg.n_layers)
-        H = _tvset(model, task, P.n_per_k, seed, 1, task.heldout_subjects, names=[hook])
+        H = _tvset(model, task, tvc.n_per_k, seed, 1, task.heldout_subjects, names=[hook])
         sp = pr.split_by_prompt(H.prompt_ids(), SWEEP_TEST_FRACTION, seed=seed,
                                 stratify=H.types)
         key = {PHASE_PT: "pt", PHASE_FT: "ft", PHASE_FT_MIXED: "mixed"}[ck.phase]
         out[f"{key}_eta2"] = tv.type_variance_fraction(H.at(0), H.types)
         out[f"{key}_type_variance_fraction"] = out[f"{key}_eta2"]  # (the probes/ script's name)
-        out[f"{key}_acc_pc"] = pr.probe_accuracy(H.at(0), H.types, sp, "pca", P.n_pc, seed)
+        out[f"{key}_acc_pc"] = pr.probe_accuracy(H.at(0), H.types, sp, "pca", tvc.n_pc, seed)
         out[f"{key}_icl_exact"] = H.accuracy
         out["hook"] = hook
     return out
 
 
-def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
+def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, tvc: TaskvecConfig,
               log=print, pretrain: TrainConfig | None = None,
               finetune: TrainConfig | None = None, main_run: Path | None = None
               ) -> dict[str, Any]:
-    """One lam of the sweep for ``seed``: at the main run's lam (``P.lam_model == 'main'``
+    """One lam of the sweep for ``seed``: at the main run's lam (``tvc.lam_model == 'main'``
     and ``main_run`` given) the main run itself; otherwise a PT + ICL-finetune run at
     ``lam`` (in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>``, resumed); and its separation
     numbers."""
     t = time.perf_counter()
-    reuse = (P.lam_model == "main" and main_run is not None
+    reuse = (tvc.lam_model == "main" and main_run is not None
              and abs(float(lam) - float(base.task.lam)) < 1e-12)
     if reuse:
         path = Path(main_run)
     else:
         path = Path(out_dir) / "runs" / "cr-taskvec" / f"lam{lam:g}" / f"seed{seed}"
-        train_lam_run(base, lam, path, P, pretrain, finetune)
-    row = _lam_metrics(path, seed, P)
-    row.update({"seconds": time.perf_counter() - t, "lam_model": P.lam_model,
+        train_lam_run(base, lam, path, tvc, pretrain, finetune)
+    row = _lam_metrics(path, seed, tvc)
+    row.update({"seconds": time.perf_counter() - t, "lam_model": tvc.lam_model,
                 "reused_main_run": reuse})
     if log:
         log(f"  CR-4 lam sweep seed {seed} lam {lam:g}: ft eta^2 {row['ft_eta2']:.3f} at "
@@ -430,26 +430,26 @@ def lam_point(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecC
     return row
 
 
-def lam_sweep(base: RunConfig, out_dir: Path, seed: int, P: TaskvecConfig,
+def lam_sweep(base: RunConfig, out_dir: Path, seed: int, tvc: TaskvecConfig,
               log=print, pretrain: TrainConfig | None = None,
               finetune: TrainConfig | None = None, main_run: Path | None = None
               ) -> list[dict[str, Any]]:
-    """PT + ICL-finetune runs at every ``P.lams`` for one seed, and their separation."""
-    return [lam_point(base, lam, out_dir, seed, P, log, pretrain, finetune, main_run)
-            for lam in P.lams]
+    """PT + ICL-finetune runs at every ``tvc.lams`` for one seed, and their separation."""
+    return [lam_point(base, lam, out_dir, seed, tvc, log, pretrain, finetune, main_run)
+            for lam in tvc.lams]
 
 
 # --------------------------------------------------------------------------------------------
 # One seed, and the CR-4 stage
 # --------------------------------------------------------------------------------------------
-def probe_curve(run, task, build, seed: int, P: TaskvecConfig, phase: str = PHASE_FT
+def probe_curve(run, task, build, seed: int, tvc: TaskvecConfig, phase: str = PHASE_FT
                 ) -> list[dict[str, Any]]:
     """Top-PC / full probe accuracy at every (sub-sampled) checkpoint of ``phase``."""
     cks = [c for c in run.checkpoints() if c.phase == phase]
-    if len(cks) > P.curve_max_checkpoints:
-        idx = np.unique(np.round(np.linspace(0, len(cks) - 1, P.curve_max_checkpoints)))
+    if len(cks) > tvc.curve_max_checkpoints:
+        idx = np.unique(np.round(np.linspace(0, len(cks) - 1, tvc.curve_max_checkpoints)))
         cks = [cks[int(i)] for i in idx]
-    small = replace(P, n_heldout=max(400, P.n_heldout // 2))
+    small = replace(tvc, n_heldout=max(400, tvc.n_heldout // 2))
     rows = []
     for ck, model in run.iter_models(",".join(c.name for c in cks), build):
         r = analyse_checkpoint(model, task, seed, small, full=False)
@@ -460,7 +460,7 @@ def probe_curve(run, task, build, seed: int, P: TaskvecConfig, phase: str = PHAS
     return rows
 
 
-def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict[str, Any]:
+def analyse_seed(run_path: Path, seed: int, tvc: TaskvecConfig, log=print) -> dict[str, Any]:
     """CR-4 numbers of one CR run directory (phases pretrain, ft-icl, ft-iclgrm)."""
     run = RunDir(run_path)
     _, task, build = load_run_model(run)
@@ -471,12 +471,12 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict
                            "pca": {}}
     sel = ",".join(f"phase:{p}:last" for p in phases)
     for ck, model in run.iter_models(sel, build):
-        r = analyse_checkpoint(model, task, seed, P)
+        r = analyse_checkpoint(model, task, seed, tvc)
         r["checkpoint"] = ck.name
         res["phases"][ck.phase] = r
-        res["pca"][ck.phase] = {**pca_points(model, task, seed, P, r["hook"]),
+        res["pca"][ck.phase] = {**pca_points(model, task, seed, tvc, r["hook"]),
                                 "boundary_label": r["boundary_label"]}
-        res["k_sweep"][ck.phase] = separation_vs_k(model, task, seed, P, r["hook"])
+        res["k_sweep"][ck.phase] = separation_vs_k(model, task, seed, tvc, r["hook"])
         if log:
             log(f"  CR-4 seed {seed} {ck.name}: top-PC probe {r['acc_pc']:.3f} at {r['hook']} "
                 f"(model output type {r['output_type_acc']:.3f}), transfer "
@@ -487,15 +487,15 @@ def analyse_seed(run_path: Path, seed: int, P: TaskvecConfig, log=print) -> dict
     if run.latest(PHASE_FT_MIXED) is not None:
         hook = res["phases"][PHASE_FT]["hook"]
         for _, model in run.iter_models(f"phase:{PHASE_FT_MIXED}:last", build):
-            res["k_sweep"][PHASE_FT_MIXED] = separation_vs_k(model, task, seed, P, hook)
-    res["curve"] = probe_curve(run, task, build, seed, P)
+            res["k_sweep"][PHASE_FT_MIXED] = separation_vs_k(model, task, seed, tvc, hook)
+    res["curve"] = probe_curve(run, task, build, seed, tvc)
     return res
 
 
 # --------------------------------------------------------------------------------------------
 # Entry points of the probes/ scripts
 # --------------------------------------------------------------------------------------------
-def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
+def probe_run(run_path: Path, selection: str, tvc: TaskvecConfig, seed: int = 0,
               full: bool = True, umap: bool = False, out_dir: Path | None = None,
               with_k: bool = False, log=print) -> dict[str, Any]:
     """CR-4 numbers for every checkpoint of ``selection`` in one CR run directory.
@@ -508,10 +508,10 @@ def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
     out_dir = Path(out_dir) if out_dir is not None else run.analyses_dir
     rows, views = [], []
     for ck, model in run.iter_models(selection, build):
-        r = analyse_checkpoint(model, task, seed, P, full=full)
+        r = analyse_checkpoint(model, task, seed, tvc, full=full)
         r.update({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step})
         if with_k:
-            r["k_sweep"] = separation_vs_k(model, task, seed, P, r["hook"])
+            r["k_sweep"] = separation_vs_k(model, task, seed, tvc, r["hook"])
         rows.append(r)
         H = _tvset(model, task, 400, seed, 9, task.heldout_subjects, names=[r["hook"]])
         X = H.at(0)
@@ -530,6 +530,6 @@ def probe_run(run_path: Path, selection: str, P: TaskvecConfig, seed: int = 0,
                 f"output type {r['output_type_acc']:.3f})")
     figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir)
     result = {"run": str(run.path), "selection": selection, "rows": rows, "figures": figs,
-              "params": {k: getattr(P, k) for k in P.__dataclass_fields__}}
+              "params": {k: getattr(tvc, k) for k in tvc.__dataclass_fields__}}
     atomic_write_json(out_dir / "task_vectors.json", result)
     return result

@@ -38,18 +38,18 @@ __all__ = ["ANALYSIS_ERRORS", "add_cr4", "add_taskvec_claim", "lam_seed_cap", "l
 ANALYSIS_ERRORS = (ConfigError, ValueError, RuntimeError)  # reported in the claim, not raised
 
 
-def lam_sweep_wanted(P: TaskvecConfig) -> bool:
+def lam_sweep_wanted(tvc: TaskvecConfig) -> bool:
     """Whether CR-4 runs a lam sweep (at least two lam values)."""
-    return len(P.lams) >= 2
+    return len(tvc.lams) >= 2
 
 
-def lam_seed_cap(P: TaskvecConfig, n_seeds: int) -> int:
-    """How many seeds (the first ones) get the lam sweep: every seed unless ``P.lam_seeds``
+def lam_seed_cap(tvc: TaskvecConfig, n_seeds: int) -> int:
+    """How many seeds (the first ones) get the lam sweep: every seed unless ``tvc.lam_seeds``
     caps it (CR-4's lam condition is per seed, so a capped run cannot hold)."""
-    return n_seeds if P.lam_seeds == 0 else min(n_seeds, P.lam_seeds)
+    return n_seeds if tvc.lam_seeds == 0 else min(n_seeds, tvc.lam_seeds)
 
 
-def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
+def taskvec_seed(run_path: Path | None, seed: int, tvc: TaskvecConfig, log=print
                  ) -> dict[str, Any]:
     """Task ``seed<N>/cr4``: :func:`analyse_seed` of one CR run directory, written to
     ``<run>/analyses/taskvec.json``. Record ``{status: ok|skipped|error, result|error,
@@ -62,7 +62,7 @@ def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
     if run is not None and run.latest(PHASE_PT) is not None and run.latest(PHASE_FT) is not None:
         try:
             if getattr(run.read_config().task, "n_types", 0) >= 2:  # else: nothing to decode
-                res = analyse_seed(run.path, seed, P, log=log)
+                res = analyse_seed(run.path, seed, tvc, log=log)
                 atomic_write_json(run.analyses_dir / "taskvec.json", res)
                 out = {"status": "ok", "result": res}
         except ANALYSIS_ERRORS as e:
@@ -71,7 +71,7 @@ def taskvec_seed(run_path: Path | None, seed: int, P: TaskvecConfig, log=print
     return to_record(out)
 
 
-def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecConfig,
+def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, tvc: TaskvecConfig,
              log=print, pretrain: TrainConfig | None = None,
              finetune: TrainConfig | None = None, main_run: Path | None = None
              ) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, P: TaskvecCo
     claim), and ``timings``."""
     t = time.perf_counter()
     try:
-        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, P, log, pretrain,
+        out: dict[str, Any] = {"row": lam_point(base, lam, out_dir, seed, tvc, log, pretrain,
                                                 finetune, main_run)}
     except ANALYSIS_ERRORS as e:
         out = {"error": f"{type(e).__name__}: {e}"}
@@ -104,11 +104,11 @@ def _relative(fig: Any, out_dir: Path) -> Any:
 
 
 def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dict,
-            lam_records: dict, P: TaskvecConfig, variant: str = "") -> None:
+            lam_records: dict, tvc: TaskvecConfig, variant: str = "") -> None:
     """Add claims CR-4, CR-8 and CR-9 (``variant='shared'``: CR-4 and CR-8 of the
     shared-token variant, figures in ``figures/shared-tokens``), their tables and figures from
     the task records: ``seed_records`` maps a seed to its :func:`taskvec_seed` record,
-    ``lam_records`` a seed to its :func:`lam_task` records in ``P.lams`` order (every seed by
+    ``lam_records`` a seed to its :func:`lam_task` records in ``tvc.lams`` order (every seed by
     default, :func:`lam_seed_cap`); a seed whose lam sweep had an error has none."""
     results, skipped = [], []
     errors: dict[Any, str] = {}
@@ -122,7 +122,7 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
             continue
         res = dict(rec["result"])
         lams = lam_records.get(seed)
-        if len(results) < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P) and lams:
+        if len(results) < lam_seed_cap(tvc, len(seeds)) and lam_sweep_wanted(tvc) and lams:
             bad = [r["error"] for r in lams if "error" in r]
             if bad:
                 errors[f"lam sweep, seed {seed}"] = bad[0]
@@ -141,24 +141,24 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
         figs = write_cr4_figures(results, fig_dir)
         figs["cr8"] = write_cr8_figure(per_seed, fig_dir, CR8_HEADROOM, label)
         if not variant:
-            figs["cr9"] = write_cr9_figure(per_seed, fig_dir, P.lam_delta)
+            figs["cr9"] = write_cr9_figure(per_seed, fig_dir, tvc.lam_delta)
     # a claim names its figure by its path relative to the output folder
     figs = {k: _relative(v, Path(out_dir)) for k, v in figs.items()}
-    for claim in taskvec_claims(results, P, skipped, errors, figs, variant, per_seed):
+    for claim in taskvec_claims(results, tvc, skipped, errors, figs, variant, per_seed):
         summary.add(claim)
     summary.tables.update(taskvec_tables(results, variant))
 
 
 def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
-                      seeds: list[int], P: TaskvecConfig, log=print,
+                      seeds: list[int], tvc: TaskvecConfig, log=print,
                       pretrain: TrainConfig | None = None,
                       finetune: TrainConfig | None = None) -> None:
     """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
     process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on every seed
-    with a result (or the first ``P.lam_seeds``), then :func:`add_cr4`.
+    with a result (or the first ``tvc.lam_seeds``), then :func:`add_cr4`.
 
     Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
-    (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``P`` is the
+    (phases pretrain and ft-icl) is skipped and named in the claim's notes. ``tvc`` is the
     ``taskvec`` section of the CR config (tests pass tiny sizes).
     """
     by_name = {Path(p).name: Path(p) for p in run_dirs}
@@ -168,17 +168,17 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         if path is None and len(run_dirs) == len(seeds):
             path = Path(run_dirs[i])
         with summary.stage("cr4_taskvec"):
-            seed_records[seed] = taskvec_seed(path, seed, P, log=log)
+            seed_records[seed] = taskvec_seed(path, seed, tvc, log=log)
         if seed_records[seed]["status"] != "ok":
             continue
-        if n_ok < lam_seed_cap(P, len(seeds)) and lam_sweep_wanted(P):
+        if n_ok < lam_seed_cap(tvc, len(seeds)) and lam_sweep_wanted(tvc):
             base = RunDir(path).read_config()
             with summary.stage("cr4_lam_sweep"):
                 lam_records[seed] = []
-                for lam in P.lams:
-                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, P, log,
+                for lam in tvc.lams:
+                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, tvc, log,
                                                       pretrain, finetune, path))
                     if "error" in lam_records[seed][-1]:
                         break  # as one sweep: the first error stops it
         n_ok += 1
-    add_cr4(summary, out_dir, seeds, seed_records, lam_records, P)
+    add_cr4(summary, out_dir, seeds, seed_records, lam_records, tvc)
