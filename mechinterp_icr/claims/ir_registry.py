@@ -11,8 +11,24 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR_METRIC_RANGES", "IR_SPECS",
-           "STOP_TOL_FACTORS"]
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR_ANALYSIS_CONSTANTS",
+           "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
+
+# Analysis constants an IR verdict reads that are not config keys (SPEC 0): IR-8's
+# induction-style offsets, probe shapes and the probes TransformerLens scores; the grid of the
+# ideal-row ceiling (IR-2's and IR-5's targets); the d(n) selection rule of IR-5.
+# tests/unit/test_registry.py pins each to the module constant the code uses.
+IR_ANALYSIS_CONSTANTS = {
+    "experiments.ir.ir8.OFFSETS": (1, 2),
+    "experiments.ir.controls.PROBE_SHAPES": ((0, 3), (0, 4), (1, 3)),
+    "experiments.ir.controls.TL_SCORE_PROBES": 64,
+    "experiments.ir.train.CEILING_A_RANGE": (0.17, 0.33),
+    "experiments.ir.train.CEILING_GRID": 17,
+    "experiments.ir.train.CEILING_GRID_EXPECTED": 9,
+    "experiments.ir.ir5_dn.DN_STEP": 16,
+    "experiments.ir.ir5_dn.DN_MIN": 0.995,
+    "experiments.ir.ir5_dn.DN_SELECTION_SEEDS": tuple(range(100, 110)),
+}
 
 
 # what every verdict depends on: the task (knowledge base included: kb_single -1 = R(R-1)/2

@@ -134,8 +134,9 @@ def test_analysis_constants_are_the_codes():
     import importlib
 
     from mechinterp_icr.claims.cr_registry import ANALYSIS_CONSTANTS
+    from mechinterp_icr.claims.ir_registry import IR_ANALYSIS_CONSTANTS
 
-    for path, value in ANALYSIS_CONSTANTS.items():
+    for path, value in {**ANALYSIS_CONSTANTS, **IR_ANALYSIS_CONSTANTS}.items():
         mod, name = path.rsplit(".", 1)
         assert getattr(importlib.import_module(f"mechinterp_icr.{mod}"), name) == value, path
 

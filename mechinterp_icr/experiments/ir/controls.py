@@ -62,6 +62,7 @@ OW_RUNS = ("ht_sym_pgd", "ht_sym_gd", "ht_raw_pgd", "ht_raw_gd", "ht_raw_qk_pgd"
 # --------------------------------------------------------------------------------------------
 # IR-8: induction-style row replacement, prefix-matching scores, the induction-head control
 # --------------------------------------------------------------------------------------------
+TL_SCORE_PROBES = 64  # probes TransformerLens's head_detector scores (its loop is per probe)
 PROBE_SHAPES = ((0, 3), (0, 4), (1, 3))  # (offset, period) of the probes after the first token
 
 
@@ -171,7 +172,7 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
     pats = head_patterns(model, toks)
     proj = {lay: prefix_matching_score(p, toks) for lay, p in pats.items()}
     best = max(proj, key=lambda lay: proj[lay]["score_minus_baseline"])
-    tl = tl_induction_score(model, toks[:64], best, 0)
+    tl = tl_induction_score(model, toks[:TL_SCORE_PROBES], best, 0)
     idx = torch.arange(0, len(toks), len(PROBE_SHAPES))  # probes of PROBE_SHAPES[0]
     mean_pat = np.round(pats[best][idx].double().mean(0).numpy(), 5).tolist()
     return {"train_acc": res.final_metrics.get("train_acc"), "layer": best,
@@ -191,7 +192,7 @@ def ir_head_scores(fast, cfg: IRConfig, seed: int) -> dict[str, Any]:
     L = task.n_ctx - 1
     toks = induction_probes(L, min(cfg.ind_tokens, task.d_vocab - 1), cfg.ind_probes, seed)
     proj = prefix_matching_score(head_patterns(model, toks)[0], toks)
-    tl = tl_induction_score(model, toks[:64], 0, 0)
+    tl = tl_induction_score(model, toks[:TL_SCORE_PROBES], 0, 0)
     return {"project": proj, "transformer_lens": tl}
 
 

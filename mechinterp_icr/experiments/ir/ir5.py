@@ -37,7 +37,7 @@ import torch
 from mechinterp_icr.claims.ir_registry import IR5_LINEAR_FRACTION
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, sweep_width, task_config
 from mechinterp_icr.experiments.ir.ir5_dn import retrieval_at
-from mechinterp_icr.experiments.ir.train import ceiling, tagged_rng
+from mechinterp_icr.experiments.ir.train import CEILING_GRID_EXPECTED, ceiling, tagged_rng
 from mechinterp_icr.models.ir import FastIR, token_embeddings
 from mechinterp_icr.tasks.ir import SUBJ
 from mechinterp_icr.training.pgd import PGDConfig, perturbation, pgd_fast
@@ -211,7 +211,8 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
     tk = task_config(cfg, n).build(seed)
     E = token_embeddings(tk, rspec, seed)
     ev = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
-    ceil = ceiling(tk, rspec, ev, seed, E=E, key="step1_prob", grid=9)["step1_prob"]
+    ceil = ceiling(tk, rspec, ev, seed, E=E, key="step1_prob",
+                   grid=CEILING_GRID_EXPECTED)["step1_prob"]
     target = cfg.sweep_target_frac * ceil
     out: dict[str, Any] = {"seed": seed, "n": n, "d_embed": d, "arm": arm,
                            "ceiling_expected": ceil, "target": target}

@@ -37,6 +37,7 @@ from mechinterp_icr.config import TrainConfig
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, task_config
 from mechinterp_icr.experiments.ir.controls import (
     PROBE_SHAPES,
+    TL_SCORE_PROBES,
     head_patterns,
     induction_probes,
     prefix_matching_score,
@@ -139,7 +140,7 @@ def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     toks = induction_probes(L, task.d_vocab - 1, cfg.ind_probes, seed)
     pat = head_patterns(model, toks)[0]
     proj = prefix_matching_score(pat, toks)
-    tl = tl_induction_score(model, toks[:64], 0, 0)
+    tl = tl_induction_score(model, toks[:TL_SCORE_PROBES], 0, 0)
     c = next(c for c in spec("IR-8").conditions if c.metric == "tok_learned_row_step1_acc")
     return {**a, "solved": float(compare(a["learned_row_step1_acc"], c.op, c.threshold)),
             "step2_acc": acc["step2_acc"], "swap_step1_acc": acc.get("step1_acc_swap"),

@@ -17,6 +17,7 @@ from mechinterp_icr.claims.registry import spec
 from mechinterp_icr.experiments.ir.config import IRConfig, main_pgd, model_spec, task_config
 from mechinterp_icr.experiments.ir.conventions import fixed_length_variants
 from mechinterp_icr.experiments.ir.train import (
+    CEILING_GRID_EXPECTED,
     ceiling,
     escape_step,
     eval_steps,
@@ -173,7 +174,8 @@ def memory_and_ceiling(main: MainSetting, seed: int) -> tuple[dict[str, Any], di
     mem = memory_retrieval(task, main.spec, None, main.E)
     shuf = memory_retrieval(task, main.spec, None, main.E, shuffle_seed=seed)
     ceil = ceiling(task, main.spec, main.ev, seed)
-    ceil_p = ceiling(task, main.spec, main.ev, seed, key="step1_prob", grid=9)
+    ceil_p = ceiling(task, main.spec, main.ev, seed, key="step1_prob",
+                     grid=CEILING_GRID_EXPECTED)
     ir1 = {"memory_acc": min(mem.values()), **mem,
            "shuffled_memory_acc": max(shuf.values()),
            "shuffled_relation_acc": shuf["relation_acc"],

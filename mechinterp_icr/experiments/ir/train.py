@@ -202,13 +202,21 @@ def final_record(recs: list[dict]) -> dict:
     return [r for r in recs if "step1_acc" in r][-1]
 
 
+# the ideal rows' pair mass a is searched on np.linspace(*CEILING_A_RANGE, grid): the argmax
+# ceiling on CEILING_GRID points, the expected-accuracy ceiling (IR-2's and IR-5's targets) on
+# CEILING_GRID_EXPECTED points
+CEILING_A_RANGE = (0.17, 0.33)
+CEILING_GRID = 17
+CEILING_GRID_EXPECTED = 9
+
+
 def ceiling(task, spec: IRModelSpec, ev, seed: int, K: int = 2, E=None,
-            key: str = "step1_acc", grid: int = 17) -> dict[str, float]:
+            key: str = "step1_acc", grid: int = CEILING_GRID) -> dict[str, float]:
     """Best step-1 ``key`` (argmax accuracy, or ``step1_prob``: expected accuracy at the
     decoding temperature) over ideal rows (a, a, 1/2-a, 1/2-a, 0), step-2 row on s_q."""
     fast = FastIR(task, spec, seed=seed, E=E)
     best = {key: -1.0}
-    for a in np.linspace(0.17, 0.33, grid):
+    for a in np.linspace(*CEILING_A_RANGE, grid):
         with torch.no_grad():
             fast.B.copy_(ideal_pos_block(task.n_ctx, K, float(a)))
             m = ir_accuracy(fast.cot_logits(ev.tokens), ev)
