@@ -140,3 +140,24 @@ def test_ir5_and_ir8_figures_draw_both_arms_fits_and_both_heads():
     assert "-0.010" in fig.layout.annotations[0].text and "0.800" in \
         fig.layout.annotations[1].text
     assert probe_attention_figure({}, ["0"]) is None
+
+
+def test_what_the_prefix_matching_score_gives_fixed_offset_heads():
+    """What (b) can and cannot tell on the registered probes (periods 3 and 4, PROBE_SHAPES):
+    heads attending a fixed 1, 3 or 4 tokens back score at most 0.1 above the uniform
+    baseline, but a head attending two tokens back scores above even the induction-head
+    control's 0.5 bar (on the period-3 probes that offset is the induction target). So (b)
+    alone cannot tell an induction head from a fixed-offset one; IR-8's (a) tests the
+    fixed-offset rows directly (docs/ir.md)."""
+    from mechinterp_icr.experiments.ir.controls import induction_probes, prefix_matching_score
+
+    L = 6  # the IR context (K = 2) minus one, as IR-8 scores
+    toks = induction_probes(L, 40, 96, seed=0)
+    scores = {}
+    for off in (1, 2, 3, 4):
+        pat = torch.zeros(len(toks), L, L)
+        for t in range(L):
+            pat[:, t, max(0, t - off)] = 1.0
+        scores[off] = prefix_matching_score(pat, toks)["score_minus_baseline"]
+    assert max(scores[1], scores[3], scores[4]) <= 0.1
+    assert scores[2] >= 0.5
