@@ -38,6 +38,7 @@ from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed, sample_complexity_table
+from mechinterp_icr.experiments.ir.records import job_name, read_record
 from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS, read_trajectories
 from mechinterp_icr.experiments.ir.sweeps import gap_fit
 from mechinterp_icr.experiments.ir.units import (
@@ -79,44 +80,46 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     first = seeds[0]
     tasks: list[Task] = []
 
-    def add(task_name: str, fn, after: tuple[str, ...] = (), **kwargs: Any) -> None:
-        tasks.append(Task(task_name, fn, kwargs, after))
+    def add(kind: str, s: int, fn, after: tuple[str, ...] = (), n: int | None = None,
+            run: str | None = None, **kwargs: Any) -> None:
+        kw = {"n": n} if n is not None else {}
+        kw |= {"name": run} if run is not None else {}
+        tasks.append(Task(job_name(kind, s, n=n, run=run), fn,
+                          {"cfg": cfg, "seed": s, **kw, **kwargs}, after))
+
+    def sample_jobs(s: int, ns) -> None:
+        for n in ns:
+            add("sample_learned", s, sample_task, n=n, arm="learned")
+            add("sample", s, sample_task, n=n)
 
     for s in seeds:
-        add(f"seed{s}/ir6_memory", memory_task, cfg=cfg, seed=s,
-            memory_file=memory_file(out_dir, s))
+        add("ir6_memory", s, memory_task, memory_file=memory_file(out_dir, s))
     # the finetuning on a pretrained memory is the longest IR task (about 3 CPU-minutes at
     # pre_n = 256): listed next, a worker takes it as soon as its memory is written
     for s in seeds:
-        add(f"seed{s}/ir6", pretrained_task, (f"seed{s}/ir6_memory",), cfg=cfg, seed=s,
+        add("ir6", s, pretrained_task, (job_name("ir6_memory", s),),
             memory_file=memory_file(out_dir, s))
     # IR-5 at the largest n next (its positive control runs up to max sweep_Ns sequences)
-    for n in sorted(dict.fromkeys(cfg.sweep_n), reverse=True)[:2]:
+    by_size = sorted(dict.fromkeys(cfg.sweep_n), reverse=True)
+    for n in by_size[:2]:
         for s in seeds:
-            add(f"sample_learned/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n,
-                arm="learned")
-            add(f"sample/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
+            sample_jobs(s, [n])
     for s in seeds:
-        add(f"seed{s}/main", main_task, cfg=cfg, seed=s, run_dir=seed_dir(out_dir, s))
+        add("main", s, main_task, run_dir=seed_dir(out_dir, s))
     for name in HOOKED_RUNS:
-        add(f"seed{first}/ht/{name}", hooked_task, cfg=cfg, seed=first,
-            run_dir=seed_dir(out_dir, first), name=name)
+        add("ht", first, hooked_task, run=name, run_dir=seed_dir(out_dir, first))
     for s in seeds:
-        add(f"seed{s}/induction", induction_task, cfg=cfg, seed=s)
-        add(f"seed{s}/ir8_tok", tok_task, cfg=cfg, seed=s)
-        add(f"seed{s}/k3", k3_task, cfg=cfg, seed=s)
-        add(f"seed{s}/overwrite", overwrite_task, (f"seed{s}/main",), cfg=cfg, seed=s,
+        add("induction", s, induction_task)
+        add("ir8_tok", s, tok_task)
+        add("k3", s, k3_task)
+        add("overwrite", s, overwrite_task, (job_name("main", s),),
             run_dir=seed_dir(out_dir, s))
         for n in dict.fromkeys(cfg.gap_n):
-            add(f"gap/n{n}/seed{s}", gap_task, cfg=cfg, seed=s, n=n)
-        for n in sorted(dict.fromkeys(cfg.sweep_n), reverse=True)[2:]:
-            add(f"sample_learned/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n,
-                arm="learned")
-            add(f"sample/n{n}/seed{s}", sample_task, cfg=cfg, seed=s, n=n)
+            add("gap", s, gap_task, n=n)
+        sample_jobs(s, by_size[2:])
     for name in OW_RUNS:
-        add(f"seed{first}/ht_overwrite/{name}", hooked_overwrite_task,
-            (f"seed{first}/ht/{name}",), cfg=cfg, seed=first,
-            run_dir=seed_dir(out_dir, first), name=name)
+        add("ht_overwrite", first, hooked_overwrite_task,
+            (job_name("ht", first, run=name),), run=name, run_dir=seed_dir(out_dir, first))
     return tasks
 
 
@@ -151,8 +154,8 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     out_dir = Path(out_dir)
     seeds = list(seeds)
     first = seeds[0]
-    for rec in records.values():
-        for stage, secs in rec.get("timings", {}).items():
+    for record in records.values():
+        for stage, secs in record.get("timings", {}).items():
             summary.timings[stage] = summary.timings.get(stage, 0) + secs
     per = empty_per_seed()
     gap_rows: list[dict] = []
@@ -160,26 +163,29 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     ow_seed: dict[str, dict] = {}
     ir8_detail: dict[str, dict] = {}
     gap_traces: dict[str, list] = {}
+    def rec(kind: str, s: int, **kw):
+        return read_record(records, kind, s, **kw)
+
     for s in seeds:
-        sk, main = str(s), records[f"seed{s}/main"]
-        for cid in ("IR-1", "IR-2", "IR-3", "IR-4"):
-            per[cid][sk] = dict(main[cid])
+        sk, main = str(s), rec("main", s)
+        for cid, m in zip(("IR-1", "IR-2", "IR-3", "IR-4"),
+                          (main.ir1, main.ir2, main.ir3, main.ir4)):
+            per[cid][sk] = dict(m)
         gap_traces[sk] = per["IR-3"][sk].pop("gap_trace")
-        ow_seed[sk] = records[f"seed{s}/overwrite"]["fixed_rows"]
-        ctrl = records[f"seed{s}/induction"]["control"]
-        per["IR-8"][sk] = ir8_per_seed(main["IR-8"], records[f"seed{s}/ir8_tok"]["IR-8"], ctrl)
-        ir8_detail[sk] = {"token_dependent": records[f"seed{s}/ir8_tok"]["IR-8"],
-                          "position_only_structural": main["IR-8"], "control": ctrl}
-        gap_rows += [records[f"gap/n{n}/seed{s}"]["row"] for n in cfg.gap_n]
-        per["IR-7"][sk] = records[f"seed{s}/k3"]["IR-7"]
-        per["IR-6"][sk] = records[f"seed{s}/ir6"]["IR-6"]
-        sweep_rows += [records[f"{arm}/n{n}/seed{s}"]["row"] for arm in ("sample",
-                                                                         "sample_learned")
+        ow_seed[sk] = rec("overwrite", s).fixed_rows
+        ctrl, tok = rec("induction", s).control, rec("ir8_tok", s).ir8
+        per["IR-8"][sk] = ir8_per_seed(main.ir8, tok, ctrl)
+        ir8_detail[sk] = {"token_dependent": tok, "position_only_structural": main.ir8,
+                          "control": ctrl}
+        gap_rows += [rec("gap", s, n=n).row for n in cfg.gap_n]
+        per["IR-7"][sk] = rec("k3", s).ir7
+        per["IR-6"][sk] = rec("ir6", s).ir6
+        sweep_rows += [rec(arm, s, n=n).row for arm in ("sample", "sample_learned")
                        for n in cfg.sweep_n]
     summary.tables["IR HookedTransformer runs"] = {
-        name: records[f"seed{first}/ht/{name}"]["row"] for name in HOOKED_RUNS}
+        name: rec("ht", first, run=name).row for name in HOOKED_RUNS}
     ow_runs = {name: rows for name in OW_RUNS
-               if (rows := records[f"seed{first}/ht_overwrite/{name}"]["rows"]) is not None}
+               if (rows := rec("ht_overwrite", first, run=name).rows) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
     ir5_table = summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg,

@@ -3,8 +3,9 @@
 Each function takes only keyword arguments that pickle (the frozen :class:`IRConfig`, a
 seed, a sweep setting, paths), computes one stage (or one sweep setting) of one seed from
 those inputs alone (every draw comes from :func:`..train.tagged_rng` and seeded generators,
-nothing is cached between calls), and returns a *result record* of plain JSON types with the
-seconds it spent per stage under ``"timings"``. Files a later task reads (the fast runs'
+nothing is cached between calls), and returns its job's record (:mod:`.records`, a frozen
+dataclass per kind of job, as plain JSON) with the seconds it spent per stage under
+``"timings"``. Files a later task reads (the fast runs'
 records, the pretrained memory, the HookedTransformer runs' checkpoints) are written into the
 seed's run directory, atomically or replaced whole, so a task killed midway can simply run
 again. :func:`..reproduce.plan` lists the tasks and their order; :func:`..reproduce.summarise`
@@ -37,6 +38,18 @@ from mechinterp_icr.experiments.ir.controls import (
 from mechinterp_icr.experiments.ir.conventions import stop_tol_variants
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
 from mechinterp_icr.experiments.ir.ir8 import tok_metrics
+from mechinterp_icr.experiments.ir.records import (
+    HookedOverwriteRecord,
+    HookedRecord,
+    InductionRecord,
+    K3Record,
+    MainRecord,
+    MemoryRecord,
+    OverwriteRecord,
+    PretrainedRecord,
+    RowRecord,
+    TokRecord,
+)
 from mechinterp_icr.experiments.ir.stages import (
     hooked_run_named,
     k3_metrics,
@@ -55,7 +68,6 @@ from mechinterp_icr.models.ir import Memory
 from mechinterp_icr.store.io import (
     atomic_write_bytes,
     atomic_write_json,
-    json_default,
     read_regular_file,
 )
 
@@ -72,7 +84,6 @@ __all__ = [
     "main_task",
     "memory_task",
     "overwrite_task",
-    "plain",
     "pretrained_task",
     "sample_task",
     "save_memory",
@@ -103,13 +114,6 @@ class StageTimer:
             self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
 
 
-def plain(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` as plain JSON types (numpy scalars -> Python numbers, tuples -> lists, int
-    keys -> str), exactly as it reads back from its stored file: a summary computed from the
-    returned record, from a Ray worker's, or from the file of a resumed run is the same."""
-    return json.loads(json.dumps(record, default=json_default))
-
-
 # --------------------------------------------------------------------------------------------
 # per seed
 # --------------------------------------------------------------------------------------------
@@ -132,8 +136,7 @@ def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
         ir3["stop_tol_variants"] = stop_tol_variants(cfg, fast, recs, raw_train(cfg, seed))
     with t("IR-8 position-only (structural)"):
         ir8 = {**induction_row_test(fast, main.ev), "head": ir_head_scores(fast, cfg, seed)}
-    return plain({"IR-1": ir1, "IR-2": ir2, "IR-3": ir3, "IR-4": ir4, "IR-8": ir8,
-                  "timings": t.timings})
+    return MainRecord(ir1, ir2, ir3, ir4, ir8, t.timings).to_json()
 
 
 def overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
@@ -143,7 +146,7 @@ def overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]
     with t("IR-3/IR-4 causal: row overwrite"):
         recs = json.loads((Path(run_dir) / "fast_raw_pgd.json").read_text())["records"]
         table = overwrite_fixed_rows(cfg, seed, final_record(recs)["a"])
-    return plain({"fixed_rows": table, "timings": t.timings})
+    return OverwriteRecord(table, t.timings).to_json()
 
 
 def induction_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def induction_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     t = StageTimer()
     with t("IR-8 induction control"):
         ctrl = induction_control(cfg, seed)
-    return plain({"control": ctrl, "timings": t.timings})
+    return InductionRecord(ctrl, t.timings).to_json()
 
 
 def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
@@ -162,7 +165,7 @@ def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
         m = k3_metrics(recs)
     with t("IR-3/6/7 stopping-rule conventions"):
         m["stop_tol_variants"] = stop_tol_variants(cfg, fast, recs, train)
-    return plain({"IR-7": m, "timings": t.timings})
+    return K3Record(m, t.timings).to_json()
 
 
 class MemoryFileError(ValueError):
@@ -227,8 +230,7 @@ def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any
         pre = pretrained_setting(cfg, seed, log=log)
         Path(memory_file).parent.mkdir(parents=True, exist_ok=True)
         save_memory(Path(memory_file), pre.memory, log)
-    return plain({"memory_file": str(memory_file), "pretrain_final": log[-1] if log else None,
-                  "timings": t.timings})
+    return MemoryRecord(str(memory_file), log[-1] if log else None, t.timings).to_json()
 
 
 def pretrained_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
@@ -239,7 +241,7 @@ def pretrained_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str,
         memory, log = load_memory(memory_file)
         pre = pretrained_setting(cfg, seed, memory=memory)
         m = pretrained_metrics(cfg, seed, pre, log)
-    return plain({"IR-6": m, "timings": t.timings})
+    return PretrainedRecord(m, t.timings).to_json()
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     t = StageTimer()
     with t("IR-3 gap vs n"):
         row = gap_row(cfg, seed, n)
-    return plain({"row": row, "timings": t.timings})
+    return RowRecord(row, t.timings).to_json()
 
 
 def sample_task(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dict[str, Any]:
@@ -259,7 +261,7 @@ def sample_task(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dic
     t = StageTimer()
     with t("IR-5 sample complexity" + ("" if arm == "memory" else " (learned control)")):
         row = sample_complexity_row(cfg, seed, n, arm)
-    return plain({"row": row, "timings": t.timings})
+    return RowRecord(row, t.timings).to_json()
 
 
 def tok_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
@@ -267,7 +269,7 @@ def tok_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     t = StageTimer()
     with t("IR-8 token-dependent model"):
         m = tok_metrics(cfg, seed)
-    return plain({"IR-8": m, "timings": t.timings})
+    return TokRecord(m, t.timings).to_json()
 
 
 # --------------------------------------------------------------------------------------------
@@ -279,7 +281,7 @@ def hooked_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str) -> dict[s
     with t("HookedTransformer runs (checkpoints)"):
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         row = hooked_run_named(cfg, seed, Path(run_dir), name)
-    return plain({"row": row, "timings": t.timings})
+    return HookedRecord(row, t.timings).to_json()
 
 
 def hooked_overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
@@ -289,4 +291,4 @@ def hooked_overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
     t = StageTimer()
     with t("IR-3/IR-4 causal: row overwrite"):
         rows = overwrite_run_rows(Path(run_dir) / name, cfg.ow_n, seed)
-    return plain({"rows": rows, "timings": t.timings})
+    return HookedOverwriteRecord(rows, t.timings).to_json()
