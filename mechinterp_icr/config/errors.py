@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+import typing
 from typing import Any
 
 
@@ -54,4 +55,8 @@ def check_range(name: str, value: Any, lo=None, hi=None, *, integer: bool = Fals
 
 
 def check_choice(name: str, value: Any, choices) -> None:
+    """``value`` one of ``choices``: a sequence, or a ``typing.Literal`` type (its values, in
+    order), so a field annotated with a Literal is checked against the same values."""
+    if typing.get_origin(choices) is typing.Literal:
+        choices = typing.get_args(choices)
     check(value in tuple(choices), name, value, f"one of {list(choices)}")

@@ -4,9 +4,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mechinterp_icr.config.errors import check, check_choice, check_range
+
+# choice fields: one Literal type each, also what __post_init__ checks against
+Normalization = Literal["none", "LN", "LNPre"]
+ActFn = Literal["relu", "gelu", "silu", "relu2"]
+PositionalEmbedding = Literal["standard", "none"]
+Optimizer = Literal["adamw", "sgd"]
+Decay = Literal["constant", "cosine", "linear"]
+CheckpointSchedule = Literal["log", "linear", "none"]
 
 
 @dataclass(frozen=True)
@@ -19,9 +27,9 @@ class ModelConfig:
     d_head: int = 64
     d_mlp: int = 256
     attn_only: bool = False
-    normalization: str = "none"  # "none" | "LN" | "LNPre"
-    act_fn: str = "relu"  # "relu" | "gelu" | "silu" | "relu2" (relu(x)**2, convex)
-    positional_embedding: str = "standard"  # "standard" | "none"
+    normalization: Normalization = "none"
+    act_fn: ActFn = "relu"  # relu2: relu(x)**2, convex
+    positional_embedding: PositionalEmbedding = "standard"
     init_range: float = 0.0  # std of weight init; 0 = TransformerLens default 0.8/sqrt(d_model)
     d_vocab: int = 0  # 0 = take from the task
     n_ctx: int = 0  # 0 = take from the task
@@ -33,10 +41,10 @@ class ModelConfig:
         check_range("model.d_head", self.d_head, 1, 8192, integer=True)
         check_range("model.d_mlp", self.d_mlp, 1, 65536, integer=True)
         check(isinstance(self.attn_only, bool), "model.attn_only", self.attn_only, "true or false")
-        check_choice("model.normalization", self.normalization, ["none", "LN", "LNPre"])
-        check_choice("model.act_fn", self.act_fn, ["relu", "gelu", "silu", "relu2"])
+        check_choice("model.normalization", self.normalization, Normalization)
+        check_choice("model.act_fn", self.act_fn, ActFn)
         check_choice("model.positional_embedding", self.positional_embedding,
-                     ["standard", "none"])
+                     PositionalEmbedding)
         check_range("model.init_range", self.init_range, 0, 10)
         check_range("model.d_vocab", self.d_vocab, 0, 10_000_000, integer=True)
         check_range("model.n_ctx", self.n_ctx, 0, 100_000, integer=True)
@@ -48,19 +56,19 @@ class TrainConfig:
 
     steps: int = 1000
     batch_size: int = 64
-    optimizer: str = "adamw"  # "adamw" | "sgd"
+    optimizer: Optimizer = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple = (0.9, 0.999)
     momentum: float = 0.0
     grad_clip: float = 1.0  # 0 disables clipping
     warmup_steps: int = 0
-    decay: str = "constant"  # "constant" | "cosine" | "linear"
+    decay: Decay = "constant"
     min_lr_ratio: float = 0.1
     trainable: str = "all"  # preset name or comma-separated parameter-name patterns
     eval_every: int = 100
     eval_batch_size: int = 512
-    checkpoint_schedule: str = "log"  # "log" | "linear" | "none"
+    checkpoint_schedule: CheckpointSchedule = "log"
     checkpoint_every: int = 100  # linear schedule spacing / late spacing of the log schedule
     checkpoint_dense_until: int = 0  # log schedule: every step <= this is a checkpoint
     progress: bool = True
@@ -68,7 +76,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_range("train.steps", self.steps, 0, 10_000_000, integer=True)
         check_range("train.batch_size", self.batch_size, 1, 1_000_000, integer=True)
-        check_choice("train.optimizer", self.optimizer, ["adamw", "sgd"])
+        check_choice("train.optimizer", self.optimizer, Optimizer)
         check_range("train.lr", self.lr, 0, 1e4, lo_open=True)
         check_range("train.weight_decay", self.weight_decay, 0, 10)
         betas = tuple(self.betas)
@@ -78,7 +86,7 @@ class TrainConfig:
         check_range("train.momentum", self.momentum, 0, 1, hi_open=True)
         check_range("train.grad_clip", self.grad_clip, 0, 1e6)
         check_range("train.warmup_steps", self.warmup_steps, 0, 10_000_000, integer=True)
-        check_choice("train.decay", self.decay, ["constant", "cosine", "linear"])
+        check_choice("train.decay", self.decay, Decay)
         check_range("train.min_lr_ratio", self.min_lr_ratio, 0, 1)
         check(isinstance(self.trainable, str) and self.trainable.strip() != "",
               "train.trainable", self.trainable,
@@ -87,7 +95,7 @@ class TrainConfig:
         check_range("train.eval_every", self.eval_every, 0, 10_000_000, integer=True)
         check_range("train.eval_batch_size", self.eval_batch_size, 1, 10_000_000, integer=True)
         check_choice("train.checkpoint_schedule", self.checkpoint_schedule,
-                     ["log", "linear", "none"])
+                     CheckpointSchedule)
         check_range("train.checkpoint_every", self.checkpoint_every, 1, 10_000_000, integer=True)
         check_range("train.checkpoint_dense_until", self.checkpoint_dense_until, 0,
                     10_000_000, integer=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -55,11 +55,16 @@ __all__ = [
 ]
 
 
+# choice fields: one Literal type each, also what __post_init__ checks against
+Embedding = Literal["onehot", "random"]
+MemoryKind = Literal["constructed", "pretrained"]
+
+
 @dataclass(frozen=True)
 class IRModelSpec:
-    embedding: str = "onehot"  # "onehot" | "random" (unit Gaussian rows of width d_embed)
+    embedding: Embedding = "onehot"  # random: unit Gaussian rows of width d_embed
     d_embed: int = 0  # width of random embeddings (ignored for one-hot)
-    memory: str = "constructed"  # "constructed" | "pretrained"
+    memory: MemoryKind = "constructed"
     theta_rel: float = 0.0  # 0 = auto: 2 / (3K) (1/3 for K = 2), between the mass of one
     # token (1/(2K)) and of one pair (1/K) under the ideal pairwise row
     theta_ans: float = 1.1
@@ -73,11 +78,11 @@ class IRModelSpec:
     # j > 0: masses al (1 + u) and al (1 - u), u ~ U(-j, j) (the memory also sees unequal pairs)
 
     def __post_init__(self) -> None:
-        check_choice("model.embedding", self.embedding, ["onehot", "random"])
+        check_choice("model.embedding", self.embedding, Embedding)
         check_range("model.d_embed", self.d_embed, 0, 1_000_000, integer=True)
         check(self.embedding == "onehot" or self.d_embed >= 2, "model.d_embed", self.d_embed,
               "an integer >= 2 when model.embedding = 'random'")
-        check_choice("model.memory", self.memory, ["constructed", "pretrained"])
+        check_choice("model.memory", self.memory, MemoryKind)
         check_range("model.theta_rel", self.theta_rel, 0, 2)
         check_range("model.theta_ans", self.theta_ans, 0, 3, lo_open=True)
         check_range("model.gate", self.gate, 0, 1e4)

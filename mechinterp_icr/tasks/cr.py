@@ -56,7 +56,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -79,6 +79,12 @@ ROLES = {"pad": 0, "bos": 1, "sep": 2, "subject": 3, "grammar": 4, "attribute": 
          "query_subject": 6, "query_grammar": 7}
 
 
+# choice fields: one Literal type each, also what __post_init__ checks against
+TupleOrder = Literal["sga", "gsa"]
+GrammarChain = Literal["type", "shared", "uniform"]
+IclLoss = Literal["query", "all"]
+
+
 @register_task("cr")
 @dataclass(frozen=True)
 class CRTaskConfig:
@@ -93,17 +99,17 @@ class CRTaskConfig:
     shared_alpha: float = 1.0  # concentration of the shared chain's rows
     grammar_len_min: int = 2  # PT grammar length range (inclusive)
     grammar_len_max: int = 4
-    order: str = "gsa"  # "sga": s g.. a   |  "gsa": g.. s a   (per tuple)
+    order: TupleOrder = "gsa"  # "sga": s g.. a   |  "gsa": g.. s a   (per tuple)
     n_tuples: int = 4  # tuples per PT sequence
     n_demos: int = 4  # K: demos per ICL / ICL+Grm finetuning sequence
     max_demos: int = 8  # the context is sized for ICL with up to this many demos
     finetune_fraction: float = 0.5  # f: share of subjects used for finetuning
     iclgrm_len_min: int = 1  # ICL+Grm grammar length range (inclusive; 0 allowed)
     iclgrm_len_max: int = 2
-    iclgrm_chain: str = "shared"  # "type" | "shared" | "uniform"
+    iclgrm_chain: GrammarChain = "shared"
     iclgrm_query_grammar: bool = True  # does the ICL+Grm query get a grammar run too
-    iclgrm_order: str = "sga"  # ICL+Grm tuples: "sga" s g.. a (SPEC) | "gsa" g.. s a (variant)
-    icl_loss: str = "query"  # "query" | "all"
+    iclgrm_order: TupleOrder = "sga"  # ICL+Grm tuples: "sga" (SPEC) | "gsa" (variant)
+    icl_loss: IclLoss = "query"
     finetune_k_min: int = 1  # finetuning K ~ U[min, max] per batch (max 0 = max_demos;
     finetune_k_max: int = 0  # min = max = n_demos is the first build's fixed K)
     attr_share: float = 0.0  # shared-token variant: share of each type's value slots whose
@@ -120,18 +126,18 @@ class CRTaskConfig:
         check_range("task.grammar_len_min", self.grammar_len_min, 1, 64, integer=True)
         check_range("task.grammar_len_max", self.grammar_len_max, self.grammar_len_min, 64,
                     integer=True)
-        check_choice("task.order", self.order, ["sga", "gsa"])
+        check_choice("task.order", self.order, TupleOrder)
         check_range("task.n_tuples", self.n_tuples, 1, 256, integer=True)
         check_range("task.finetune_fraction", self.finetune_fraction, 0.0, 1.0,
                     lo_open=True, hi_open=True)
         check_range("task.iclgrm_len_min", self.iclgrm_len_min, 0, 64, integer=True)
         check_range("task.iclgrm_len_max", self.iclgrm_len_max, self.iclgrm_len_min, 64,
                     integer=True)
-        check_choice("task.iclgrm_chain", self.iclgrm_chain, ["type", "shared", "uniform"])
+        check_choice("task.iclgrm_chain", self.iclgrm_chain, GrammarChain)
         check(isinstance(self.iclgrm_query_grammar, bool), "task.iclgrm_query_grammar",
               self.iclgrm_query_grammar, "true or false")
-        check_choice("task.iclgrm_order", self.iclgrm_order, ["sga", "gsa"])
-        check_choice("task.icl_loss", self.icl_loss, ["query", "all"])
+        check_choice("task.iclgrm_order", self.iclgrm_order, TupleOrder)
+        check_choice("task.icl_loss", self.icl_loss, IclLoss)
         n_ft, n_ho = self.split_sizes()
         check(n_ft >= 2 and n_ho >= 2, "task.finetune_fraction", self.finetune_fraction,
               f"a fraction leaving at least 2 finetune and 2 held-out subjects of "

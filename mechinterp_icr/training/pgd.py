@@ -24,7 +24,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,9 @@ from mechinterp_icr.training.loop import train_phase
 __all__ = ["PGDConfig", "fast_loss", "perturbation", "pgd_fast", "pgd_hooked"]
 
 
+PGDTarget = Literal["pos", "qk", "attention"]  # what PGD trains (PGDConfig.target)
+
+
 @dataclass(frozen=True)
 class PGDConfig:
     big_lr: float = 5.0
@@ -44,7 +47,7 @@ class PGDConfig:
     lr: float = 0.05
     steps: int = 1000
     perturb: bool = True  # False: plain GD control (same big step and small steps)
-    target: str = "pos"  # "pos" (position block of W_KQ, theory) | "qk" (all of W_Q, W_K,
+    target: PGDTarget = "pos"  # "pos" (position block of W_KQ, theory) | "qk" (all of W_Q, W_K,
     # b_Q, b_K: token- and position-dependent scores) | "attention" (also W_V, W_O)
     clip: float = 0.0  # gradient-norm clipping (0 = none); full attention needs it (the
     # quadratic memory makes the OV gradients explode under plain SGD)
@@ -55,7 +58,7 @@ class PGDConfig:
         check_range("pgd.lr", self.lr, 0, 1e4, lo_open=True)
         check_range("pgd.steps", self.steps, 0, 10_000_000, integer=True)
         check(isinstance(self.perturb, bool), "pgd.perturb", self.perturb, "true or false")
-        check_choice("pgd.target", self.target, ["pos", "qk", "attention"])
+        check_choice("pgd.target", self.target, PGDTarget)
         check_range("pgd.clip", self.clip, 0, 1e6)
 
 

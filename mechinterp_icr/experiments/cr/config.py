@@ -12,7 +12,7 @@ what is allowed, before any work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from mechinterp_icr.config import (
     ConfigError,
@@ -55,6 +55,12 @@ def _check_count(name: str, value: Any, lo: int = 1, hi: int = 1_000_000) -> Non
     check_range(name, value, lo, hi, integer=True)
 
 
+# choice fields: one Literal type each, also what __post_init__ checks against
+LamModel = Literal["main", "small"]
+CascadeEmbedding = Literal["orthonormal", "frozen", "learned"]
+RoleScore = Literal["moved_gain", "moved", "recovery"]
+
+
 @dataclass(frozen=True)
 class TaskvecConfig:
     """CR-4: sizes of the task-vector and probe measurement (per seed). The probe, the patch
@@ -76,7 +82,7 @@ class TaskvecConfig:
     # "main": each lam run is the main run's config (model, pretrain, finetune) with only
     # task.lam changed, the main lam reusing the main run (SPEC 0, one configuration);
     # "small": the first build's small runs sized by the lam_* fields below (tests, probes/)
-    lam_model: str = "main"
+    lam_model: LamModel = "main"
     lam_d_model: int = 32
     lam_d_mlp: int = 128
     lam_pt_steps: int = 400
@@ -114,7 +120,7 @@ class TaskvecConfig:
               "a list of numbers in [0, 1] (empty: no lam sweep)")
         object.__setattr__(self, "lams", tuple(float(x) for x in lams))
         _check_count("taskvec.lam_seeds", self.lam_seeds, 0, 1000)  # 0: every seed
-        check_choice("taskvec.lam_model", self.lam_model, ["main", "small"])
+        check_choice("taskvec.lam_model", self.lam_model, LamModel)
         _check_count("taskvec.lam_d_model", self.lam_d_model, 1, 8192)
         _check_count("taskvec.lam_d_mlp", self.lam_d_mlp, 1, 65536)
         _check_count("taskvec.lam_pt_steps", self.lam_pt_steps, 0, 10_000_000)
@@ -151,7 +157,7 @@ class CascadeConfig:
 
     d_model: int = 64
     d_head: int = 32
-    embedding: str = "orthonormal"  # construction-matched: d_model = 2 d_vocab, frozen
+    embedding: CascadeEmbedding = "orthonormal"  # construction-matched: d_model = 2 d_vocab, frozen
     out_scale: float = 8.0  # scale of the frozen unembedding
     pt_steps: int = 1500
     pt_batch: int = 64
@@ -166,7 +172,7 @@ class CascadeConfig:
     checkpoint_every: int = 10  # ... and every this-many steps
     probe_batch: int = 128
     placebo_points: int = 21  # checkpoints of each synthetic placebo schedule
-    role_score: str = "moved_gain"  # CR-5 role score (interp.roles.role_margins)
+    role_score: RoleScore = "moved_gain"  # CR-5 role score (interp.roles.role_margins)
     margin_floor: float = 0.05  # CR-5 margin = role / max(other head, this)
     onset_fraction: float = 0.1  # CR-7 onset: first step with this share of the total gain
     plateau_tail: float = 0.1  # CR-7 total gain at the mean of this last share of the steps
@@ -180,7 +186,7 @@ class CascadeConfig:
     def __post_init__(self) -> None:
         _check_count("cascade.d_model", self.d_model, 1, 8192)
         _check_count("cascade.d_head", self.d_head, 1, 8192)
-        check_choice("cascade.embedding", self.embedding, ["orthonormal", "frozen", "learned"])
+        check_choice("cascade.embedding", self.embedding, CascadeEmbedding)
         check_range("cascade.out_scale", self.out_scale, 0, 1e4, lo_open=True)
         _check_count("cascade.pt_steps", self.pt_steps, 0, 10_000_000)
         _check_count("cascade.pt_batch", self.pt_batch, 1, 1_000_000)
@@ -201,7 +207,7 @@ class CascadeConfig:
         _check_count("cascade.checkpoint_every", self.checkpoint_every, 1, 10_000_000)
         _check_count("cascade.probe_batch", self.probe_batch, 1, 1_000_000)
         _check_count("cascade.placebo_points", self.placebo_points, 5, 100_000)
-        check_choice("cascade.role_score", self.role_score, ["moved_gain", "moved", "recovery"])
+        check_choice("cascade.role_score", self.role_score, RoleScore)
         check_range("cascade.margin_floor", self.margin_floor, 0, 1, lo_open=True)
         check_range("cascade.onset_fraction", self.onset_fraction, 0, 1, lo_open=True,
                     hi_open=True)
