@@ -30,15 +30,16 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mechinterp_icr.config import ConfigError, check, check_range
-from mechinterp_icr.store.io import atomic_write_json
+from mechinterp_icr.store.io import atomic_write_json, json_default
 from mechinterp_icr.store.provenance import code_state
 
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
-__all__ = ["Task", "TaskFailed", "run_tasks", "record_path", "set_threads", "fingerprint"]
+__all__ = ["Record", "RecordError", "Task", "TaskFailed", "fingerprint", "record_field",
+           "record_path", "run_tasks", "set_threads"]
 
 
 @dataclass(frozen=True)
@@ -302,3 +303,58 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
             bar.close()
         if started:
             ray.shutdown()
+
+
+# --------------------------------------------------------------------------------------------
+# Typed job records
+# --------------------------------------------------------------------------------------------
+class RecordError(ValueError):
+    """A stored job record does not have its kind's keys."""
+
+
+def record_field(name: str, key: str | None = None, **kw):
+    """A :class:`Record` field stored under ``key`` (default: the field's name); with a
+    ``default`` the key may be absent from a stored record."""
+    return field(metadata={"key": key or name}, **kw)
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of the typed job records: a frozen dataclass per kind of job (subclasses declare
+    ``KIND`` and their fields with :func:`record_field`), written as plain JSON by the job
+    (:meth:`to_json`) and read back by the summary (:meth:`read`), so a renamed key fails
+    where the record is read, naming the kind and the keys."""
+
+    KIND: ClassVar[str] = ""
+
+    @classmethod
+    def _keys(cls) -> dict[str, str]:
+        return {f.name: f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def _required(cls) -> set[str]:
+        return {f.metadata.get("key", f.name) for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING}
+
+    @classmethod
+    def read(cls, data: dict[str, Any]):
+        """The record from its stored JSON; a RecordError naming the keys when a required
+        key is missing or an unknown one is present."""
+        keys = cls._keys()
+        if not isinstance(data, dict) or not cls._required() <= set(data) or \
+                not set(data) <= set(keys.values()):
+            got = sorted(data) if isinstance(data, dict) else type(data).__name__
+            raise RecordError(f"a {cls.KIND!r} job record must have the keys "
+                              f"{sorted(cls._required())} (optional: "
+                              f"{sorted(set(keys.values()) - cls._required())}), it has {got}")
+        return cls(**{name: data[key] for name, key in keys.items() if key in data})
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain JSON types, exactly as it reads back from its stored file (a
+        summary from the returned record, a Ray worker's, or a resumed run's file is the
+        same); an optional field left at None is not written."""
+        opt = set(self._keys().values()) - self._required()
+        raw = {key: getattr(self, name) for name, key in self._keys().items()
+               if not (key in opt and getattr(self, name) is None)}
+        return json.loads(json.dumps(raw, default=json_default))

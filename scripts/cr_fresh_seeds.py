@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mechinterp_icr.experiments.cr.claims import cr123_claims
 from mechinterp_icr.experiments.cr.claims_mech import cr5_claim, cr7_claim
+from mechinterp_icr.experiments.cr.records import read_record
 from mechinterp_icr.experiments.cr.reproduce import plan
 from mechinterp_icr.jobs import run_tasks
 from mechinterp_icr.runner import resolve_config
@@ -38,13 +39,13 @@ def _show(v):
 
 
 def _claims(task: str, cfg, seeds: list[int], records: dict) -> list:
-    recs = {s: records[f"seed{s}/{task}"] for s in seeds}
+    recs = {s: read_record(records, task, s) for s in seeds}
     if task == "train":
         return list(cr123_claims(cfg, [recs[s] for s in seeds], []))
-    return [cr5_claim({s: r["cr5_mech"] for s, r in recs.items()}, {}, None),
-            cr7_claim({s: r["cr7"] for s, r in recs.items()},
-                      {s: records[f"seed{s}/placebo"]["placebo"] for s in seeds}, cfg.cascade,
-                      None)]
+    return [cr5_claim({s: r.cr5_mech for s, r in recs.items()}, {}, None),
+            cr7_claim({s: r.cr7 for s, r in recs.items()},
+                      {s: read_record(records, "placebo", s).placebo for s in seeds},
+                      cfg.cascade, None)]
 
 
 def main() -> None:

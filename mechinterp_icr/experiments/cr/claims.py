@@ -37,6 +37,7 @@ from mechinterp_icr.experiments.cr.claims_taskvec import (  # CR-4, CR-8, CR-9, 
 )
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import max_drop_over_k, pick
+from mechinterp_icr.experiments.cr.records import TrainRecord
 
 __all__ = [
     "cr123_claims",
@@ -156,14 +157,14 @@ def cr123_from_metrics(c1: dict, c2: dict, c3: dict, details: dict | None = None
     return [claim1, claim2, claim3]
 
 
-def cr123_claims(cfg: CRConfig, results: list[dict[str, Any]], sweep: list[dict]
+def cr123_claims(cfg: CRConfig, results: list[TrainRecord], sweep: list[dict]
                  ) -> list[Claim]:
     """CR-1 (PT only), CR-2 (ICL finetuning), CR-3 (ICL+Grm finetuning, with the sweep)."""
     c1, c2, c3 = {}, {}, {}
     for r in results:
-        m = cr123_seed_metrics(r["phases"], r["task"], cfg.task.n_demos, cfg.eval_ks,
+        m = cr123_seed_metrics(r.phases, r.task, cfg.task.n_demos, cfg.eval_ks,
                                cfg.task.n_types)
-        s = str(r["seed"])
+        s = str(r.seed)
         c1[s], c2[s], c3[s] = m["CR-1"], m.get("CR-2", {}), m.get("CR-3", {})
     t = cfg.task
     aw2 = [v.get("allweights_heldout_icl_exact") for v in c2.values()]
@@ -207,8 +208,8 @@ def cr123_tables(results: list[dict[str, Any]], sweep: list[dict[str, Any]]
              "pt_only_heldout_icl_acc": r["pt_only_heldout_icl_exact_mean"],
              "pt_only_heldout_icl_best_attr_type": r.get(
                  "pt_only_heldout_icl_best_attr_type_mean")} for r in sweep],
-        "CR eval": [{"seed": r["seed"], "phase": ph, **row} for r in results
-                    for ph, rows in r["phases"].items() for row in rows],
-        "CR task": [{"seed": r["seed"], **r["task"]} for r in results],
-        "CR phase seconds": [{"seed": r["seed"], **r["seconds"]} for r in results],
+        "CR eval": [{"seed": r.seed, "phase": ph, **row} for r in results
+                    for ph, rows in r.phases.items() for row in rows],
+        "CR task": [{"seed": r.seed, **r.task} for r in results],
+        "CR phase seconds": [{"seed": r.seed, **r.seconds} for r in results],
     }

@@ -105,9 +105,9 @@ def pick(rows, split, fmt, K=None, key="exact"):
 def heldout_icl_by_k(results: list[dict[str, Any]], ks) -> dict[str, list[list[float]]]:
     """phase -> for every K of ``ks`` the held-out plain-ICL exact accuracy of every seed
     (phases in the order they ran)."""
-    return {phase: [[pick(r["phases"][phase], "heldout", "icl", K) for r in results]
+    return {phase: [[pick(r.phases[phase], "heldout", "icl", K) for r in results]
                     for K in ks]
-            for phase in results[0]["phases"]}
+            for phase in results[0].phases}
 
 
 def curve_points(run_path: Path) -> list[list]:

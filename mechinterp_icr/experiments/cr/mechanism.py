@@ -37,6 +37,7 @@ from mechinterp_icr.experiments.cr.cascade import probe_batch_for, run_cascade
 from mechinterp_icr.experiments.cr.claims import cr5_claim, cr5_table, cr6_claim, cr7_claim
 from mechinterp_icr.experiments.cr.config import CascadeConfig, MechanismConfig
 from mechinterp_icr.experiments.cr.evaluate import to_record
+from mechinterp_icr.experiments.cr.records import CascadeRecord, MechanismRecord, PlaceboRecord
 from mechinterp_icr.interp.cascade import placebo_orders
 from mechinterp_icr.interp.roles import role_margins, role_verdict, subject_same_query_control
 from mechinterp_icr.models.construction import (
@@ -210,11 +211,11 @@ def add_mechanism(summary: Summary, out_dir: Path, seeds: list[int], mech_record
     records of :func:`mechanism_seed`, :func:`cascade_seed` and :func:`placebo_seed` (each
     keyed by seed)."""
     out_dir = Path(out_dir)
-    cr6 = {s: mech_records[s]["cr6"] for s in seeds}
-    two_layer = {s: mech_records[s]["cr5"] for s in seeds}
-    mech5 = {s: cascade_records[s]["cr5_mech"] for s in seeds}
-    cr7 = {s: cascade_records[s]["cr7"] for s in seeds}
-    placebo = {s: placebo_records[s]["placebo"] for s in seeds}
+    cr6 = {s: mech_records[s].cr6 for s in seeds}
+    two_layer = {s: mech_records[s].cr5 for s in seeds}
+    mech5 = {s: cascade_records[s].cr5_mech for s in seeds}
+    cr7 = {s: cascade_records[s].cr7 for s in seeds}
+    placebo = {s: placebo_records[s].placebo for s in seeds}
     claim5 = cr5_claim(mech5, two_layer, None)
     claim5.figure = write_cr5_figure(claim5.per_seed, out_dir)
     summary.add(claim5)
@@ -234,13 +235,12 @@ def add_mechanism_claims(summary: Summary, out_dir, run_dirs: list[Path], seeds:
     mech_records, cascade_records, placebo_records = {}, {}, {}
     for seed in seed_list:
         task_cfg = RunDir(runs[seed]).read_config().task
-        mech_records[seed] = mechanism_seed(runs[seed], seed, mech)
-        cascade_records[seed] = cascade_seed(task_cfg, seed, ccfg,
-                                             out_dir / "runs" / "cr-mech" / f"seed{seed}",
-                                             mech.n_pairs)
-        placebo_records[seed] = placebo_seed(task_cfg, seed, ccfg)
+        mech_records[seed] = MechanismRecord.read(mechanism_seed(runs[seed], seed, mech))
+        cascade_records[seed] = CascadeRecord.read(cascade_seed(
+            task_cfg, seed, ccfg, out_dir / "runs" / "cr-mech" / f"seed{seed}", mech.n_pairs))
+        placebo_records[seed] = PlaceboRecord.read(placebo_seed(task_cfg, seed, ccfg))
         for rec in (mech_records[seed], cascade_records[seed], placebo_records[seed]):
-            for stage, secs in rec["timings"].items():
+            for stage, secs in rec.timings.items():
                 summary.timings[stage] = summary.timings.get(stage, 0.0) + secs
     add_mechanism(summary, out_dir, seed_list, mech_records, cascade_records, ccfg,
                   placebo_records)

@@ -55,6 +55,7 @@ from mechinterp_icr.experiments.cr.mechanism import (
     mechanism_seed,
     placebo_seed,
 )
+from mechinterp_icr.experiments.cr.records import job_name, read_record
 from mechinterp_icr.experiments.cr.sweep import (
     default_setting_row,
     print_sweep,
@@ -140,13 +141,13 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     sweep_seeds = seeds[:cfg.sweep_seeds]
 
     def sweep(st, seed, after=()):
-        return Task(f"sweep/{st['slug']}/seed{seed}", sweep_task,
+        return Task(job_name("sweep", seed, setting=st["slug"]), sweep_task,
                     {"cfg": cfg, "out_dir": out_dir, "seed": seed, "setting": st["setting"],
                      "pt_from": st["pt_from"]}, tuple(after))
 
     # first the training and the tasks that need nothing, so that the analyses find their
     # inputs ready and the workers are never idle waiting
-    tasks = [Task(f"seed{s}/train", train_seed, {"cfg": cfg, "out_dir": out_dir, "seed": s})
+    tasks = [Task(job_name("train", s), train_seed, {"cfg": cfg, "out_dir": out_dir, "seed": s})
              for s in seeds]
     tasks += [sweep(st, s) for s in sweep_seeds for st in settings if st["pt_from"] == "self"]
     for s in lam_seeds(cfg, seeds):
@@ -154,44 +155,44 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
         # the main run's config with only task.lam changed; the main lam reads the main run
         # (so it waits for the seed's training)
         main = cfg.taskvec.lam_model == "main"
-        tasks += [Task(f"cr4-lam/{lam:g}/seed{s}", lam_task,
+        tasks += [Task(job_name("cr4-lam", s, lam=lam), lam_task,
                        {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
                         "tvc": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
                         "main_run": seed_run_path(out_dir, s) if main else None},
-                       (f"seed{s}/train",) if main and lam == cfg.task.lam else ())
+                       (job_name("train", s),) if main and lam == cfg.task.lam else ())
                   for lam in cfg.taskvec.lams]
-    tasks += [Task(f"seed{s}/cascade", cascade_seed,
+    tasks += [Task(job_name("cascade", s), cascade_seed,
                    {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
                     "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",
                     "n_pairs": cfg.mechanism.n_pairs}) for s in seeds]
-    tasks += [Task(f"seed{s}/placebo", placebo_seed,
+    tasks += [Task(job_name("placebo", s), placebo_seed,
                    {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade}) for s in seeds]
     for s in seeds:
-        train = (f"seed{s}/train",)
+        train = (job_name("train", s),)
         if s in sweep_seeds:
             tasks += [sweep(st, s, train) for st in settings
                       if not st["default"] and st["pt_from"] is None]
-        tasks.append(Task(f"seed{s}/cr4", taskvec_seed,
+        tasks.append(Task(job_name("cr4", s), taskvec_seed,
                           {"run_path": seed_run_path(out_dir, s), "seed": s, "tvc": cfg.taskvec},
                           train))
-        tasks.append(Task(f"seed{s}/mechanism", mechanism_seed,
+        tasks.append(Task(job_name("mechanism", s), mechanism_seed,
                           {"run_path": seed_run_path(out_dir, s), "seed": s,
                            "mech": cfg.mechanism}, train))
-    tasks += [sweep(st, s, [f"sweep/{st['pt_from']}/seed{s}"]) for s in sweep_seeds
+    tasks += [sweep(st, s, [job_name("sweep", s, setting=st["pt_from"])]) for s in sweep_seeds
               for st in settings if st["pt_from"] not in (None, "self")]
-    tasks.append(Task("views", views_task, {"out_dir": out_dir, "seed": min(seeds)},
-                      (f"seed{min(seeds)}/train",)))
+    tasks.append(Task(job_name("views"), views_task, {"out_dir": out_dir, "seed": min(seeds)},
+                      (job_name("train", min(seeds)),)))
     vcfg = shared_config(cfg)
     if vcfg is not None:  # SPEC: the ideal reader's type accuracy, before any training
         print_ideal_reader(vcfg, seeds)
         vout = out_dir / SHARED_DIR
         check_run_dirs(vcfg, vout, seeds)
         for s in seeds:
-            tasks.append(Task(f"shared/seed{s}/train", train_seed,
+            tasks.append(Task(job_name("train", s, variant="shared"), train_seed,
                               {"cfg": vcfg, "out_dir": vout, "seed": s}))
-            tasks.append(Task(f"shared/seed{s}/cr4", taskvec_seed,
+            tasks.append(Task(job_name("cr4", s, variant="shared"), taskvec_seed,
                               {"run_path": seed_run_path(vout, s), "seed": s,
-                               "tvc": vcfg.taskvec}, (f"shared/seed{s}/train",)))
+                               "tvc": vcfg.taskvec}, (job_name("train", s, variant="shared"),)))
     return tasks
 
 
@@ -213,41 +214,44 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     of :func:`plan` (a pure function of them and of the run directories they name), and write
     ``out_dir/summary.json``. Per-stage task times are added to ``summary.timings``."""
     out_dir, seeds = Path(out_dir), list(seeds)
-    for rec in records.values():
-        for stage, secs in rec.get("timings", {}).items():
+    for record in records.values():
+        for stage, secs in record.get("timings", {}).items():
             summary.timings[stage] = summary.timings.get(stage, 0) + secs
 
+    def rec(kind: str, s: int | None = None, **kw):
+        return read_record(records, kind, s, **kw)
+
     # CR-1 .. CR-3
-    results = [records[f"seed{s}/train"] for s in seeds]
+    results = [rec("train", s) for s in seeds]
     sweep_rows = []
     for r in results[:cfg.sweep_seeds]:
         for st in sweep_settings(cfg):
             if st["default"]:
-                sweep_rows.append(default_setting_row(cfg, st["setting"], r["seed"], r))
+                sweep_rows.append(default_setting_row(cfg, st["setting"], r.seed, r))
             else:
-                sweep_rows.append(records[f"sweep/{st['slug']}/seed{r['seed']}"]["row"])
+                sweep_rows.append(rec("sweep", r.seed, setting=st["slug"]).row)
     sweep = sweep_table(sweep_rows)
     for claim in cr123_claims(cfg, results, sweep):
         summary.add(claim)
     summary.tables.update(cr123_tables(results, sweep))
     with summary.stage("figures"):
         figs = write_cr123_figures(heldout_icl_by_k(results, cfg.eval_ks), cfg.eval_ks,
-                                   len(results), finetune_curves([r["curves"] for r in results]),
+                                   len(results), finetune_curves([r.curves for r in results]),
                                    sweep, out_dir / "figures", seeds=seeds)
     summary.tables["CR figures"] = figs
     atomic_write_json(out_dir / "cr" / "sweep_rows.json", sweep_rows)
     print_sweep(sweep)
 
     # CR-4
-    lam_records = {s: [records[f"cr4-lam/{lam:g}/seed{s}"] for lam in cfg.taskvec.lams]
+    lam_records = {s: [rec("cr4-lam", s, lam=lam) for lam in cfg.taskvec.lams]
                    for s in lam_seeds(cfg, seeds)}
-    add_cr4(summary, out_dir, seeds, {s: records[f"seed{s}/cr4"] for s in seeds}, lam_records,
+    add_cr4(summary, out_dir, seeds, {s: rec("cr4", s) for s in seeds}, lam_records,
             cfg.taskvec)
 
     # CR-5 .. CR-7
-    add_mechanism(summary, out_dir, seeds, {s: records[f"seed{s}/mechanism"] for s in seeds},
-                  {s: records[f"seed{s}/cascade"] for s in seeds}, cfg.cascade,
-                  {s: records[f"seed{s}/placebo"] for s in seeds})
+    add_mechanism(summary, out_dir, seeds, {s: rec("mechanism", s) for s in seeds},
+                  {s: rec("cascade", s) for s in seeds}, cfg.cascade,
+                  {s: rec("placebo", s) for s in seeds})
 
     # the shared-token variant: CR-1 .. CR-4 and CR-8 under their own ids
     vcfg = shared_config(cfg)
@@ -256,7 +260,7 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
 
     # attention views
     summary.tables.setdefault("CR attention views", []).extend(
-        {"view": v} for v in records["views"]["views"])
+        {"view": v} for v in rec("views").views)
     summary.write(out_dir)
 
 
@@ -276,7 +280,7 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
                        records: dict[str, dict]) -> None:
     """CR-1 .. CR-3 and CR-4 / CR-8 of the shared-token variant from its task records, under
     the ids ``CR-k (shared tokens)``, with the ideal reader's table."""
-    results = [records[f"shared/seed{s}/train"] for s in seeds]
+    results = [read_record(records, "train", s, variant="shared") for s in seeds]
     chance = float(np.mean([type_chance(vcfg.task.build(s)) for s in seeds]))
     head = (f"Shared-token variant (task.attr_share = {vcfg.task.attr_share:g}: attribute "
             f"tokens belong to two types; an uninformed attribute guess has the right type "
@@ -284,14 +288,15 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
             f"{1 / vcfg.task.n_types:g} in the default task). ")
     vfig = Path(out_dir) / "figures" / SHARED_DIR
     write_cr123_figures(heldout_icl_by_k(results, vcfg.eval_ks), vcfg.eval_ks, len(results),
-                        finetune_curves([r["curves"] for r in results]), [], vfig, seeds=seeds)
+                        finetune_curves([r.curves for r in results]), [], vfig, seeds=seeds)
     for claim in cr123_claims(vcfg, results, []):
         claim.id = variant_id(claim.id, "shared")
         claim.notes = head + claim.notes
         # the variant's own figure (CR-3 has no sweep there: its held-out-ICL-by-K figure)
         claim.figure = f"figures/{SHARED_DIR}/cr_icl_by_k.html"
         summary.add(claim)
-    add_cr4(summary, out_dir, seeds, {s: records[f"shared/seed{s}/cr4"] for s in seeds}, {},
+    add_cr4(summary, out_dir, seeds,
+            {s: read_record(records, "cr4", s, variant="shared") for s in seeds}, {},
             vcfg.taskvec, variant="shared")
     # the type bounds of CR-1 (and CR-3's mixed-type control) and CR-4's necessity bound are
     # registered as 1/L plus a margin; below this variant's own chance they cannot be read

@@ -130,7 +130,7 @@ def default_setting_row(cfg: CRConfig, setting: str, seed: int, main: dict[str, 
     branch, whose evaluation (``main["phases"]``, the seed's record) is reused."""
     label = sweep_config(cfg, setting)[0]
     spec = setting.partition("|")[2] if "|" in setting else setting
-    rows, K = main["phases"]["ft-iclgrm"], cfg.task.n_demos
+    rows, K = main.phases["ft-iclgrm"], cfg.task.n_demos
     return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
             "heldout_icl_exact": pick(rows, "heldout", "icl", K),
             "heldout_icl_type": pick(rows, "heldout", "icl", K, "type"),

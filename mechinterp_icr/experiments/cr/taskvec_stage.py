@@ -26,6 +26,7 @@ from mechinterp_icr.experiments.cr.claims_taskvec import (
 )
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.experiments.cr.evaluate import to_record
+from mechinterp_icr.experiments.cr.records import LamRecord, TaskvecRecord
 from mechinterp_icr.experiments.cr.taskvec import PHASE_FT, PHASE_PT, analyse_seed, lam_point
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.rundir import RunDir
@@ -113,21 +114,21 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
     results, skipped = [], []
     errors: dict[Any, str] = {}
     for seed in seeds:
-        rec = seed_records.get(seed) or {"status": "skipped"}
-        if rec["status"] == "skipped":
+        rec = seed_records.get(seed) or TaskvecRecord(status="skipped")
+        if rec.status == "skipped":
             skipped.append(seed)
             continue
-        if rec["status"] == "error":
-            errors[seed] = rec["error"]
+        if rec.status == "error":
+            errors[seed] = rec.error
             continue
-        res = dict(rec["result"])
+        res = dict(rec.result)
         lams = lam_records.get(seed)
         if len(results) < lam_seed_cap(tvc, len(seeds)) and lam_sweep_wanted(tvc) and lams:
-            bad = [r["error"] for r in lams if "error" in r]
+            bad = [r.error for r in lams if r.error is not None]
             if bad:
                 errors[f"lam sweep, seed {seed}"] = bad[0]
             else:
-                res["lam_sweep"] = [r["row"] for r in lams]
+                res["lam_sweep"] = [r.row for r in lams]
                 atomic_write_json(Path(res["run"]) / "analyses" / "taskvec.json", res)
         results.append(res)
     if not results:
@@ -168,17 +169,17 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
         if path is None and len(run_dirs) == len(seeds):
             path = Path(run_dirs[i])
         with summary.stage("cr4_taskvec"):
-            seed_records[seed] = taskvec_seed(path, seed, tvc, log=log)
-        if seed_records[seed]["status"] != "ok":
+            seed_records[seed] = TaskvecRecord.read(taskvec_seed(path, seed, tvc, log=log))
+        if seed_records[seed].status != "ok":
             continue
         if n_ok < lam_seed_cap(tvc, len(seeds)) and lam_sweep_wanted(tvc):
             base = RunDir(path).read_config()
             with summary.stage("cr4_lam_sweep"):
                 lam_records[seed] = []
                 for lam in tvc.lams:
-                    lam_records[seed].append(lam_task(base, lam, out_dir, seed, tvc, log,
-                                                      pretrain, finetune, path))
-                    if "error" in lam_records[seed][-1]:
+                    lam_records[seed].append(LamRecord.read(lam_task(
+                        base, lam, out_dir, seed, tvc, log, pretrain, finetune, path)))
+                    if lam_records[seed][-1].error is not None:
                         break  # as one sweep: the first error stops it
         n_ok += 1
     add_cr4(summary, out_dir, seeds, seed_records, lam_records, tvc)

@@ -11,12 +11,10 @@ not as a ``KeyError`` deep in the summary). The JSON keys are the stored files' 
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from mechinterp_icr.store.io import json_default
+from mechinterp_icr.jobs import Record, record_field
 
 __all__ = [
     "HookedOverwriteRecord",
@@ -28,8 +26,6 @@ __all__ = [
     "MemoryRecord",
     "OverwriteRecord",
     "PretrainedRecord",
-    "Record",
-    "RecordError",
     "RowRecord",
     "TokRecord",
     "job_name",
@@ -37,54 +33,17 @@ __all__ = [
 ]
 
 
-class RecordError(ValueError):
-    """A stored job record does not have its kind's keys."""
-
-
-def _key(name: str, key: str | None = None, **kw):
-    """A record field stored under ``key`` (default: the field's name)."""
-    return field(metadata={"key": key or name}, **kw)
-
-
-@dataclass(frozen=True)
-class Record:
-    """Base of the job records: every record carries the stage ``timings`` of its job."""
-
-    KIND: ClassVar[str] = ""
-
-    @classmethod
-    def _keys(cls) -> dict[str, str]:
-        return {f.name: f.metadata.get("key", f.name) for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def read(cls, data: dict[str, Any]):
-        """The record from its stored JSON; a RecordError when the keys differ."""
-        keys = cls._keys()
-        if not isinstance(data, dict) or set(data) != set(keys.values()):
-            got = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise RecordError(f"a {cls.KIND!r} job record must have the keys "
-                              f"{sorted(keys.values())}, it has {got}")
-        return cls(**{name: data[key] for name, key in keys.items()})
-
-    def to_json(self) -> dict[str, Any]:
-        """The record as plain JSON types, exactly as it reads back from its stored file (a
-        summary from the returned record, a Ray worker's, or a resumed run's file is the
-        same)."""
-        raw = {key: getattr(self, name) for name, key in self._keys().items()}
-        return json.loads(json.dumps(raw, default=json_default))
-
-
 @dataclass(frozen=True)
 class MainRecord(Record):
     """``seed<s>/main``: IR-1, IR-2/3/4 (PGD vs GD), IR-8's position-only head."""
 
     KIND: ClassVar[str] = "main"
-    ir1: dict[str, Any] = _key("ir1", "IR-1")
-    ir2: dict[str, Any] = _key("ir2", "IR-2")
-    ir3: dict[str, Any] = _key("ir3", "IR-3")
-    ir4: dict[str, Any] = _key("ir4", "IR-4")
-    ir8: dict[str, Any] = _key("ir8", "IR-8")
-    timings: dict[str, float] = _key("timings")
+    ir1: dict[str, Any] = record_field("ir1", "IR-1")
+    ir2: dict[str, Any] = record_field("ir2", "IR-2")
+    ir3: dict[str, Any] = record_field("ir3", "IR-3")
+    ir4: dict[str, Any] = record_field("ir4", "IR-4")
+    ir8: dict[str, Any] = record_field("ir8", "IR-8")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -92,8 +51,8 @@ class OverwriteRecord(Record):
     """``seed<s>/overwrite``: IR-3/IR-4 causal, the fixed step-1 rows."""
 
     KIND: ClassVar[str] = "overwrite"
-    fixed_rows: dict[str, Any] = _key("fixed_rows")
-    timings: dict[str, float] = _key("timings")
+    fixed_rows: dict[str, Any] = record_field("fixed_rows")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -101,8 +60,8 @@ class InductionRecord(Record):
     """``seed<s>/induction``: IR-8's induction-head control."""
 
     KIND: ClassVar[str] = "induction"
-    control: dict[str, Any] = _key("control")
-    timings: dict[str, float] = _key("timings")
+    control: dict[str, Any] = record_field("control")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -110,8 +69,8 @@ class TokRecord(Record):
     """``seed<s>/ir8_tok``: IR-8 on the token-dependent model."""
 
     KIND: ClassVar[str] = "ir8_tok"
-    ir8: dict[str, Any] = _key("ir8", "IR-8")
-    timings: dict[str, float] = _key("timings")
+    ir8: dict[str, Any] = record_field("ir8", "IR-8")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -119,8 +78,8 @@ class K3Record(Record):
     """``seed<s>/k3``: IR-7, K = 3 in-context pairs."""
 
     KIND: ClassVar[str] = "k3"
-    ir7: dict[str, Any] = _key("ir7", "IR-7")
-    timings: dict[str, float] = _key("timings")
+    ir7: dict[str, Any] = record_field("ir7", "IR-7")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -128,9 +87,9 @@ class MemoryRecord(Record):
     """``seed<s>/ir6_memory``: IR-6's pretrained memory file and its last pretraining log."""
 
     KIND: ClassVar[str] = "ir6_memory"
-    memory_file: str = _key("memory_file")
-    pretrain_final: dict[str, Any] | None = _key("pretrain_final")
-    timings: dict[str, float] = _key("timings")
+    memory_file: str = record_field("memory_file")
+    pretrain_final: dict[str, Any] | None = record_field("pretrain_final")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -138,8 +97,8 @@ class PretrainedRecord(Record):
     """``seed<s>/ir6``: IR-6, PGD finetuning on the pretrained memory."""
 
     KIND: ClassVar[str] = "ir6"
-    ir6: dict[str, Any] = _key("ir6", "IR-6")
-    timings: dict[str, float] = _key("timings")
+    ir6: dict[str, Any] = record_field("ir6", "IR-6")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -148,8 +107,8 @@ class RowRecord(Record):
     ``sample_learned/n<n>/seed<s>`` (IR-5, both arms)."""
 
     KIND: ClassVar[str] = "row"
-    row: dict[str, Any] = _key("row")
-    timings: dict[str, float] = _key("timings")
+    row: dict[str, Any] = record_field("row")
+    timings: dict[str, float] = record_field("timings")
 
 
 @dataclass(frozen=True)
@@ -164,8 +123,8 @@ class HookedOverwriteRecord(Record):
     """``seed<s>/ht_overwrite/<run>``: the row overwrite across that run's checkpoints."""
 
     KIND: ClassVar[str] = "ht_overwrite"
-    rows: list[dict[str, Any]] | None = _key("rows")
-    timings: dict[str, float] = _key("timings")
+    rows: list[dict[str, Any]] | None = record_field("rows")
+    timings: dict[str, float] = record_field("timings")
 
 
 # job kind -> its record class
