@@ -223,7 +223,9 @@ def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = 
         fig.update_xaxes(title_text="source", row=1, col=j + 1)
     fig.update_layout(title=f"IR-8: mean attention on repeated-token probes (offset {o}, "
                             f"period {p})<br><sub>"
-                            f"{seeds_caption([k0], seeds, 'heatmaps: one seed drawn')}</sub>")
+                            f"{seeds_caption([k0], seeds, 'heatmaps: one seed drawn')}</sub>",
+                      # the legend below the panels: at the right it covers the colour bar
+                      legend={"orientation": "h", "y": -0.22, "x": 0.0})
     return fig
 
 
