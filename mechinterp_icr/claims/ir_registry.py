@@ -127,7 +127,8 @@ IR_SPECS = (
         "(else not measurable, the n named).",
         conditions=(
             _c("growth_over_bound", "<=", 1.0,
-               text="N(n_max)/N(n_min) over (log n_max/log n_min)^2"),
+               text="N(n_max)/N(n_min) over (log n_max/log n_min)^2, and every pair of sizes "
+                    "where the N grid already shows more growth than the bound"),
             _c("polylog_beats_linear_where_grows", ">=", 1.0,
                text="where N grows, polylog R^2 > linear R^2"),
         ),

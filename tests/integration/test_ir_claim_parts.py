@@ -245,22 +245,33 @@ def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
                  for n, N in zip(cfg.sweep_n, learned)])
 
     bound = {n: (math.log2(n) / 5) ** 2 for n in cfg.sweep_n}  # (log n / log n_min)^2
+
+    def pair(ni, nj):
+        return (math.log2(nj) / math.log2(ni)) ** 2
+
     m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4]), [0])["0"]
     assert m["N_grows"] == 1.0 and m["censored_n"] == []
     assert m["polylog_r2"] == pytest.approx(max(m["r2"]["log_n"], m["r2"]["log_n_sq"]))
     assert m["polylog_beats_linear_where_grows"] == float(m["polylog_r2"] > m["linear_r2"])
-    # the bound is applied at every n: the largest N(n)/N(n_min) over its bound at n
-    assert m["growth_over_bound"] == pytest.approx(max(1 / bound[64], 1.5 / bound[128],
-                                                       2 / bound[256]))
+    # within the bound: SPEC's ratio N(n_max)/N(n_min) over its bound
+    assert m["growth_over_bound"] == pytest.approx(2 / bound[256])
     assert m["learned_sees_growth"] == 1.0  # the learned memory misses at n_max
     assert ir5_not_measurable({"0": m}, cfg) == ""
-    flat = sample_complexity_per_seed(cfg, rows([4, 2, 3, 4]), [0])["0"]
+    flat = sample_complexity_per_seed(cfg, rows([4, 4, 4, 4]), [0])["0"]
     assert flat["N_grows"] == 0.0 and flat["polylog_beats_linear_where_grows"] == 1.0
     assert flat["growth_over_bound"] < 1.0 and ir5_not_measurable({"0": flat}, cfg) == ""
-    # a hump: flat ends, a jump in the middle exceeds the bound at that n
+    # a hump: flat ends, a jump in the middle; the grid shows N(128) > 4 (the grid point
+    # below 8), at least 2x N(64) = 2, over the bound between 64 and 128
     hump = sample_complexity_per_seed(cfg, rows([2, 2, 8, 2]), [0])["0"]
-    assert hump["growth_over_bound"] == pytest.approx(4 / bound[128])
+    assert hump["growth_over_bound"] == pytest.approx((4 / 2) / pair(64, 128))
     assert hump["growth_over_bound"] > 1.0 and ir5_not_measurable({"0": hump}, cfg) == ""
+    # one grid step is not growth the grid can show: 4, 4, 8, 8 holds
+    step = sample_complexity_per_seed(cfg, rows([4, 4, 8, 8]), [0])["0"]
+    assert step["growth_over_bound"] == pytest.approx(2 / bound[256])
+    # growth after a high N(n_min) is seen between the later sizes
+    late = sample_complexity_per_seed(cfg, rows([8, 1, 2, 8]), [0])["0"]
+    assert late["N_grows"] == 1.0
+    assert late["growth_over_bound"] == pytest.approx((4 / 1) / pair(64, 256))
     # a censored interior n: N > max(sweep_Ns) = 8, a lower bound that decides when it
     # already exceeds the bound there ...
     m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
@@ -275,19 +286,25 @@ def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
     m = sample_complexity_per_seed(cfg, rows([8, None, 8, 8]), [0])["0"]
     assert m["growth_over_bound"] is None and m["bound_undecided_n"] == [64]
     assert "n = 64" in ir5_not_measurable({"0": m}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]
-    assert censored_lower_bound(cfg, 4) == pytest.approx((8 / 4) / bound[256])  # 0.78
+    m = sample_complexity_per_seed(cfg, rows([8, 8, 8, None]), [0])["0"]
+    assert censored_lower_bound(cfg, 8) == pytest.approx((8 / 8) / bound[256])  # 0.39
     assert m["N_largest_n"] is None and m["growth_over_bound"] is None  # undecidable
     assert m["N_grows"] == 1.0 and m["bound_undecided_n"] == [256]
     assert "censored" in ir5_not_measurable({"0": m}, cfg)
+    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]  # between 128 and 256
+    assert m["growth_over_bound"] == pytest.approx((8 / 4) / pair(128, 256))
     m = sample_complexity_per_seed(cfg, rows([1, 3, 4, None]), [0])["0"]  # 8/1 over 2.56
     assert m["growth_over_bound"] == pytest.approx(8 / bound[256])
     assert m["growth_over_bound_is_lower_bound"] == 1.0
     assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
-    # a missing row is named as missing, not as censored
+    # a missing row is named as missing, not as censored; so is a doubled one
     m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4])[1:], [0])["0"]
     assert m["missing_n"] == [32] and m["growth_over_bound"] is None
     assert "rows missing: n = 32" in ir5_not_measurable({"0": m}, cfg)
+    two = rows([2, 2, 3, 4])
+    m = sample_complexity_per_seed(cfg, two + [dict(two[2], N=None)], [0])["0"]
+    assert m["duplicate_n"] == [128] and m["growth_over_bound"] is None
+    assert "rows doubled: n = 128" in ir5_not_measurable({"0": m}, cfg)
     # growth within the bound measured at fewer than 3 n: no fit, not measurable
     few = {**flat, "growth_over_bound": 0.9, "polylog_beats_linear_where_grows": None,
            "n_measured": 2}
@@ -406,13 +423,25 @@ def test_pretrained_metrics_control_and_comparator(monkeypatch):
     assert m["constructed"]["within_pair_gap"] == pytest.approx(0.1)
 
 
-def test_a_diverged_run_cannot_create_a_crossing():
-    """A non-finite run accuracy counts as a failed run (0.0): it never pulls the monotone
-    fit up to the target."""
-    from mechinterp_icr.experiments.ir.ir5 import accuracy_crossing
+def test_a_diverged_run_makes_its_row_not_measurable():
+    """A run whose accuracy is not finite can neither create a crossing nor move N: its row
+    is named, the seed is not measurable, and the learned arm's control is not measured."""
+    from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
+    from mechinterp_icr.experiments.ir.ir5 import accuracy_crossing, sample_complexity_per_seed
 
     runs = [{"N": 1, "expected_acc": 0.995}, {"N": 2, "expected_acc": 0.95},
             {"N": 4, "expected_acc": 0.95}]
     assert accuracy_crossing(runs, 0.99) is None
     runs[1:2] = [{"N": 2, "expected_acc": float("nan")}, {"N": 2, "expected_acc": 0.95}]
     assert accuracy_crossing(runs, 0.99) is None
+    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]", "sweep_Ns=[1,2,4,8]"])
+    good = [{"N": N, "expected_acc": 0.99} for N in cfg.sweep_Ns]
+    bad = [dict(good[0], expected_acc=float("nan"))] + good[1:]
+    rows = [{"seed": 0, "n": n, "runs": bad if n == 32 else good, "target": 0.98,
+             "retrieval": 1.0, "zero_data_reaches": 0.0} for n in cfg.sweep_n]
+    rows += [{"seed": 0, "n": n, "arm": "learned", "runs": bad if n == 256 else good,
+              "target": 0.98} for n in cfg.sweep_n]
+    m = sample_complexity_per_seed(cfg, rows, [0])["0"]
+    assert m["nonfinite_n"] == [32] and m["growth_over_bound"] is None
+    assert "non-finite accuracy: n = 32" in ir5_not_measurable({"0": m}, cfg)
+    assert m["learned_sees_growth"] is None

@@ -216,8 +216,15 @@ def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max_only()
     assert sees(10.0, 10.0 * 0.5 * hi / lo)["learned_sees_growth"] == 1.0
     m = sees(10.0, None)  # misses the target at n_max within the registered N range
     assert m["learned_sees_growth"] == 1.0 and m["learned_reached_some_n"] == 1.0
-    # ... but only when the growth that miss implies exceeds the claim's own bound
-    assert sees(max(QUICK.sweep_Ns) / 2, None)["learned_sees_growth"] == 0.0
+    # ... but only when the growth that miss implies is the about-linear growth a measured
+    # N(n_max) must show (max sweep_Ns / N(n_min) >= 0.5 x n_max / n_min)
+    weak = sees(max(QUICK.sweep_Ns) / 8, None)
+    assert weak["learned_sees_growth"] == 0.0
+    assert weak["learned_censored_at_n_max_within_linear"] == 1.0
+    per = _per()
+    per["IR-5"]["1"].update(learned_sees_growth=0.0,
+                            learned_censored_at_n_max_within_linear=1.0)
+    assert "so large that the miss shows less" in _verdicts(per)["IR-5"]["notes"]
     never = sees(None, None)  # reached at no n: it measured nothing, so the control fails
     assert never["learned_sees_growth"] == 0.0 and never["learned_reached_some_n"] == 0.0
     assert sees(None, 50.0)["learned_sees_growth"] == 0.0  # not reached at n_min

@@ -8,6 +8,7 @@ the per-seed dicts carry every condition's metric and every control's metric; th
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -64,10 +65,18 @@ def _learned_note(per5: dict[str, dict[str, Any]]) -> str:
     """Says when the positive control fails because the learned memory reached the target
     at no n (SPEC's letter would pass it for missing the target at n_max)."""
     never = [k for k, m in per5.items() if m.get("learned_reached_some_n") == 0.0]
+    weak = [k for k, m in per5.items() if m.get("learned_censored_at_n_max_within_linear")]
     return ("; on seed(s) " + ", ".join(never) + " the learned memory reached the target at no "
             "n: it measured no N, so it cannot show that the measurement sees growth (the "
             "control fails; SPEC's letter would pass it for missing the target at n_max)"
-            if never else "")
+            if never else "") + (
+        "; on seed(s) " + ", ".join(weak) + " it misses the target at n_max, but its N(n_min) "
+        "is so large that the miss shows less than the about-linear growth a measured N must "
+        "show (the control fails; SPEC's letter would pass it)" if weak else "")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _fmt(v) -> str:
@@ -96,14 +105,18 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
         why.append("precondition unmet: memory retrieval < {:g} at ".format(thr) + "; ".join(
             f"n = {n} (d = {_d(cfg, n)}) on seed(s) {', '.join(ks)}" for n, ks in low.items()))
     lo, top = min(cfg.sweep_n), max(cfg.sweep_Ns)
-    c_lo = [k for k, m in per5.items() if m.get("N_smallest_n") is None]
+    c_lo = [k for k, m in per5.items() if not _finite(m.get("N_smallest_n"))]
     if c_lo:
         why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
                    + ", ".join(c_lo) + _peaks(per5, c_lo, lo, cfg))
-    gone = {k: m.get("missing_n") for k, m in per5.items() if m.get("missing_n")}
-    if gone:
-        why.append("sweep rows missing: " + "; ".join(
-            f"n = {', '.join(map(str, ns))} on seed {k}" for k, ns in gone.items()))
+    gone = {}
+    for what, key in (("missing", "missing_n"), ("doubled", "duplicate_n"),
+                      ("with a run of non-finite accuracy", "nonfinite_n")):
+        bad = {k: m.get(key) for k, m in per5.items() if m.get(key)}
+        gone.update(bad)
+        if bad:
+            why.append(f"sweep rows {what}: " + "; ".join(
+                f"n = {', '.join(map(str, ns))} on seed {k}" for k, ns in bad.items()))
     und = [k for k, m in per5.items() if k not in c_lo and k not in gone
            and m.get("growth_over_bound") is None]
     if und:

@@ -285,35 +285,48 @@ def censored_lower_bound(cfg: IRConfig, N_lo: float, n: int | None = None) -> fl
     return (max(cfg.sweep_Ns) / N_lo) / polylog_bound((min(cfg.sweep_n), n))
 
 
-def _bound_ratios(cfg: IRConfig, by: dict[int, Any], N_lo: float
-                  ) -> tuple[float | None, list[int], bool]:
-    """(``growth_over_bound``, the censored n it cannot decide, whether the value is a
-    censored lower bound). The bound is applied at every n > n_min, not only at n_max (an
-    upper bound on the growth holds at every n): N(n) / N(n_min) over (log n / log n_min)^2
-    where N(n) is measured; where it is censored, the smallest ratio the data allow, which
-    decides only when it already exceeds the bound. Exceeded anywhere: the largest ratio
-    (> 1); else None while a censored n is undecided; else the largest measured ratio."""
-    n_lo = min(cfg.sweep_n)
-    measured: list[float] = []
-    lower: list[float] = []
-    undecided: list[int] = []
-    for n in sorted(by):
-        if n == n_lo:
-            continue
-        if _finite(by[n]):
-            measured.append((float(by[n]) / N_lo) / polylog_bound((n_lo, n)))
-            continue
-        lb = censored_lower_bound(cfg, N_lo, n)
-        if lb > 1.0:
-            lower.append(lb)
-        else:
-            undecided.append(n)
-    top = max(measured + lower, default=None)
-    if top is not None and top > 1.0:
-        return top, [], top not in measured
+def _grid_below(cfg: IRConfig, N: float) -> float:
+    """The largest N of the grid below ``N`` (0 below the first): a read N means the true one
+    lies in (that, N], since N is the first grid point whose fit reaches the target."""
+    return max((float(x) for x in cfg.sweep_Ns if x < N), default=0.0)
+
+
+def _bound_ratios(cfg: IRConfig, by: dict[int, Any]) -> tuple[float | None, list[int], bool]:
+    """(``growth_over_bound``, the censored n it cannot decide, whether its value rests on a
+    censored N). SPEC's ratio N(n_max)/N(n_min) over (log n_max / log n_min)^2 from the read
+    N, and, because an upper bound on the growth holds between any two sizes, every pair
+    n_i < n_j with N(n_i) measured: the smallest N(n_j)/N(n_i) the grid allows (N(n_j) just
+    above the grid point below it; a censored N(n_j) just above max ``sweep_Ns``) over
+    (log n_j / log n_i)^2. A pair decides only when that lower end already exceeds the bound,
+    so a single grid step never fails the rule by itself. Exceeded anywhere: the largest ratio
+    (> 1); else None while a censored n is undecided; else SPEC's ratio (or the largest pair's
+    when it is censored at n_max)."""
+    ns = sorted(by)
+    n_lo, n_hi = ns[0], ns[-1]
+    top = max(float(x) for x in cfg.sweep_Ns)
+    ratios: list[tuple[float, bool]] = []  # (ratio, from a censored N)
+    if _finite(by[n_lo]) and _finite(by[n_hi]):
+        ratios.append(((float(by[n_hi]) / float(by[n_lo])) / polylog_bound((n_lo, n_hi)),
+                       False))
+    undecided = []
+    for j, nj in enumerate(ns[1:], 1):
+        lows = []
+        for ni in ns[:j]:
+            if not _finite(by[ni]):
+                continue  # N(n_i) unknown (above the grid): no bound on the growth after it
+            low = top if not _finite(by[nj]) else _grid_below(cfg, float(by[nj]))
+            lows.append((low / float(by[ni])) / polylog_bound((ni, nj)))
+        if lows:
+            ratios.append((max(lows), not _finite(by[nj])))
+        if not _finite(by[nj]) and not (lows and max(lows) > 1.0):
+            undecided.append(nj)
+    over = [r for r in ratios if r[0] > 1.0]
+    if over:
+        best = max(over)
+        return best[0], [], best[1]
     if undecided:
         return None, undecided, False
-    return top, [], False
+    return (ratios[0][0] if ratios else None), [], False
 
 
 def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
@@ -324,19 +337,37 @@ def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
     return fit, r2
 
 
+def _row_problems(cfg: IRConfig, rr: list[dict]) -> dict[str, list[int]]:
+    """The n a sweep arm cannot be read at: missing rows, duplicate rows (which row would
+    count would depend on their order), rows with a run whose accuracy is not finite (a
+    diverged run; scoring it as a failed run would move N)."""
+    count: dict[int, int] = {}
+    for r in rr:
+        count[r["n"]] = count.get(r["n"], 0) + 1
+    return {"missing_n": [n for n in cfg.sweep_n if n not in count],
+            "duplicate_n": sorted(n for n, k in count.items() if k > 1),
+            "nonfinite_n": sorted({r["n"] for r in rr if any(
+                not math.isfinite(float(run["expected_acc"])) for run in r.get("runs") or [])})}
+
+
 def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     n_lo = min(cfg.sweep_n)
+    rr = [r for r in rr if r["n"] in cfg.sweep_n]
     by = {r["n"]: r["N"] for r in rr}
     N_lo, N_hi = by.get(n_lo), by.get(max(cfg.sweep_n))
-    missing = [n for n in cfg.sweep_n if n not in by]
+    problems = _row_problems(cfg, rr)
     fit, r2 = _arm_fits(by)
     poly = max((v for k, v in r2.items() if k != "n" and _finite(v)), default=None)
     lin = r2["n"] if _finite(r2["n"]) else None
     ratio, undecided, from_lb, grows, beats = None, [], False, None, None
-    if _finite(N_lo) and not missing:
-        ratio, undecided, from_lb = _bound_ratios(cfg, by, N_lo)
-        # N grows where it is above N(n_min) at some n (a censored N is above every N tried)
-        grows = any(not _finite(by[n]) or by[n] > N_lo for n in by if n != n_lo)
+    if _finite(N_lo) and not any(problems.values()):
+        ratio, undecided, from_lb = _bound_ratios(cfg, by)
+        # N grows where it is above its smallest value at a smaller n (a censored N is above
+        # every N tried)
+        ns = sorted(by)
+        grows = any(not _finite(by[nj]) or by[nj] > min(
+            (by[ni] for ni in ns[:j] if _finite(by[ni])), default=math.inf)
+            for j, nj in enumerate(ns) if j > 0)
         if not grows:
             beats = 1.0
         elif poly is not None and lin is not None:
@@ -351,7 +382,7 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         "N_grows": None if grows is None else float(grows),
         "growth_over_bound": ratio,
         "growth_over_bound_is_lower_bound": float(from_lb),
-        "bound_undecided_n": undecided, "missing_n": missing,
+        "bound_undecided_n": undecided, **problems,
         "n_measured": sum(1 for n in by if _finite(by[n])),
         "polylog_beats_linear_where_grows": beats,
         "polylog_r2": poly, "linear_r2": lin, "r2": r2, "fit": fit,
@@ -366,12 +397,14 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
 
 def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
+    rr = [r for r in rr if r["n"] in cfg.sweep_n]
     by = {r["n"]: r["N"] for r in rr}
     N_lo, N_hi = by.get(n_lo), by.get(n_hi)
     _, r2 = _arm_fits(by)
     need = IR5_LINEAR_FRACTION * n_hi / n_lo
-    if n_hi not in by or n_lo not in by:
-        sees = None  # a row missing: not measured
+    problems = _row_problems(cfg, rr)
+    if n_hi not in by or n_lo not in by or problems["duplicate_n"] or problems["nonfinite_n"]:
+        sees = None  # a row missing, doubled or with a diverged run: not measured
     elif not _finite(N_lo):
         # stricter than SPEC 2's letter ("or misses the target at n_max"): a learned memory
         # that reaches the target at no n has shown no N at all, so it cannot show that the
@@ -379,9 +412,10 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         sees = 0.0
     elif not _finite(N_hi):
         # misses the target at n_max within the N range; stricter than SPEC's letter: the
-        # smallest growth the data allow must exceed the claim's own bound, or the control
-        # has not shown it could see growth the rule would reject (docs/ir.md)
-        sees = float(censored_lower_bound(cfg, N_lo) > 1.0)
+        # smallest growth the data allow (max sweep_Ns / N(n_min)) must be the about-linear
+        # growth a measured N(n_max) must show, or the control has not shown that the
+        # measurement sees it (docs/ir.md)
+        sees = float(max(cfg.sweep_Ns) / N_lo >= need)
     else:
         sees = float(N_hi / N_lo >= need)
     return {"learned_N_by_n": {str(n): by[n] for n in by},
@@ -391,18 +425,21 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
             "learned_growth": (N_hi / N_lo if _finite(N_lo) and _finite(N_hi) else None),
             "learned_growth_needed": need,
             "learned_reached_some_n": float(any(_finite(v) for v in by.values())),
-            "learned_sees_growth": sees, "learned_r2": r2}
+            "learned_sees_growth": sees, "learned_r2": r2,
+            "learned_censored_at_n_max_within_linear": float(
+                _finite(N_lo) and not _finite(N_hi) and n_hi in by and sees == 0.0)}
 
 
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
                                ) -> dict[str, dict[str, Any]]:
     """IR-5 per-seed metrics from the sweep rows of both arms (a row without ``arm`` is the
-    memory arm's). Memory arm: N at n_min and n_max, ``growth_over_bound`` (the largest
-    N(n) / N(n_min) over the bound at n, over every n; a censored N(n) enters as the smallest
-    ratio the data allow when that already exceeds the bound, else it leaves the seed
-    undecided: ``bound_undecided_n``), ``polylog_beats_linear_where_grows`` (1 where N does
+    memory arm's). Memory arm: N at n_min and n_max, ``growth_over_bound`` (:func:`_bound_ratios`:
+    SPEC's N(n_max)/N(n_min) over its bound, and every pair of sizes where the grid already
+    shows growth beyond the bound between them; a censored N(n) that decides nothing leaves the
+    seed undecided: ``bound_undecided_n``), ``polylog_beats_linear_where_grows`` (1 where N does
     not grow; else whether the better polylog fit's R^2 beats the linear fit's over the n
-    whose N was measured; None with fewer than 3 of them), the precondition
+    whose N was measured; None with fewer than 3 of them), the rows that cannot be read
+    (``missing_n``, ``duplicate_n``, ``nonfinite_n``), the precondition
     (``retrieval_min``, ``retrieval_low_n``), the zero-data control. Learned arm:
     ``learned_sees_growth`` (positive control)."""
     per = {}
