@@ -24,6 +24,8 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
+import shutil
 import sys
 import time
 import traceback
@@ -38,8 +40,8 @@ from mechinterp_icr.store.provenance import code_state
 
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
-__all__ = ["Record", "RecordError", "Task", "TaskFailed", "fingerprint", "record_field",
-           "record_path", "run_tasks", "set_threads"]
+__all__ = ["Progress", "Record", "RecordError", "Task", "TaskFailed", "expected_seconds",
+           "fingerprint", "job_kind", "record_field", "record_path", "run_tasks", "set_threads"]
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
     return {t.name: done[t.name] for t in tasks}
 
 
-def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, bar) -> None:
+def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, progress) -> None:
     if err is None:
         atomic_write_json(record_path(records_dir, t.name),
                           {"name": t.name, "fingerprint": fingerprint(t), "seconds": secs,
@@ -190,12 +192,8 @@ def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, bar) -> N
         failures[t.name] = err
         last = err.strip().splitlines()[-1] if err.strip() else "error"
         status = f"FAILED after {secs:.1f}s: {last}"
-    if bar is not None:
-        bar.update(1)
-    if bar is not None and not bar.disable:
-        bar.write(f"[task] {t.name}: {status}", file=sys.stderr)
-    else:
-        log(f"[task] {t.name}: {status}")
+    progress.finish(t.name, secs)
+    log(f"[task] {t.name}: {status}  ({progress.status()})")
 
 
 def _ready(t: Task, done, failures) -> str:
@@ -205,20 +203,11 @@ def _ready(t: Task, done, failures) -> str:
     return "run" if all(a in done for a in t.after) else "wait"
 
 
-def _progress(total: int):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
-    return tqdm(total=total, desc="tasks", unit="task", file=sys.stderr, leave=True,
-                disable=not sys.stderr.isatty())
-
-
 def _run_local(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:
     import torch
 
     prev = torch.get_num_threads()
-    bar = _progress(len(todo))
+    progress = Progress(todo, expected_seconds(todo, records_dir), 1)
     try:
         pending = list(todo)
         while pending:
@@ -233,13 +222,13 @@ def _run_local(todo, done, failures, records_dir, workers, ray_address, threads,
                     failures[t.name] = "not run: a task it depends on failed"
                     log(f"[task] {t.name}: not run (a task it depends on failed)")
                     continue
+                progress.start(t.name)
                 rec, err, secs = _execute(t.fn, t.kwargs, threads)
-                _finish(t, rec, err, secs, done, failures, records_dir, log, bar)
+                _finish(t, rec, err, secs, done, failures, records_dir, log, progress)
             if not progressed:  # a cycle: cannot happen with names checked, but never hang
                 raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
     finally:
-        if bar is not None:
-            bar.close()
+        progress.close()
         torch.set_num_threads(prev)
 
 
@@ -271,7 +260,7 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
     ray = _import_ray()
     started = _start_ray(workers, ray_address)
     remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
-    bar = _progress(len(todo))
+    progress = Progress(todo, expected_seconds(todo, records_dir), workers)
     try:
         pending = list(todo)
         running: dict[Any, Task] = {}
@@ -286,23 +275,142 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
                     log(f"[task] {t.name}: not run (a task it depends on failed)")
                     continue
                 running[remote.remote(t.fn, t.kwargs, threads)] = t
+                progress.start(t.name)
             if not running:
                 if pending:
                     raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
                 break
-            ready, _ = ray.wait(list(running), num_returns=1)
+            ready = []
+            while not ready:  # the progress line ticks while the tasks run
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                progress.tick()
             for ref in ready:
                 t = running.pop(ref)
                 try:
                     rec, err, secs = ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a killed worker, lost node
                     rec, err, secs = None, f"{type(e).__name__}: {e}", 0.0
-                _finish(t, rec, err, secs, done, failures, records_dir, log, bar)
+                _finish(t, rec, err, secs, done, failures, records_dir, log, progress)
     finally:
-        if bar is not None:
-            bar.close()
+        progress.close()
         if started:
             ray.shutdown()
+
+
+# --------------------------------------------------------------------------------------------
+# Progress: tasks done / total, the running tasks and an ETA
+# --------------------------------------------------------------------------------------------
+DEFAULT_TASK_SECONDS = 60.0  # the estimate of a task nothing is known about
+
+
+def job_kind(name: str) -> str:
+    """A task name with its numbers replaced by ``#`` (``ir/sample/n128/seed3`` ->
+    ``ir/sample/n#/seed#``): tasks of one kind take about as long as each other."""
+    return re.sub(r"\d+(\.\d+)?", "#", name)
+
+
+def expected_seconds(tasks: list[Task], records_dir: str | Path) -> dict[str, float]:
+    """Each task's expected duration: the seconds its stored record took (an earlier run's,
+    even under other inputs), else the mean of the recorded tasks of its kind
+    (:func:`job_kind`), else of every recorded task, else :data:`DEFAULT_TASK_SECONDS`."""
+    known: dict[str, float] = {}
+    for t in tasks:
+        try:
+            data = json.loads(record_path(Path(records_dir), t.name).read_text())
+            known[t.name] = float(data["seconds"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    by_kind: dict[str, list[float]] = {}
+    for name, secs in known.items():
+        by_kind.setdefault(job_kind(name), []).append(secs)
+    overall = (sum(known.values()) / len(known)) if known else DEFAULT_TASK_SECONDS
+    return {t.name: known.get(t.name, _mean(by_kind.get(job_kind(t.name)), overall))
+            for t in tasks}
+
+
+def _mean(values: list[float] | None, default: float) -> float:
+    return sum(values) / len(values) if values else default
+
+
+def _clock(secs: float) -> str:
+    secs = max(0, int(round(secs)))
+    h, rem = divmod(secs, 3600)
+    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+class Progress:
+    """The progress of a run of tasks: done / total, the running tasks with how long each has
+    run, and an ETA from the tasks' expected durations (:func:`expected_seconds`; a finished
+    task's kind updates the estimate of the others of its kind that have no record). On a
+    terminal one line updates in place; elsewhere the status rides on each task's log line."""
+
+    def __init__(self, todo: list[Task], expected: dict[str, float], workers: int,
+                 stream=None, clock: Callable[[], float] = time.monotonic):
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.clock, self.workers = clock, max(1, int(workers))
+        self.expected = dict(expected)
+        self.pending = [t.name for t in todo]
+        self.total, self.n_done = len(todo), 0
+        self.running: dict[str, float] = {}
+        self.took: dict[str, list[float]] = {}
+        self._width = 0
+
+    def start(self, name: str) -> None:
+        if name in self.pending:
+            self.pending.remove(name)
+        self.running[name] = self.clock()
+        self.tick()
+
+    def finish(self, name: str, seconds: float) -> None:
+        self.running.pop(name, None)
+        self.n_done += 1
+        kind = job_kind(name)
+        self.took.setdefault(kind, []).append(float(seconds))
+        mean = _mean(self.took[kind], DEFAULT_TASK_SECONDS)
+        for other in self.pending:  # what this run measured beats an estimate
+            if job_kind(other) == kind:
+                self.expected[other] = mean
+        self._clear()
+
+    def eta(self) -> float:
+        """Seconds left: the expected work still to do spread over the workers, and at least
+        the longest expected remainder of a running task."""
+        now = self.clock()
+        left_running = [max(0.0, self.expected.get(n, DEFAULT_TASK_SECONDS) - (now - t0))
+                        for n, t0 in self.running.items()]
+        work = sum(self.expected.get(n, DEFAULT_TASK_SECONDS) for n in self.pending)
+        return max((work + sum(left_running)) / self.workers, max(left_running, default=0.0))
+
+    def status(self) -> str:
+        """``12/189 done, 2 running, ETA 23m10s``."""
+        return (f"{self.n_done}/{self.total} done, {len(self.running)} running, "
+                f"ETA {_clock(self.eta())}")
+
+    def line(self) -> str:
+        """The terminal line: the status and the running tasks with their times."""
+        now = self.clock()
+        run = ", ".join(f"{n} {_clock(now - t0)}" for n, t0 in self.running.items())
+        return f"[tasks] {self.status()}" + (f" | {run}" if run else "")
+
+    def tick(self) -> None:
+        if not self.tty:
+            return
+        text = self.line()
+        cols = shutil.get_terminal_size((120, 20)).columns - 1
+        text = text[:cols]
+        self.stream.write("\r" + text.ljust(self._width))
+        self.stream.flush()
+        self._width = len(text)
+
+    def _clear(self) -> None:
+        if self.tty and self._width:
+            self.stream.write("\r" + " " * self._width + "\r")
+            self.stream.flush()
+            self._width = 0
+
+    def close(self) -> None:
+        self._clear()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""The progress of a run of tasks: done / total, the running tasks, and an ETA from the
+tasks' expected durations (an earlier run's records, else estimates by kind)."""
+
+import io
+import json
+
+from mechinterp_icr.jobs import Progress, Task, expected_seconds, job_kind, record_path
+
+
+def _task(name):
+    return Task(name, print, {})
+
+
+def test_expected_durations_come_from_earlier_records_then_the_kind():
+    assert job_kind("ir/sample/n128/seed3") == "ir/sample/n#/seed#"
+    assert job_kind("cr/cr4-lam/0.3/seed1") == "cr/cr#-lam/#/seed#"
+    tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
+    assert set(expected_seconds(tasks, "/nonexistent").values()) == {60.0}  # defaults
+
+
+def test_expected_durations_read_stored_records(tmp_path):
+    tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
+    p = record_path(tmp_path, "a/seed0")
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps({"seconds": 30.0, "fingerprint": "other inputs", "record": {}}))
+    exp = expected_seconds(tasks, tmp_path)
+    assert exp == {"a/seed0": 30.0, "a/seed1": 30.0, "b/seed0": 30.0}  # kind, then overall
+
+
+def test_progress_status_and_eta_with_two_workers():
+    now = [0.0]
+    stream = io.StringIO()  # not a terminal: no line is drawn, the status rides on the log
+    names = ["a/seed0", "a/seed1", "b/seed0"]
+    p = Progress([_task(n) for n in names], {"a/seed0": 100.0, "a/seed1": 100.0,
+                                             "b/seed0": 40.0}, 2, stream, lambda: now[0])
+    assert p.status() == "0/3 done, 0 running, ETA 2m00s"  # 240 s of work over 2 workers
+    p.start("a/seed0")
+    p.start("b/seed0")
+    now[0] = 30.0
+    # left: a/seed1 100 + a/seed0 70 + b/seed0 10, over 2 workers
+    assert p.eta() == 90.0
+    assert "a/seed0 0m30s" in p.line() and "2 running" in p.line()
+    p.finish("b/seed0", 30.0)
+    now[0] = 120.0
+    p.finish("a/seed0", 120.0)  # a/seed1 now expected to take what a/seed0 took
+    assert p.expected["a/seed1"] == 120.0
+    assert p.status() == "2/3 done, 0 running, ETA 1m00s"
+    assert stream.getvalue() == ""
+
+
+def test_progress_draws_one_line_on_a_terminal():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    p = Progress([_task("a/seed0")], {"a/seed0": 10.0}, 1, stream, lambda: 0.0)
+    p.start("a/seed0")
+    assert stream.getvalue().startswith("\r[tasks] 0/1 done, 1 running")
+    p.finish("a/seed0", 1.0)
+    p.close()
+    assert stream.getvalue().endswith("\r")  # the line is cleared before the task's log line
