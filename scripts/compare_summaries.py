@@ -21,17 +21,18 @@ from typing import Any
 # keys whose values differ between two runs of the same code
 VOLATILE = {"timings_s", "timings_by_target", "peak_memory_mb", "versions", "git_revision",
             "code_state", "code_state_at_write", "code_state_by_target", "seconds",
-            "wall_s", "elapsed_s", "ir: code revision of each task result",
-            "CR phase seconds", "run_dir", "path"}
+            "wall_s", "elapsed_s", "CR phase seconds", "run_dir", "path"}
 
 
 def differences(a: Any, b: Any, tol: float = 0.0, path: str = "") -> list[str]:
     """Every place where ``a`` and ``b`` differ, as ``path: a -> b`` lines (dict keys in
-    :data:`VOLATILE`, and keys ending in ``_s`` or ``seconds``, are skipped)."""
+    :data:`VOLATILE`, keys ending in ``_s`` or ``seconds`` and the tables of the code
+    revision behind each task's result are skipped)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b), key=str):
-            if k in VOLATILE or str(k).endswith(("_s", "seconds")):
+            if k in VOLATILE or str(k).endswith(("_s", "seconds",
+                                                 "code revision of each task result")):
                 continue
             p = f"{path}.{k}" if path else str(k)
             if k not in a or k not in b:
