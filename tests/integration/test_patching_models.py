@@ -200,8 +200,8 @@ def test_unknown_setter_and_activation_names_are_config_errors():
         P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "z", ["pos"])
     with pytest.raises(ConfigError, match=r"act = 'zz'.*'z'"):
         P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "zz")
-    with pytest.raises(ConfigError, match=r"act = 'resid_pre'.*layer_pos_head"):
-        P.patch_head_out_by_pos(model, corr, cache, metric, act="resid_pre")
+    with pytest.raises(ConfigError, match=r"act = 'resid_pre'.*layer_pos_head_vector"):
+        P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "resid_pre")
     with pytest.raises(ConfigError, match=r"act = 'rot_q'"):  # not a rotary model
         P.batched_activation_patch(model, corr, cache, metric, POS_HEAD, "rot_q")
     with pytest.raises(ConfigError, match=r"clean_cache .*blocks\.1\.attn\.hook_v"):
