@@ -264,8 +264,14 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
     try:
         pending = list(todo)
         running: dict[Any, Task] = {}
+        # at most as many tasks in flight as there are CPUs to run them: the rest wait here
+        # in plan order (the longest first), and "running" on the progress line is true
+        slots = workers if ray_address is None else max(
+            1, int(ray.cluster_resources().get("CPU", workers)))
         while pending or running:
             for t in list(pending):
+                if len(running) >= slots:
+                    break
                 state = _ready(t, done, failures)
                 if state == "wait":
                     continue
