@@ -144,13 +144,20 @@ def fingerprint(t: Task) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _load_record(path: Path, fp: str) -> dict[str, Any] | None:
+def _read_stored(path: Path) -> dict[str, Any] | None:
+    """A stored record file's JSON, or None when it is absent or damaged."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
-        return None  # absent or damaged: the task runs again
-    ok = isinstance(data, dict) and "record" in data and data.get("fingerprint") == fp
-    return data if ok else None  # other inputs (changed --set): the task runs again
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _stored_seconds(data: dict[str, Any] | None) -> float | None:
+    try:
+        return float(data["seconds"])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
@@ -164,10 +171,12 @@ def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     records_dir = Path(records_dir)
     done: dict[str, dict[str, Any]] = {}
+    stored = {t.name: _read_stored(record_path(records_dir, t.name)) for t in tasks}
     for t in tasks:
-        stored = _load_record(record_path(records_dir, t.name), fingerprint(t))
-        if stored is not None:
-            done[t.name] = stored["record"]
+        data = stored[t.name]
+        # absent, damaged or under other inputs (a changed --set): the task runs again
+        if data is not None and "record" in data and data.get("fingerprint") == fingerprint(t):
+            done[t.name] = data["record"]
     todo = [t for t in tasks if t.name not in done]
     if done:
         log(f"[tasks] {len(done)} of {len(tasks)} already done (records in {records_dir}); "
@@ -175,7 +184,11 @@ def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
     failures: dict[str, str] = {}
     if todo:
         runner = _run_local if workers == 1 and ray_address is None else _run_ray
-        runner(todo, done, failures, records_dir, workers, ray_address, threads, log)
+        # the stored seconds of the tasks to run (an earlier run's, under other inputs)
+        known = {t.name: s for t in todo if (s := _stored_seconds(stored[t.name])) is not None}
+        progress = Progress(todo, expected_seconds(todo, known),
+                            1 if runner is _run_local else workers)
+        runner(todo, done, failures, records_dir, workers, ray_address, threads, log, progress)
     if failures:
         raise TaskFailed(failures)
     return {t.name: done[t.name] for t in tasks}
@@ -203,11 +216,11 @@ def _ready(t: Task, done, failures) -> str:
     return "run" if all(a in done for a in t.after) else "wait"
 
 
-def _run_local(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:
+def _run_local(todo, done, failures, records_dir, workers, ray_address, threads, log,
+               progress: Progress) -> None:
     import torch
 
     prev = torch.get_num_threads()
-    progress = Progress(todo, expected_seconds(todo, records_dir), 1)
     try:
         pending = list(todo)
         while pending:
@@ -256,11 +269,11 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
     return True
 
 
-def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log) -> None:
+def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log,
+             progress: Progress) -> None:
     ray = _import_ray()
     started = _start_ray(workers, ray_address)
     remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
-    progress = Progress(todo, expected_seconds(todo, records_dir), workers)
     try:
         pending = list(todo)
         running: dict[Any, Task] = {}
@@ -315,17 +328,11 @@ def job_kind(name: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", name)
 
 
-def expected_seconds(tasks: list[Task], records_dir: str | Path) -> dict[str, float]:
-    """Each task's expected duration: the seconds its stored record took (an earlier run's,
-    even under other inputs), else the mean of the recorded tasks of its kind
-    (:func:`job_kind`), else of every recorded task, else :data:`DEFAULT_TASK_SECONDS`."""
-    known: dict[str, float] = {}
-    for t in tasks:
-        try:
-            data = json.loads(record_path(Path(records_dir), t.name).read_text())
-            known[t.name] = float(data["seconds"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+def expected_seconds(tasks: list[Task], known: dict[str, float]) -> dict[str, float]:
+    """Each task's expected duration: ``known[name]`` (the seconds its stored record took in
+    an earlier run, even under other inputs; :func:`run_tasks` reads them with the records),
+    else the mean of the known tasks of its kind (:func:`job_kind`), else of every known
+    task, else :data:`DEFAULT_TASK_SECONDS`."""
     by_kind: dict[str, list[float]] = {}
     for name, secs in known.items():
         by_kind.setdefault(job_kind(name), []).append(secs)

@@ -131,11 +131,10 @@ def batched_activation_patch(
     """
     T = corrupted_tokens.shape[1]
     axes = setter_axes(setter, index_axis_names)
-    act = canonical_act(model, setter, act)
     shaped = cells is None
     cells = cells_for(model, T, axes) if cells is None else [tuple(int(i) for i in c)
                                                             for c in cells]
-    canonical_act(model, setter, act, clean_cache, [c[0] for c in cells])
+    act = canonical_act(model, setter, act, clean_cache, [c[0] for c in cells])
     per = max(1, max_batch // corrupted_tokens.shape[0])
     out = torch.zeros(len(cells), device=corrupted_tokens.device)
     corrupted = None

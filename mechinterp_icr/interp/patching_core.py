@@ -126,14 +126,13 @@ def canonical_act(model, setter: Setter, act: str, clean_cache=None,
     (any hooked activation for another setter), or ``clean_cache`` (if given) without it in
     one of ``layers`` (default all)."""
     n_layers = model.cfg.n_layers
+    canon = _ACT_ALIASES.get(act, act) if isinstance(act, str) else act
     if setter in SETTER_ACTS:
         have = [a for a in SETTER_ACTS[setter]
                 if all(act_name(a, layer) in model.hook_dict for layer in range(n_layers))]
-        canon = _ACT_ALIASES.get(act, act) if isinstance(act, str) else act
         check(canon in have, "act", act, f"one of {have} with setter = "
               f"{_setter_name(setter)} on this model (TransformerLens activation short names)")
     else:
-        canon = _ACT_ALIASES.get(act, act) if isinstance(act, str) else act
         check(isinstance(canon, str) and act_name(canon, 0) in model.hook_dict, "act", act,
               "a TransformerLens activation short name this model hooks")
     if clean_cache is not None:

@@ -199,7 +199,8 @@ def train_phase(
     if run is not None and resume:
         res, opt = _resume(model, opt, cfg, names, run, phase)
     io = _PhaseIO(model, opt, run, phase, eval_fn, on_log, meta_base)
-    if res.resumed_from is None and 0 in set(checkpoint_steps(cfg)):
+    ck_steps = set(checkpoint_steps(cfg))
+    if res.resumed_from is None and 0 in ck_steps:
         m0 = io.evaluate()  # (resumed from step 0: logged and saved)
         io.log({"phase": phase, "step": 0, **m0})
         io.save(0, m0)
@@ -211,8 +212,8 @@ def train_phase(
         loss = metrics.get("train_loss")
         loss_v = float(loss) if isinstance(loss, (int, float)) else float("nan")
     if end > res.start:
-        loss_v, metrics = _train_steps(model, sample, cfg, seed, io, names, masks, res.start,
-                                       end)
+        loss_v, metrics = _train_steps(model, sample, cfg, seed, io, names, masks, ck_steps,
+                                       res.start, end)
     model.eval()
     for n, p in model.named_parameters():
         p.requires_grad_(prev[n])
@@ -319,14 +320,13 @@ class _PhaseIO:
 
 
 def _train_steps(model, sample, cfg: TrainConfig, seed: int, io: _PhaseIO, names: list[str],
-                 masks: dict[str, torch.Tensor], start: int, end: int
+                 masks: dict[str, torch.Tensor], ck_steps: set[int], start: int, end: int
                  ) -> tuple[float, dict[str, Any]]:
     """Updates ``start..end-1`` of the phase (the batch of step s drawn from
     ``batch_rng(seed, phase, s)``), logging, evaluating and checkpointing on the schedule;
     (the last loss, the last logged metrics)."""
     device = next(model.parameters()).device
     params = dict(model.named_parameters())
-    ck_steps = set(checkpoint_steps(cfg))
     bar = None
     if cfg.progress:
         from tqdm.auto import tqdm

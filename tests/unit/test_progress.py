@@ -4,27 +4,38 @@ tasks' expected durations (an earlier run's records, else estimates by kind)."""
 import io
 import json
 
-from mechinterp_icr.jobs import Progress, Task, expected_seconds, job_kind, record_path
+from mechinterp_icr.jobs import Progress, Task, expected_seconds, job_kind, record_path, run_tasks
 
 
 def _task(name):
     return Task(name, print, {})
 
 
+def _quick() -> dict:
+    return {"ok": 1}
+
+
 def test_expected_durations_come_from_earlier_records_then_the_kind():
     assert job_kind("ir/sample/n128/seed3") == "ir/sample/n#/seed#"
     assert job_kind("cr/cr4-lam/0.3/seed1") == "cr/cr#-lam/#/seed#"
     tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
-    assert set(expected_seconds(tasks, "/nonexistent").values()) == {60.0}  # defaults
+    assert set(expected_seconds(tasks, {}).values()) == {60.0}  # defaults
 
 
 def test_expected_durations_read_stored_records(tmp_path):
     tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
+    exp = expected_seconds(tasks, {"a/seed0": 30.0})
+    assert exp == {"a/seed0": 30.0, "a/seed1": 30.0, "b/seed0": 30.0}  # kind, then overall
+    # run_tasks reads an earlier run's record (other inputs) for its duration: the first
+    # log line's ETA is b/seed0's 30 s (a/seed1 now expected as long as a/seed0 took)
     p = record_path(tmp_path, "a/seed0")
     p.parent.mkdir(parents=True)
     p.write_text(json.dumps({"seconds": 30.0, "fingerprint": "other inputs", "record": {}}))
-    exp = expected_seconds(tasks, tmp_path)
-    assert exp == {"a/seed0": 30.0, "a/seed1": 30.0, "b/seed0": 30.0}  # kind, then overall
+    lines = []
+    run_tasks([Task(n, _quick, {}) for n in ("a/seed0", "a/seed1", "b/seed0")], tmp_path,
+              log=lines.append)
+    assert lines[0].startswith("[task] a/seed0: done in") and lines[0].endswith(
+        "(1/3 done, 0 running, ETA 0m30s)")
 
 
 def test_progress_status_and_eta_with_two_workers():

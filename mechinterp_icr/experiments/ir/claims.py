@@ -8,7 +8,6 @@ the per-seed dicts carry every condition's metric and every control's metric; th
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE, IR5_LINEAR_
 from mechinterp_icr.claims.protocol import compare, evaluate_condition
 from mechinterp_icr.experiments.ir.config import IRConfig, sweep_width
 from mechinterp_icr.experiments.ir.conventions import convention_report
-from mechinterp_icr.experiments.ir.ir5 import polylog_bound
+from mechinterp_icr.experiments.ir.ir5 import finite, polylog_bound
 from mechinterp_icr.experiments.ir.sweeps import gap_fit
 
 __all__ = ["CLAIM_IDS", "CONVENTION_CLAIMS", "empty_per_seed", "ir5_not_measurable",
@@ -75,10 +74,6 @@ def _learned_note(per5: dict[str, dict[str, Any]]) -> str:
         "show (the control fails; SPEC's letter would pass it)" if weak else "")
 
 
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _fmt(v) -> str:
     return "None" if v is None else f"{float(v):.3g}"
 
@@ -105,7 +100,7 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
         why.append("precondition unmet: memory retrieval < {:g} at ".format(thr) + "; ".join(
             f"n = {n} (d = {_d(cfg, n)}) on seed(s) {', '.join(ks)}" for n, ks in low.items()))
     lo, top = min(cfg.sweep_n), max(cfg.sweep_Ns)
-    c_lo = [k for k, m in per5.items() if not _finite(m.get("N_smallest_n"))]
+    c_lo = [k for k, m in per5.items() if not finite(m.get("N_smallest_n"))]
     if c_lo:
         why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
                    + ", ".join(c_lo) + _peaks(per5, c_lo, lo, cfg))

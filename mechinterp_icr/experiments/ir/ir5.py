@@ -47,6 +47,7 @@ __all__ = [
     "accuracy_crossing",
     "isotonic_fit",
     "censored_lower_bound",
+    "finite",
     "growth_fits",
     "learned_memory",
     "fit_peak_over_ceiling",
@@ -268,7 +269,8 @@ def growth_fits(ns: list[int], Ns: list[float]) -> dict[str, Any]:
     return out
 
 
-def _finite(v) -> bool:
+def finite(v) -> bool:
+    """A measured value: not None and not NaN (a censored or missing N is neither)."""
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
@@ -278,11 +280,10 @@ def polylog_bound(sweep_n) -> float:
     return (math.log2(n_hi) / math.log2(n_lo)) ** 2
 
 
-def censored_lower_bound(cfg: IRConfig, N_lo: float, n: int | None = None) -> float:
-    """With N(n_min) measured and N(n) censored (never reached with N <= max ``sweep_Ns``;
-    default n = n_max): the smallest N(n) / N(n_min) over the bound at n the data allow."""
-    n = max(cfg.sweep_n) if n is None else n
-    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound((min(cfg.sweep_n), n))
+def censored_lower_bound(cfg: IRConfig, N_lo: float) -> float:
+    """With N(n_min) measured and N(n_max) censored (never reached with N <= max
+    ``sweep_Ns``): the smallest N(n_max) / N(n_min) over the bound the data allow."""
+    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound(cfg.sweep_n)
 
 
 def _grid_below(cfg: IRConfig, N: float) -> float:
@@ -305,20 +306,20 @@ def _bound_ratios(cfg: IRConfig, by: dict[int, Any]) -> tuple[float | None, list
     n_lo, n_hi = ns[0], ns[-1]
     top = max(float(x) for x in cfg.sweep_Ns)
     ratios: list[tuple[float, bool]] = []  # (ratio, from a censored N)
-    if _finite(by[n_lo]) and _finite(by[n_hi]):
+    if finite(by[n_lo]) and finite(by[n_hi]):
         ratios.append(((float(by[n_hi]) / float(by[n_lo])) / polylog_bound((n_lo, n_hi)),
                        False))
     undecided = []
     for j, nj in enumerate(ns[1:], 1):
         lows = []
         for ni in ns[:j]:
-            if not _finite(by[ni]):
+            if not finite(by[ni]):
                 continue  # N(n_i) unknown (above the grid): no bound on the growth after it
-            low = top if not _finite(by[nj]) else _grid_below(cfg, float(by[nj]))
+            low = top if not finite(by[nj]) else _grid_below(cfg, float(by[nj]))
             lows.append((low / float(by[ni])) / polylog_bound((ni, nj)))
         if lows:
-            ratios.append((max(lows), not _finite(by[nj])))
-        if not _finite(by[nj]) and not (lows and max(lows) > 1.0):
+            ratios.append((max(lows), not finite(by[nj])))
+        if not finite(by[nj]) and not (lows and max(lows) > 1.0):
             undecided.append(nj)
     over = [r for r in ratios if r[0] > 1.0]
     if over:
@@ -330,7 +331,7 @@ def _bound_ratios(cfg: IRConfig, by: dict[int, Any]) -> tuple[float | None, list
 
 
 def _arm_fits(by: dict[int, Any]) -> tuple[dict | None, dict[str, Any]]:
-    ns = [n for n in by if _finite(by[n])]
+    ns = [n for n in by if finite(by[n])]
     fit = growth_fits(ns, [float(by[n]) for n in ns]) if len(ns) >= 3 else None
     r2 = {k: fit[k]["r2"] for k in fit} if fit else {"log_n": None, "log_n_sq": None,
                                                      "n": None}
@@ -357,16 +358,16 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     N_lo, N_hi = by.get(n_lo), by.get(max(cfg.sweep_n))
     problems = _row_problems(cfg, rr)
     fit, r2 = _arm_fits(by)
-    poly = max((v for k, v in r2.items() if k != "n" and _finite(v)), default=None)
-    lin = r2["n"] if _finite(r2["n"]) else None
+    poly = max((v for k, v in r2.items() if k != "n" and finite(v)), default=None)
+    lin = r2["n"] if finite(r2["n"]) else None
     ratio, undecided, from_lb, grows, beats = None, [], False, None, None
-    if _finite(N_lo) and not any(problems.values()):
+    if finite(N_lo) and not any(problems.values()):
         ratio, undecided, from_lb = _bound_ratios(cfg, by)
         # N grows where it is above its smallest value at a smaller n (a censored N is above
         # every N tried)
         ns = sorted(by)
-        grows = any(not _finite(by[nj]) or by[nj] > min(
-            (by[ni] for ni in ns[:j] if _finite(by[ni])), default=math.inf)
+        grows = any(not finite(by[nj]) or by[nj] > min(
+            (by[ni] for ni in ns[:j] if finite(by[ni])), default=math.inf)
             for j, nj in enumerate(ns) if j > 0)
         if not grows:
             beats = 1.0
@@ -377,21 +378,21 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     return {
         "peak_over_ceiling_by_n": {str(r["n"]): fit_peak_over_ceiling(r) for r in rr},
         "N_by_n": {str(n): by[n] for n in by},
-        "censored_n": [n for n in by if not _finite(by[n])],
+        "censored_n": [n for n in by if not finite(by[n])],
         "N_smallest_n": N_lo, "N_largest_n": N_hi,
         "N_grows": None if grows is None else float(grows),
         "growth_over_bound": ratio,
         "growth_over_bound_is_lower_bound": float(from_lb),
         "bound_undecided_n": undecided, **problems,
-        "n_measured": sum(1 for n in by if _finite(by[n])),
+        "n_measured": sum(1 for n in by if finite(by[n])),
         "polylog_beats_linear_where_grows": beats,
         "polylog_r2": poly, "linear_r2": lin, "r2": r2, "fit": fit,
         "retrieval_by_n": {str(n): v for n, v in retr.items()},
-        "retrieval_min": (None if not retr or any(not _finite(v) for v in retr.values())
+        "retrieval_min": (None if not retr or any(not finite(v) for v in retr.values())
                           else min(retr.values())),
-        "retrieval_low_n": [n for n, v in retr.items() if not (_finite(v) and v >= thr)],
+        "retrieval_low_n": [n for n, v in retr.items() if not (finite(v) and v >= thr)],
         "zero_data_reaches": (max(r["zero_data_reaches"] for r in rr)
-                              if rr and all(_finite(r.get("zero_data_reaches")) for r in rr)
+                              if rr and all(finite(r.get("zero_data_reaches")) for r in rr)
                               else None)}
 
 
@@ -405,12 +406,12 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
     problems = _row_problems(cfg, rr)
     if n_hi not in by or n_lo not in by or problems["duplicate_n"] or problems["nonfinite_n"]:
         sees = None  # a row missing, doubled or with a diverged run: not measured
-    elif not _finite(N_lo):
+    elif not finite(N_lo):
         # stricter than SPEC 2's letter ("or misses the target at n_max"): a learned memory
         # that reaches the target at no n has shown no N at all, so it cannot show that the
         # measurement sees growth (docs/ir.md)
         sees = 0.0
-    elif not _finite(N_hi):
+    elif not finite(N_hi):
         # misses the target at n_max within the N range; stricter than SPEC's letter: the
         # smallest growth the data allow (max sweep_Ns / N(n_min)) must be the about-linear
         # growth a measured N(n_max) must show, or the control has not shown that the
@@ -422,12 +423,12 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
             "learned_peak_over_ceiling_by_n": {str(r["n"]): fit_peak_over_ceiling(r)
                                                for r in rr},
             "learned_N_smallest_n": N_lo, "learned_N_largest_n": N_hi,
-            "learned_growth": (N_hi / N_lo if _finite(N_lo) and _finite(N_hi) else None),
+            "learned_growth": (N_hi / N_lo if finite(N_lo) and finite(N_hi) else None),
             "learned_growth_needed": need,
-            "learned_reached_some_n": float(any(_finite(v) for v in by.values())),
+            "learned_reached_some_n": float(any(finite(v) for v in by.values())),
             "learned_sees_growth": sees, "learned_r2": r2,
             "learned_censored_at_n_max_within_linear": float(
-                _finite(N_lo) and not _finite(N_hi) and n_hi in by and sees == 0.0)}
+                finite(N_lo) and not finite(N_hi) and n_hi in by and sees == 0.0)}
 
 
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
@@ -465,7 +466,7 @@ def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
             if r.get("arm", "memory") != arm:
                 continue
             by.setdefault(r["n"], [])
-            if _finite(r["N"]):
+            if finite(r["N"]):
                 by[r["n"]].append(r["N"])
         ns = sorted(n for n in by if by[n])
         out[arm] = {
@@ -473,7 +474,7 @@ def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
             "fit_mean": (growth_fits(ns, [float(np.mean(by[n])) for n in ns])
                          if len(ns) >= 3 else None),
             "censored": {str(n): sum(1 for r in rows if r["n"] == n and
-                                     r.get("arm", "memory") == arm and not _finite(r["N"]))
+                                     r.get("arm", "memory") == arm and not finite(r["N"]))
                          for n in sorted(by)}}
     out["note"] = ("random embeddings of width d(n) (registered, chosen from retrieval alone: "
                    "experiments/ir/ir5_dn.py); N = the smallest N at which a monotone fit of "
