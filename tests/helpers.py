@@ -45,11 +45,12 @@ CR_TINY = [
 # A tiny IR configuration (every stage, seconds on one core).
 IR_TINY = ["n=16", "N=32", "steps=20", "stop_every=10", "stop_max=40", "gd_sym_steps=20",
            "eval_size=200", "final_eval=300", "escape_eval=50", "gap_n=[16]",
-           "sweep_n=[8,16]", "sweep_Ns=[1,2]",
-           "sweep_runs=1", "sweep_steps=5", "sweep_eval=50", "k3_n=16", "k3_N=32", "pre_n=8",
-           "pre_steps=5", "pre_N=16", "pre_ft_steps=5", "ht_n=8", "ht_steps=3", "ht_dense=2",
-           "ht_N=16", "ht_eval=32", "ind_steps=3", "ind_tokens=8", "ind_len=12",
-           "ind_probes=8", "ow_n=16"]
+           "sample_complexity.n=[8,16]", "sample_complexity.Ns=[1,2]",
+           "sample_complexity.runs=1", "sample_complexity.steps=5", "sample_complexity.eval=50",
+           "three_pairs.n=16", "three_pairs.N=32", "pretrained.n=8", "pretrained.steps=5",
+           "pretrained.N=16", "pretrained.ft_steps=5", "hooked.n=8", "hooked.steps=3",
+           "hooked.dense=2", "hooked.N=16", "hooked.eval=32", "induction.steps=3",
+           "induction.tokens=8", "induction.length=12", "induction.probes=8", "overwrite_n=16"]
 
 
 def build_induction_patching_case(steps: int = 150):

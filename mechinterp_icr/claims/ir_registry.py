@@ -1,8 +1,8 @@
 """Registered IR claims (SPEC section 2). Thresholds are SPEC's; metric names are the keys the
 IR experiment writes per seed (``experiments/ir/claims.py``). ``hyperparameters`` are the
-``IRConfig`` fields each verdict depends on, with their registered values (identical in the
-quick and paper profiles; ``profile_specific`` names what may differ). Changes: dated
-entries in docs/registry.md, heading "IR-1..IR-8"."""
+``IRConfig`` keys (dotted for a section) each verdict depends on, with their registered
+values (identical in the quick and paper profiles; ``profile_specific`` names what may differ).
+Changes: dated entries in docs/registry.md, heading "IR-1..IR-8"."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ _PGD = {"big_lr": 1.0, "sigma": 0.01, "lr": 0.05, "steps": 200, "stop_every": 10
 # final_eval sequences (argmax >= 0.999 = at most 10 errors), the trajectory on eval_size
 _EVAL = {"eval_size": 1000, "final_eval": 10000, "escape_eval": 300, "escape_at": 0.9}
 _MAIN = {"n": 512, "N": 256, **_TASK, **_PGD, **_EVAL}
+
+
+def _section(name: str, **values) -> dict:
+    """Registered keys of one IRConfig section: ``name.key`` -> value."""
+    return {f"{name}.{k}": v for k, v in values.items()}
+
 
 # IR-4's second half (SPEC 2): plain GD takes >= 2x PGD's escape steps on eps-asymmetric data
 # on >= 4 of 5 seeds -> "shown", otherwise "not tested"; not part of the rule (SPEC allows the
@@ -100,7 +106,8 @@ IR_SPECS = (
         ),
         controls=(_neg("right after the large step", "large_step_pair_mass_diff", ">=",
                        0.05),),
-        hyperparameters={**_MAIN, "gap_n": (64, 128, 256, 512, 1024), "sweep_eval": 300},
+        hyperparameters={**_MAIN, "gap_n": (64, 128, 256, 512, 1024),
+                         "sample_complexity.eval": 300},
     ),
     ClaimSpec(
         "IR-4",
@@ -138,13 +145,14 @@ IR_SPECS = (
                   _neg("zero sequences reach the target at some n", "zero_data_reaches", ">=",
                        1.0)),
         hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
-                         "sweep_n": (128, 256, 512, 1024, 2048, 4096),
-                         "sweep_d_n": (128, 256, 512, 1024, 2048, 4096),
-                         "sweep_d": (96, 80, 80, 80, 64, 80),
-                         "sweep_Ns": (1, 2, 4, 8, 16, 32, 64, 256, 1024),
-                         "sweep_runs": 2, "sweep_steps": 50, "sweep_eval": 300,
-                         "sweep_checks": (1, 3, 10, 30), "sweep_retrieval_min": 0.99,
-                         "sweep_retrieval_triples": 4096, "sweep_target_frac": 0.99},
+                         **_section("sample_complexity",
+                                    n=(128, 256, 512, 1024, 2048, 4096),
+                                    d_n=(128, 256, 512, 1024, 2048, 4096),
+                                    d=(96, 80, 80, 80, 64, 80),
+                                    Ns=(1, 2, 4, 8, 16, 32, 64, 256, 1024),
+                                    runs=2, steps=50, eval=300, checks=(1, 3, 10, 30),
+                                    retrieval_min=0.99, retrieval_triples=4096,
+                                    target_frac=0.99)},
     ),
     ClaimSpec(
         "IR-6",
@@ -160,10 +168,10 @@ IR_SPECS = (
                        "constructed_rows_met", ">=", 1.0),
                   _neg("pretrained model right after the large step (pair masses differ)",
                        "large_step_pair_mass_diff", ">=", 0.05)),
-        hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "pre_n": 256, "pre_steps": 600,
-                         "pre_N": 256, "pre_ft_steps": 1000, "pre_ft_lr": 0.25,
-                         "pre_lr": 3e-3, "pre_batch": 512, "pre_hidden": 0,
-                         "pre_jitter": 0.0, "eval_size": 1000,
+        hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01,
+                         **_section("pretrained", n=256, steps=600, N=256, ft_steps=1000,
+                                    ft_lr=0.25, lr=3e-3, batch=512, hidden=0, jitter=0.0),
+                         "eval_size": 1000,
                          "final_eval": 10000},
     ),
     ClaimSpec(
@@ -178,7 +186,7 @@ IR_SPECS = (
         controls=(_neg("right after the large step (reaches the swap bound on 3-cycle "
                        "swap-confusing sequences)", "large_step_swap_expected_acc", ">=",
                        0.90),),
-        hyperparameters={**_TASK, **_PGD, "k3_n": 512, "k3_N": 1024, **_EVAL},
+        hyperparameters={**_TASK, **_PGD, **_section("three_pairs", n=512, N=1024), **_EVAL},
     ),
     ClaimSpec(
         "IR-8",
@@ -198,13 +206,14 @@ IR_SPECS = (
                        "induction_model_score_minus_baseline", ">=", 0.5),
                   _pos("induction-head model, TransformerLens head_detector minus baseline",
                        "induction_model_tl_score_minus_baseline", ">=", 0.5)),
-        hyperparameters={**_TASK, "sigma": 0.01, "ht_n": 32, "tok_N": 256, "tok_steps": 300,
-                         "tok_check_every": 100,
-                         "tok_eval": 2000, "ht_attn_big_lr": 1.0, "ht_attn_lr": 0.05,
-                         "ht_attn_clip": 1.0, "ind_steps": 600, "ind_tokens": 32,
-                         "ind_len": 16, "ind_probes": 256, "ind_min_period": 2,
-                         "ind_max_period": 6, "ind_d_model": 64, "ind_lr": 3e-3,
-                         "ind_batch": 64},
+        hyperparameters={**_TASK, "sigma": 0.01,
+                         **_section("hooked", n=32, attn_big_lr=1.0, attn_lr=0.05,
+                                    attn_clip=1.0),
+                         **_section("token_model", N=256, steps=300, check_every=100,
+                                    eval=2000),
+                         **_section("induction", steps=600, tokens=32, length=16, probes=256,
+                                    min_period=2, max_period=6, d_model=64, lr=3e-3,
+                                    batch=64)},
     ),
 )
 

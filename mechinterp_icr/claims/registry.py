@@ -48,11 +48,11 @@ REPORT_ONLY: dict[str, dict[str, str]] = {
         "taskvec.curve_max_checkpoints": "the CR-4 probe-over-checkpoints figure",
     },
     "ir": {
-        "ht_N": "HookedTransformer runs: causal row-overwrite table and attention views",
-        "ht_dense": "HookedTransformer runs: checkpoint density for the views",
-        "ht_eval": "HookedTransformer runs: evaluation size of the overwrite table",
-        "ht_steps": "HookedTransformer runs: training length for the overwrite table",
-        "ow_n": "sequences per row in the causal row-overwrite table (IR-3/IR-4 details)",
+        "hooked.N": "HookedTransformer runs: causal row-overwrite table and attention views",
+        "hooked.dense": "HookedTransformer runs: checkpoint density for the views",
+        "hooked.eval": "HookedTransformer runs: evaluation size of the overwrite table",
+        "hooked.steps": "HookedTransformer runs: training length for the overwrite table",
+        "overwrite_n": "sequences per row in the causal row-overwrite table (IR-3/IR-4 details)",
         "escape_spread": "the pair-mass spread drawn in the IR-4 figure",
     },
 }

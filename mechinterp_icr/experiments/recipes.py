@@ -8,7 +8,7 @@ calling the same functions the reproduction calls (``experiments.cr.train.pretra
 
 Settings: the defaults are the reproduction's profile (``--profile quick`` unless given), and
 ``--set KEY=VALUE`` takes the keys ``icr config TARGET`` prints (``finetune.steps``,
-``task.n_subjects``, ``cascade.pt_steps``; for IR ``ht_steps``, ``ht_n``, ...). For the
+``task.n_subjects``, ``cascade.pt_steps``; for IR ``hooked.steps``, ``hooked.n``, ...). For the
 main CR model's phases ``train.KEY`` is the phase's own training section (``pretrain.KEY``
 for ``pretrain``, ``finetune.KEY`` for a finetuning branch), and ``resources.KEY`` the run's
 resource ceilings. A finetuning phase takes its task, model and seed from the run it starts
@@ -87,7 +87,8 @@ _IR_LINES = {
 
 _IR_MEMORY = {
     "memory-pretrain": Recipe("ir", "memory-pretrain", "IR-6's memory pretrained on triple "
-                              "completion at n = pre_n, in the IR model (uniform attention)"),
+                              "completion at n = pretrained.n, in the IR model (uniform "
+                              "attention)"),
     "memory-pgd": Recipe("ir", "memory-pgd", "PGD of the position block on top of the frozen "
                          "pretrained memory, IR-6's settings and data", "memory-pretrain"),
 }

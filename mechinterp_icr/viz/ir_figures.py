@@ -293,7 +293,7 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
                      n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None
                      ) -> dict[str, dict[str, str]]:
-    """Write every IR figure there are rows for into ``fig_dir``; ``n`` and ``ht_n`` (the
+    """Write every IR figure there are rows for into ``fig_dir``; ``n`` and ``hooked.n`` (the
     sizes of the fast and HookedTransformer runs) go into titles. Returns the paths written
     per figure name (empty without plotly)."""
     try:

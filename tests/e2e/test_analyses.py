@@ -162,8 +162,8 @@ def cr_run(tmp_path_factory):
 def ir_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("circuit") / "ir"
     res = subprocess.run([str(ICR), "train", "--task", "ir", "--out", str(out), "--phase",
-                          "raw-pgd", "--set", "ht_steps=6", "--set", "ht_n=16", "--set",
-                          "ht_eval=64", "--set", "ht_N=32"],
+                          "raw-pgd", "--set", "hooked.steps=6", "--set", "hooked.n=16", "--set",
+                          "hooked.eval=64", "--set", "hooked.N=32"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     return out

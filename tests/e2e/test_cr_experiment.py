@@ -11,7 +11,7 @@ from helpers import CR_TINY as TINY
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, from_dict, to_dict
 from mechinterp_icr.experiments import cr
-from mechinterp_icr.experiments.cr.config import parse_sweep_setting
+from mechinterp_icr.experiments.cr.config import SweepSetting
 
 
 def _cfg(overrides, profile="quick"):
@@ -61,8 +61,8 @@ def test_profiles_resolve_round_trip_and_sweep_settings_parse():
         assert cfg.model.normalization == "none"
         assert from_dict(cr.CRConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
         for s in cfg.sweep:
-            label, ov = parse_sweep_setting(s)
-            assert label and all(k.split(".")[0] in ("task", "finetune") for k in ov)
+            assert isinstance(s, SweepSetting) and s.label
+            assert SweepSetting.parse(str(s)) == s  # the command-line form round-trips
     quick, paper = cr.profile("quick"), cr.profile("paper")
     assert quick.taskvec.lams == paper.taskvec.lams and len(quick.taskvec.lams) >= 4
     assert quick.taskvec.lam_seeds == paper.taskvec.lam_seeds == 0  # every seed

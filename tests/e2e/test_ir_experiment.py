@@ -20,26 +20,30 @@ QUICK_NOW = {
     "stop_max": 1000,
     "escape_spread": 0.05, "escape_eval": 300, "escape_at": 0.9, "gd_sym_steps": 400,
     "eps_asym": 0.02, "gap_n": [64, 128, 256, 512, 1024],
-    "sweep_n": [128, 256, 512, 1024, 2048, 4096],
-    "sweep_d_n": [128, 256, 512, 1024, 2048, 4096], "sweep_d": [96, 80, 80, 80, 64, 80],
-    "sweep_retrieval_triples": 4096,
-    "sweep_Ns": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "sweep_runs": 2,
-    "sweep_steps": 50, "sweep_eval": 300,
-    "sweep_checks": [1, 3, 10, 30], "sweep_retrieval_min": 0.99, "sweep_target_frac": 0.99,
-    "k3_n": 512, "k3_N": 1024, "pre_n": 256, "pre_steps": 600, "pre_N": 256,
-    "pre_ft_steps": 1000, "pre_ft_lr": 0.25, "pre_lr": 3e-3, "pre_batch": 512,
-    "pre_hidden": 0, "pre_jitter": 0.0,
-    "ht_n": 32, "ht_steps": 120, "ht_dense": 10, "ht_attn_big_lr": 1.0,
-    "ht_attn_lr": 0.05, "ht_attn_clip": 1.0, "ht_N": 128, "ht_eval": 256,
-    "tok_N": 256, "tok_steps": 300, "tok_check_every": 100, "tok_eval": 2000, "ind_min_period": 2,
-    "ind_steps": 600, "ind_tokens": 32, "ind_len": 16, "ind_probes": 256,
-    "ind_max_period": 6, "ind_d_model": 64, "ind_lr": 3e-3, "ind_batch": 64,
-    "ow_n": 64,
+    "sample_complexity.n": [128, 256, 512, 1024, 2048, 4096],
+    "sample_complexity.d_n": [128, 256, 512, 1024, 2048, 4096],
+    "sample_complexity.d": [96, 80, 80, 80, 64, 80],
+    "sample_complexity.retrieval_triples": 4096,
+    "sample_complexity.Ns": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "sample_complexity.runs": 2,
+    "sample_complexity.steps": 50, "sample_complexity.eval": 300,
+    "sample_complexity.checks": [1, 3, 10, 30], "sample_complexity.retrieval_min": 0.99,
+    "sample_complexity.target_frac": 0.99, "three_pairs.n": 512, "three_pairs.N": 1024,
+    "pretrained.n": 256, "pretrained.steps": 600, "pretrained.N": 256,
+    "pretrained.ft_steps": 1000, "pretrained.ft_lr": 0.25, "pretrained.lr": 3e-3,
+    "pretrained.batch": 512,
+    "pretrained.hidden": 0, "pretrained.jitter": 0.0,
+    "hooked.n": 32, "hooked.steps": 120, "hooked.dense": 10, "hooked.attn_big_lr": 1.0,
+    "hooked.attn_lr": 0.05, "hooked.attn_clip": 1.0, "hooked.N": 128, "hooked.eval": 256,
+    "token_model.N": 256, "token_model.steps": 300, "token_model.check_every": 100,
+    "token_model.eval": 2000, "induction.min_period": 2,
+    "induction.steps": 600, "induction.tokens": 32, "induction.length": 16, "induction.probes": 256,
+    "induction.max_period": 6, "induction.d_model": 64, "induction.lr": 3e-3, "induction.batch": 64,
+    "overwrite_n": 64,
 }
 # evaluation sizes are the same in both profiles (registered); the paper profile only runs
 # the HookedTransformer runs longer and overwrites on larger batches
-PAPER_NOW = {**QUICK_NOW, "ht_steps": 600, "ht_dense": 100, "ht_N": 256, "ht_eval": 512,
-             "ow_n": 512}
+PAPER_NOW = {**QUICK_NOW, "hooked.steps": 600, "hooked.dense": 100, "hooked.N": 256,
+             "hooked.eval": 512, "overwrite_n": 512}
 
 
 def _cfg(overrides=(), name="quick"):
@@ -54,33 +58,33 @@ def test_profiles_keep_their_values_and_round_trip():
         assert all(type(v) is type(before[k]) for k, v in to_dict(cfg).items())
         assert from_dict(ir.IRConfig, json.loads(json.dumps(to_dict(cfg)))) == cfg
     tiny = _cfg(TINY)
-    assert tiny.sweep_n == (8, 16) and tiny.n == 16
+    assert tiny.sample_complexity.n == (8, 16) and tiny.n == 16
     assert from_dict(ir.IRConfig, json.loads(json.dumps(to_dict(tiny)))) == tiny
 
 
 def test_overrides_coerce_and_validate():
-    cfg = _cfg(["big_lr=2", "sweep_runs=1"])
+    cfg = _cfg(["big_lr=2", "sample_complexity.runs=1"])
     assert cfg.big_lr == 2.0 and isinstance(cfg.big_lr, float)
     with pytest.raises(ConfigError, match="n_subjectz"):
         _cfg(["n_subjectz=5"])
-    with pytest.raises(ConfigError, match="sweep_n"):
-        _cfg(["sweep_n=5"])
-    with pytest.raises(ConfigError, match="sweep_n"):
-        _cfg(["sweep_n=[2,64]"])
+    with pytest.raises(ConfigError, match="sample_complexity.n"):
+        _cfg(["sample_complexity.n=5"])
+    with pytest.raises(ConfigError, match="sample_complexity.n"):
+        _cfg(["sample_complexity.n=[2,64]"])
     with pytest.raises(ConfigError, match="task.n_subjects"):
         _cfg(["n=5"])
     with pytest.raises(ConfigError, match="sigma"):
         _cfg(["sigma=0"])
     with pytest.raises(ConfigError, match="steps"):
         _cfg(["steps=1.5"])
-    with pytest.raises(ConfigError, match="sweep_d"):
-        _cfg(["sweep_d=[96,80]"])  # one width per sweep_d_n
-    with pytest.raises(ConfigError, match="sweep_d"):
-        _cfg(["sweep_d=[128,80,80,80,64,80]"])  # d(128) must be < 128
+    with pytest.raises(ConfigError, match="sample_complexity.d"):
+        _cfg(["sample_complexity.d=[96,80]"])  # one width per sample_complexity.d_n
+    with pytest.raises(ConfigError, match="sample_complexity.d"):
+        _cfg(["sample_complexity.d=[128,80,80,80,64,80]"])  # d(128) must be < 128
     with pytest.raises(ConfigError, match="kb_single"):
         _cfg(["kb_single=-2"])
-    with pytest.raises(ConfigError, match="ind_min_period"):
-        _cfg(["ind_min_period=7"])
+    with pytest.raises(ConfigError, match="induction.min_period"):
+        _cfg(["induction.min_period=7"])
     with pytest.raises(ConfigError, match="stop_max"):
         _cfg(["stop_max=10"])
     with pytest.raises(ConfigError, match="eps_asym"):

@@ -63,14 +63,14 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
         assert after[f"seed{s}/ir6"] == (f"seed{s}/ir6_memory",)
         for n in cfg.gap_n:
             assert after[f"gap/n{n}/seed{s}"] == ()
-        for n in cfg.sweep_n:
+        for n in cfg.sample_complexity.n:
             assert after[f"sample/n{n}/seed{s}"] == ()
             assert after[f"sample_learned/n{n}/seed{s}"] == ()
     ht = [n for n in after if "/ht" in n]
     assert ht == [f"seed0/ht/{r}" for r in HOOKED_RUNS] + [
         f"seed0/ht_overwrite/{r}" for r in OW_RUNS]
     assert after["seed0/ht_overwrite/ht_raw_qk_pgd"] == ("seed0/ht/ht_raw_qk_pgd",)
-    assert len(tasks) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sweep_n)) + 10
+    assert len(tasks) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sample_complexity.n)) + 10
     paper = {t.name for t in ir.plan(ir.profile("paper"), tmp_path, [3, 4, 5, 6])}
     assert {n for n in paper if n.startswith("sample/n128/")} == {
         "sample/n128/seed3", "sample/n128/seed4", "sample/n128/seed5", "sample/n128/seed6"}

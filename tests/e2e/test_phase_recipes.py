@@ -198,7 +198,8 @@ def test_mechanism_model_pt_then_ft_logs_the_cascade_probes(tmp_path):
 def test_an_ir_pgd_phase_trains_resumes_and_refuses_another_config(tmp_path):
     run = tmp_path / "ir"
     args = ("train", "--task", "ir", "--out", run, "--phase", "raw-pgd", "--set",
-            "ht_steps=6", "--set", "ht_n=16", "--set", "ht_eval=64", "--set", "ht_N=32")
+            "hooked.steps=6", "--set", "hooked.n=16", "--set", "hooked.eval=64", "--set",
+            "hooked.N=32")
     r = _icr(*args)
     assert r.exit_code == 0, r.output
     phases = {p.name.split("-")[0] for p in (run / "checkpoints").glob("*.json")}
@@ -207,7 +208,7 @@ def test_an_ir_pgd_phase_trains_resumes_and_refuses_another_config(tmp_path):
     assert _icr(*args).exit_code == 0  # finished: reported again, not retrained
     again = _weights(sorted((run / "checkpoints").glob("pgd-*.safetensors"))[-1])
     assert all(torch.equal(first[k], again[k]) for k in first)
-    r = _icr(*args[:-1], "ht_N=64")
+    r = _icr(*args[:-1], "hooked.N=64")
     assert r.exit_code == 2 and "different config" in r.output
     r = _icr(*args, "--set", "big_lr=0.5")  # not in config.json: in the checkpoints' PGD record
     assert r.exit_code == 2 and "big_lr" in r.output
@@ -236,7 +237,7 @@ def test_a_wrong_run_path_is_refused_before_torch_is_imported(tmp_path):
 
 def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
     run = tmp_path / "mem"
-    small = ["--set", "pre_n=32", "--set", "pre_steps=60", "--set", "eval_size=128"]
+    small = ["--set", "pretrained.n=32", "--set", "pretrained.steps=60", "--set", "eval_size=128"]
     r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pretrain", *small)
     assert r.exit_code == 0, r.output
     side = json.loads(next((run / "checkpoints").glob("memory-pretrain-*.json")).read_text())
@@ -245,7 +246,7 @@ def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
     assert [x["step"] for x in logged if x["phase"] == "memory-log"] == [0, 59]
     mem = _weights(next((run / "checkpoints").glob("memory-pretrain-*.safetensors")))
     r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pgd", *small,
-             "--set", "pre_ft_steps=5")
+             "--set", "pretrained.ft_steps=5")
     assert r.exit_code == 0, r.output
     from mechinterp_icr.store.rundir import RunDir
 
@@ -256,5 +257,5 @@ def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
     r = _icr("train", "--task", "ir", "--out", tmp_path / "x", "--phase", "memory-pgd")
     assert r.exit_code == 2 and "memory-pretrain" in r.output and not (tmp_path / "x").exists()
     r = _icr("train", "--task", "ir", "--out", run, "--phase", "memory-pgd", *small,
-             "--set", "pre_ft_steps=5", "--set", "pre_ft_lr=9")
+             "--set", "pretrained.ft_steps=5", "--set", "pretrained.ft_lr=9")
     assert r.exit_code == 2 and "lr" in r.output

@@ -236,15 +236,16 @@ def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
     from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
     from mechinterp_icr.experiments.ir.ir5 import censored_lower_bound, sample_complexity_per_seed
 
-    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]", "sweep_Ns=[1,2,4,8]"])
+    cfg = apply_overrides(profile("quick"), ["sample_complexity.n=[32,64,128,256]",
+                                             "sample_complexity.Ns=[1,2,4,8]"])
 
     def rows(Ns, retr=1.0, learned=(2, None, None, None)):
         return ([{"seed": 0, "n": n, "N": N, "retrieval": retr, "zero_data_reaches": 0.0}
-                 for n, N in zip(cfg.sweep_n, Ns)] +
+                 for n, N in zip(cfg.sample_complexity.n, Ns)] +
                 [{"seed": 0, "n": n, "N": N, "arm": "learned"}
-                 for n, N in zip(cfg.sweep_n, learned)])
+                 for n, N in zip(cfg.sample_complexity.n, learned)])
 
-    bound = {n: (math.log2(n) / 5) ** 2 for n in cfg.sweep_n}  # (log n / log n_min)^2
+    bound = {n: (math.log2(n) / 5) ** 2 for n in cfg.sample_complexity.n}  # (log n / log n_min)^2
 
     def pair(ni, nj):
         return (math.log2(nj) / math.log2(ni)) ** 2
@@ -272,7 +273,7 @@ def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
     late = sample_complexity_per_seed(cfg, rows([8, 1, 2, 8]), [0])["0"]
     assert late["N_grows"] == 1.0
     assert late["growth_over_bound"] == pytest.approx((4 / 1) / pair(64, 256))
-    # a censored interior n: N > max(sweep_Ns) = 8, a lower bound that decides when it
+    # a censored interior n: N > max(sample_complexity.Ns) = 8, a lower bound that decides when it
     # already exceeds the bound there ...
     m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
     assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None and m["N_grows"] == 1.0
@@ -341,9 +342,9 @@ def test_learned_memory_holds_exactly_the_triples_its_data_show():
 def test_sample_complexity_rows_of_both_arms_on_a_tiny_sweep():
     from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
 
-    cfg = apply_overrides(profile("quick"), ["sweep_n=[16,32]", "sweep_Ns=[1,4]",
-                                             "sweep_runs=1", "sweep_steps=3",
-                                             "sweep_eval=32", "sweep_checks=[1]"])
+    cfg = apply_overrides(profile("quick"), [
+        "sample_complexity.n=[16,32]", "sample_complexity.Ns=[1,4]", "sample_complexity.runs=1",
+        "sample_complexity.steps=3", "sample_complexity.eval=32", "sample_complexity.checks=[1]"])
     mem = sample_complexity_row(cfg, 0, 32, "memory")
     lrn = sample_complexity_row(cfg, 0, 32, "learned")
     assert mem["d_embed"] == lrn["d_embed"] == 16 and mem["target"] == lrn["target"]
@@ -434,13 +435,14 @@ def test_a_diverged_run_makes_its_row_not_measurable():
     assert accuracy_crossing(runs, 0.99) is None
     runs[1:2] = [{"N": 2, "expected_acc": float("nan")}, {"N": 2, "expected_acc": 0.95}]
     assert accuracy_crossing(runs, 0.99) is None
-    cfg = apply_overrides(profile("quick"), ["sweep_n=[32,64,128,256]", "sweep_Ns=[1,2,4,8]"])
-    good = [{"N": N, "expected_acc": 0.99} for N in cfg.sweep_Ns]
+    cfg = apply_overrides(profile("quick"), ["sample_complexity.n=[32,64,128,256]",
+                                             "sample_complexity.Ns=[1,2,4,8]"])
+    good = [{"N": N, "expected_acc": 0.99} for N in cfg.sample_complexity.Ns]
     bad = [dict(good[0], expected_acc=float("nan"))] + good[1:]
     rows = [{"seed": 0, "n": n, "runs": bad if n == 32 else good, "target": 0.98,
-             "retrieval": 1.0, "zero_data_reaches": 0.0} for n in cfg.sweep_n]
+             "retrieval": 1.0, "zero_data_reaches": 0.0} for n in cfg.sample_complexity.n]
     rows += [{"seed": 0, "n": n, "arm": "learned", "runs": bad if n == 256 else good,
-              "target": 0.98} for n in cfg.sweep_n]
+              "target": 0.98} for n in cfg.sample_complexity.n]
     m = sample_complexity_per_seed(cfg, rows, [0])["0"]
     assert m["nonfinite_n"] == [32] and m["growth_over_bound"] is None
     assert "non-finite accuracy: n = 32" in ir5_not_measurable({"0": m}, cfg)

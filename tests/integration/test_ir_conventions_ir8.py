@@ -68,15 +68,16 @@ def test_token_dependent_pgd_in_segments_is_one_run_and_stops_once_solved():
     from mechinterp_icr.models.ir import build_ir_hooked
     from mechinterp_icr.training.pgd import pgd_hooked
 
-    cfg = apply_overrides(profile("quick"), ["ht_n=8", "tok_N=16", "tok_steps=6",
-                                             "tok_check_every=2", "tok_eval=64"])
+    cfg = apply_overrides(profile("quick"), ["hooked.n=8", "token_model.N=16",
+                                             "token_model.steps=6",
+                                             "token_model.check_every=2", "token_model.eval=64"])
     model, task, _, checks = tok_model(cfg, 1)
     done = checks[-1][0]
     assert [c[0] for c in checks] == list(range(2, done + 1, 2))
     assert all(a < 0.99 for _, a in checks[:-1])  # it stopped at the first solved check
     assert done == 6 or checks[-1][1] >= 0.99
     one = build_ir_hooked(task, model_spec(cfg), seed=1)
-    train = task.sample(tagged_rng(1, "ir8-train", cfg.ht_n), cfg.tok_N)
+    train = task.sample(tagged_rng(1, "ir8-train", cfg.hooked.n), cfg.token_model.N)
     pgd_hooked(one, train, dataclasses.replace(tok_pgd(cfg), steps=done), None, 1)
     for (k, p), q in zip(model.named_parameters(), one.parameters()):
         assert torch.allclose(p, q, atol=1e-6), k
@@ -85,8 +86,9 @@ def test_token_dependent_pgd_in_segments_is_one_run_and_stops_once_solved():
 def test_token_dependent_model_is_trained_and_scored():
     from mechinterp_icr.experiments.ir.ir8 import hooked_row_test, tok_metrics, tok_model
 
-    cfg = apply_overrides(profile("quick"), ["ht_n=8", "tok_N=16", "tok_steps=3",
-                                             "tok_eval=64", "ind_probes=8"])
+    cfg = apply_overrides(profile("quick"), ["hooked.n=8", "token_model.N=16",
+                                             "token_model.steps=3",
+                                             "token_model.eval=64", "induction.probes=8"])
     model, task, ev, checks = tok_model(cfg, 0)
     assert checks[-1][0] <= 3 and all(0 <= a <= 1 for _, a in checks)
     W_Q0 = model.blocks[0].attn.W_Q.detach().clone()

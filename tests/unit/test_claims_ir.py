@@ -191,8 +191,8 @@ def test_ir5_a_positive_control_that_does_not_grow_keeps_the_claim_from_holding(
     reaches the target at n_max without about linear growth misbehaves."""
     from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
 
-    lo, hi = min(QUICK.sweep_n), max(QUICK.sweep_n)
-    rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sweep_n]
+    lo, hi = min(QUICK.sample_complexity.n), max(QUICK.sample_complexity.n)
+    rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sample_complexity.n]
     rows[0]["N"], rows[-1]["N"] = learned["learned_N_smallest_n"], \
         learned["learned_N_largest_n"]
     m = sample_complexity_per_seed(QUICK, rows, [0])["0"]
@@ -206,10 +206,10 @@ def test_ir5_a_positive_control_that_does_not_grow_keeps_the_claim_from_holding(
 def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max_only():
     from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
 
-    lo, hi = min(QUICK.sweep_n), max(QUICK.sweep_n)
+    lo, hi = min(QUICK.sample_complexity.n), max(QUICK.sample_complexity.n)
 
     def sees(N_lo, N_hi):
-        rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sweep_n]
+        rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sample_complexity.n]
         rows[0]["N"], rows[-1]["N"] = N_lo, N_hi
         return sample_complexity_per_seed(QUICK, rows, [0])["0"]
 
@@ -217,8 +217,8 @@ def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max_only()
     m = sees(10.0, None)  # misses the target at n_max within the registered N range
     assert m["learned_sees_growth"] == 1.0 and m["learned_reached_some_n"] == 1.0
     # ... but only when the growth that miss implies is the about-linear growth a measured
-    # N(n_max) must show (max sweep_Ns / N(n_min) >= 0.5 x n_max / n_min)
-    weak = sees(max(QUICK.sweep_Ns) / 8, None)
+    # N(n_max) must show (max sample_complexity.Ns / N(n_min) >= 0.5 x n_max / n_min)
+    weak = sees(max(QUICK.sample_complexity.Ns) / 8, None)
     assert weak["learned_sees_growth"] == 0.0
     assert weak["learned_censored_at_n_max_within_linear"] == 1.0
     per = _per()
@@ -239,12 +239,13 @@ def test_ir5_d_of_n_is_below_n_and_from_the_registered_table():
     from mechinterp_icr.experiments.ir.config import sweep_width
     from mechinterp_icr.experiments.ir.ir5_dn import d_grid
 
-    assert QUICK.sweep_d_n == QUICK.sweep_n  # every registered n has a registered width
-    assert all(d < n for n, d in zip(QUICK.sweep_d_n, QUICK.sweep_d))
-    assert all(d in d_grid(n) for n, d in zip(QUICK.sweep_d_n, QUICK.sweep_d))
-    assert max(QUICK.sweep_n) / min(QUICK.sweep_n) >= 2 ** 5  # at least 5 doublings
+    sc = QUICK.sample_complexity
+    assert sc.d_n == sc.n  # every registered n has a registered width
+    assert all(d < n for n, d in zip(sc.d_n, sc.d))
+    assert all(d in d_grid(n) for n, d in zip(sc.d_n, sc.d))
+    assert max(sc.n) / min(sc.n) >= 2 ** 5  # at least 5 doublings
     c = _verdicts(_per())["IR-5"]
-    assert c["details"]["d_of_n"] == {str(n): d for n, d in zip(QUICK.sweep_n, QUICK.sweep_d)}
+    assert c["details"]["d_of_n"] == {str(n): d for n, d in zip(sc.n, sc.d)}
     assert sweep_width(QUICK, 16) == 8  # outside the table (tests' tiny sizes): n // 2
 
 
@@ -362,14 +363,17 @@ def test_ir4_perturbation_role_shown_or_not_tested():
 
 def test_registered_hyperparameters_are_the_profiles_values():
     from mechinterp_icr.experiments.ir.config import PAPER
+    from mechinterp_icr.runner import config_keys
 
+    quick, paper = dict(config_keys(QUICK)), dict(config_keys(PAPER))
     for cid in GOOD:
         s = spec(cid)
         assert s.hyperparameters, cid
         for key, value in s.hyperparameters.items():
-            assert getattr(QUICK, key) == value, (cid, key)
+            want = list(value) if isinstance(value, tuple) else value
+            assert quick[key] == want, (cid, key)
             if key not in s.profile_specific:
-                assert getattr(PAPER, key) == value, (cid, key)
+                assert paper[key] == want, (cid, key)
 
 
 def test_runs_cut_off_by_the_length_bound_are_named():

@@ -11,6 +11,7 @@ what is allowed, before any work.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from mechinterp_icr.config import (
     check,
     check_choice,
     check_range,
+    from_dict,
     parse_overrides,
 )
 from mechinterp_icr.tasks.cr import CRTaskConfig
@@ -30,11 +32,11 @@ __all__ = [
     "PROFILES",
     "PT_FIELDS",
     "CRConfig",
+    "SweepSetting",
     "CascadeConfig",
     "MechanismConfig",
     "TaskvecConfig",
     "paper",
-    "parse_sweep_setting",
     "profile",
     "quick",
     "sweep_config",
@@ -59,6 +61,75 @@ def _check_count(name: str, value: Any, lo: int = 1, hi: int = 1_000_000) -> Non
 LamModel = Literal["main", "small"]
 CascadeEmbedding = Literal["orthonormal", "frozen", "learned"]
 RoleScore = Literal["moved_gain", "moved", "recovery"]
+
+
+def _show_value(v: Any) -> str:
+    """A sweep setting's value as typed on the command line (strings bare, else JSON)."""
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+@dataclass(frozen=True)
+class SweepSetting:
+    """One CR-3 design-space setting: a label and the ``task`` and ``finetune`` fields it
+    changes from the main run (field -> value; empty for the default setting, which is the
+    main run's ``ft-iclgrm`` branch). ``SweepSetting.parse("label|task.k=v,finetune.k=v")``
+    reads the command-line form; ``str()`` writes it back."""
+
+    label: str = "default"
+    task: dict[str, Any] = field(default_factory=dict)
+    finetune: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.label, str) and self.label.strip() != "", "sweep.label",
+              self.label, "a non-empty label")
+        for name in ("task", "finetune"):
+            value = getattr(self, name)
+            check(isinstance(value, dict) and all(isinstance(k, str) and "." not in k
+                                                  for k in value),
+                  f"sweep.{name}", value, f"a mapping of {name} field names to values")
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    @classmethod
+    def parse(cls, setting: str) -> SweepSetting:
+        """'label|task.a=1,finetune.b=x' -> SweepSetting('label', {'a': 1}, {'b': 'x'})."""
+        check(isinstance(setting, str), "sweep", setting,
+              "a setting 'label|task.key=value,finetune.key=value' or a mapping")
+        label, sep, rest = setting.partition("|")
+        if not sep:
+            label, rest = setting, setting
+        ov = parse_overrides([p.strip() for p in rest.split(",") if p.strip()])
+        parts: dict[str, dict[str, Any]] = {"task": {}, "finetune": {}}
+        for k, v in ov.items():
+            check(k.split(".")[0] in parts and k.count(".") == 1, "sweep", setting,
+                  "settings whose keys are task.<field> or finetune.<field>")
+            section, name = k.split(".")
+            parts[section][name] = v
+        return cls(label.strip() or "default", parts["task"], parts["finetune"])
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The dotted overrides this setting applies (``task.k``, then ``finetune.k``)."""
+        return {**{f"task.{k}": v for k, v in self.task.items()},
+                **{f"finetune.{k}": v for k, v in self.finetune.items()}}
+
+    @property
+    def spec(self) -> str:
+        """The overrides in command-line form: ``task.k=v,finetune.k=v``."""
+        return ",".join(f"{k}={_show_value(v)}" for k, v in self.overrides.items())
+
+    def __str__(self) -> str:
+        return f"{self.label}|{self.spec}"
+
+
+def _sweep_setting(value: Any, i: int) -> SweepSetting:
+    """A sweep entry as given (a SweepSetting, its mapping, or the command-line string)."""
+    if isinstance(value, SweepSetting):
+        return value
+    if isinstance(value, dict):
+        return from_dict(SweepSetting, value, prefix=f"sweep[{i}]")
+    return SweepSetting.parse(value)
 
 
 @dataclass(frozen=True)
@@ -241,7 +312,7 @@ class CRConfig:
     eval_n_by_k: int = 2048  # ... held-out ICL at every K (nested prompts; CR-2's K condition)
     eval_ks: tuple = (1, 2, 3, 4, 5, 6, 7, 8)  # K of held-out ICL at the end (CR-2 by K)
     ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
-    sweep: tuple = ()  # CR-3 sweep settings: "label|task.k=v,finetune.k=v"
+    sweep: tuple[SweepSetting, ...] = ()  # CR-3 sweep settings (strings are parsed)
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
     # the shared-token variant (CR-8; CR-1..CR-4 reported in it): its task.attr_share, the
     # sharing rate chosen from the ideal reader before training (scripts/cr_shared_rate.py);
@@ -265,9 +336,11 @@ class CRConfig:
         check(len(ks) > 0 and all(isinstance(k, int) and not isinstance(k, bool) and
                                   1 <= k <= self.task.max_demos for k in ks),
               "eval_ks", list(ks), f"integers in [1, task.max_demos = {self.task.max_demos}]")
-        object.__setattr__(self, "sweep", tuple(self.sweep))
-        check(all(isinstance(s, str) for s in self.sweep), "sweep", list(self.sweep),
-              "a list of strings 'label|task.key=value,finetune.key=value'")
+        check(isinstance(self.sweep, (list, tuple)), "sweep", self.sweep,
+              "a list of settings 'label|task.key=value,finetune.key=value' or mappings "
+              "{label, task, finetune}")
+        object.__setattr__(self, "sweep", tuple(_sweep_setting(s, i)
+                                                for i, s in enumerate(self.sweep)))
         _check_count("sweep_seeds", self.sweep_seeds, 0, 1000)
         check_range("shared_variant_share", self.shared_variant_share, 0.0, 1.0)
         for name, cls in (("taskvec", TaskvecConfig), ("mechanism", MechanismConfig),
@@ -280,7 +353,8 @@ class CRConfig:
                  ("allweights_trainable", self.allweights_trainable)}
         for s in self.sweep:
             _, scfg, _ = sweep_config(self, s)  # every sweep setting is valid before any work
-            specs.add((f"sweep setting {s!r}: finetune.trainable", scfg.finetune.trainable))
+            specs.add((f"sweep setting {str(s)!r}: finetune.trainable",
+                       scfg.finetune.trainable))
         _check_trainable(self, sorted(specs))
 
 
@@ -313,35 +387,22 @@ def _check_trainable(cfg: CRConfig, specs) -> None:
             raise ConfigError(f"{name}: {e}") from None
 
 
-def parse_sweep_setting(setting: str) -> tuple[str, dict[str, Any]]:
-    """'label|task.a=1,finetune.b=x' -> (label, {'task.a': 1, 'finetune.b': 'x'})."""
-    label, sep, rest = setting.partition("|")
-    if not sep:
-        label, rest = setting, setting
-    items = [p.strip() for p in rest.split(",") if p.strip()]
-    ov = parse_overrides(items)
-    for k in ov:
-        check(k.split(".")[0] in ("task", "finetune") and k.count(".") == 1, "sweep", setting,
-              "settings whose keys are task.<field> or finetune.<field>")
-    return label.strip() or "default", ov
-
-
-def sweep_config(cfg: CRConfig, setting: str) -> tuple[str, CRConfig, bool]:
+def sweep_config(cfg: CRConfig, setting: SweepSetting) -> tuple[str, CRConfig, bool]:
     """(label, config of the sweep setting, does it need its own pretraining).
 
     The setting's overrides are applied to ``cfg`` without its sweep (a setting has none)."""
-    label, ov = parse_sweep_setting(setting)
+    label, ov = setting.label, setting.overrides
     try:
         scfg = apply_overrides(replace(cfg, sweep=()), ov)
     except ConfigError as e:
-        raise ConfigError(f"sweep setting {setting!r}: {e}") from None
+        raise ConfigError(f"sweep setting {str(setting)!r}: {e}") from None
     own_pt = any(k.startswith("task.") and k.split(".")[1] in PT_FIELDS and
                  getattr(scfg.task, k.split(".")[1]) != getattr(cfg.task, k.split(".")[1])
                  for k in ov)
     t_main, t_new = cfg.task.build(0), scfg.task.build(0)
     n_ctx = cfg.model.n_ctx or t_main.n_ctx
     if t_new.n_ctx > n_ctx and not (own_pt and scfg.model.n_ctx == 0):
-        raise ConfigError(f"sweep setting {setting!r} is not allowed: its sequences are up to "
+        raise ConfigError(f"sweep setting {str(setting)!r} is not allowed: its sequences are up to "
                           f"{t_new.n_ctx} tokens but model.n_ctx = {n_ctx}; raise model.n_ctx")
     return label, scfg, own_pt
 

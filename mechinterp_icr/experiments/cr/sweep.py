@@ -1,7 +1,8 @@
 """The CR-3 sweep: ICL+Grm finetuning under other settings of the open choices, evaluated on
 plain ICL on held-out subjects.
 
-A setting is ``"label|task.key=value,finetune.key=value"`` (``config.parse_sweep_setting``).
+A setting is a :class:`~.config.SweepSetting` (a label and the ``task`` and ``finetune``
+fields it changes; on the command line ``"label|task.key=value,finetune.key=value"``).
 Settings that only change finetuning reuse the PT weights of the seed's main run; settings
 that change PT (word order, lam, ...) pretrain their own model in
 ``<out>/runs/cr-sweep/<label>/seed<N>/``, shared between settings with the same pretraining.
@@ -31,7 +32,7 @@ from mechinterp_icr.config import check, to_dict
 from mechinterp_icr.experiments.cr.config import (
     PT_FIELDS,
     CRConfig,
-    parse_sweep_setting,
+    SweepSetting,
     sweep_config,
 )
 from mechinterp_icr.experiments.cr.evaluate import pick, to_record
@@ -76,7 +77,7 @@ def pt_key(cfg: CRConfig) -> str:
     return json.dumps([t, to_dict(cfg.model), to_dict(cfg.pretrain)], sort_keys=True)
 
 
-def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
+def run_sweep_setting(cfg: CRConfig, setting: SweepSetting, out_dir: Path, seed: int,
                       pt_state: dict | None, main: dict | None = None,
                       pt_cache: dict | None = None) -> dict[str, Any]:
     """ICL+Grm finetuning under one sweep setting for one seed; held-out plain ICL and
@@ -85,8 +86,8 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
     ``main`` is the seed's main result (``{"phases": {...}}``): the default setting (no
     overrides) is its ``ft-iclgrm`` branch, whose evaluation is reused."""
     label, scfg, own_pt = sweep_config(cfg, setting)
-    spec = setting.partition("|")[2] if "|" in setting else setting
-    if main is not None and not parse_sweep_setting(setting)[1]:
+    spec = setting.spec
+    if main is not None and not setting.overrides:
         return default_setting_row(cfg, setting, seed, main)
     rc, task = run_config_for(scfg, seed, f"seed{seed}")
     if not own_pt:
@@ -124,12 +125,12 @@ def run_sweep_setting(cfg: CRConfig, setting: str, out_dir: Path, seed: int,
             "seconds": time.perf_counter() - t}
 
 
-def default_setting_row(cfg: CRConfig, setting: str, seed: int, main: dict[str, Any]
+def default_setting_row(cfg: CRConfig, setting: SweepSetting, seed: int, main: dict[str, Any]
                         ) -> dict[str, Any]:
     """The sweep row of the default setting (no overrides): the seed's main ``ft-iclgrm``
     branch, whose evaluation (``main["phases"]``, the seed's record) is reused."""
     label = sweep_config(cfg, setting)[0]
-    spec = setting.partition("|")[2] if "|" in setting else setting
+    spec = setting.spec
     rows, K = main.phases["ft-iclgrm"], cfg.task.n_demos
     return {"setting": label, "spec": spec, "seed": seed, "own_pretrain": False,
             "heldout_icl_exact": pick(rows, "heldout", "icl", K),
@@ -150,11 +151,11 @@ def sweep_settings(cfg: CRConfig) -> list[dict[str, Any]]:
     for setting in cfg.sweep:
         label, scfg, own_pt = sweep_config(cfg, setting)
         s = slug(label)
-        check(s not in seen, "sweep", setting,
+        check(s not in seen, "sweep", str(setting),
               f"settings whose labels differ after slugging (this one and {seen.get(s)!r} both "
               f"become {s!r})")
-        seen[s] = setting
-        default = not parse_sweep_setting(setting)[1]
+        seen[s] = str(setting)
+        default = not setting.overrides
         pt_from = None
         if own_pt:
             pt_from = owners.setdefault(pt_key(scfg), s)
@@ -169,7 +170,7 @@ def sweep_run_path(out_dir: Path, slug_: str, seed: int) -> Path:
     return Path(out_dir) / "runs" / "cr-sweep" / slug_ / f"seed{seed}"
 
 
-def sweep_task(cfg: CRConfig, out_dir: Path, seed: int, setting: str,
+def sweep_task(cfg: CRConfig, out_dir: Path, seed: int, setting: SweepSetting,
                pt_from: str | None) -> dict[str, Any]:
     """Task ``sweep/<slug>/seed<N>``: ICL+Grm finetuning under one non-default setting
     (:func:`run_sweep_setting`). ``pt_from`` (:func:`sweep_settings`): None reads the PT
@@ -194,7 +195,9 @@ def run_sweep(cfg: CRConfig, out_dir: Path, seeds, settings, log=None
               ) -> list[dict[str, Any]]:
     """Standalone CR-3 sweep (``analyses/cr_sweep.py``): pretrain (or resume) the main PT run
     of each seed, then ICL+Grm-finetune every setting from it; one JSON row per (setting,
-    seed) appended to ``log`` as it finishes."""
+    seed) appended to ``log`` as it finishes. A setting may be given in its command-line form
+    (``SweepSetting.parse``)."""
+    settings = [s if isinstance(s, SweepSetting) else SweepSetting.parse(s) for s in settings]
     for s in settings:
         sweep_config(cfg, s)
     rows = []

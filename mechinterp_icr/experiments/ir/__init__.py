@@ -1,8 +1,8 @@
 """Reproduction of paper IR (in-context factual recall): claims IR-1..IR-8.
 
 ``profile(name)`` gives the :class:`IRConfig` of a profile (``PROFILES``); overrides go
-through :func:`mechinterp_icr.config.apply_overrides` with the flat field names
-(``n=1024``, ``sweep_n=[64,128,256]``). :mod:`.reproduce` gives ``plan(cfg, out_dir, seeds)``
+through :func:`mechinterp_icr.config.apply_overrides` with dotted keys (``n=1024``,
+``sample_complexity.n=[64,128,256]``). :mod:`.reproduce` gives ``plan(cfg, out_dir, seeds)``
 (the tasks: per seed, and per sweep setting and seed), ``summarise(cfg, out_dir, seeds,
 records, summary)`` (the summary as a pure function of the task records) and
 ``reproduce(cfg, out_dir, seeds, summary, workers=1, ray_address=None, threads=1)`` (both,

@@ -80,15 +80,16 @@ def _fmt(v) -> str:
 
 def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     """Why IR-5 cannot be decided ('' when it can): no seed measured; the precondition
-    (retrieval >= ``sweep_retrieval_min`` at every n; a missing retrieval counts as failing)
-    fails at some n, named; a sweep row is missing; the memory arm's N is censored (never
-    reached within ``sweep_Ns``) at n_min, or at an n where the smallest ratio the data allow
-    does not already exceed the bound; N grows within the bound but is measured at fewer than
-    3 n (no polylog-vs-linear fit). (A flat N is not a reason: the claim is an upper bound.)"""
+    (retrieval >= ``sample_complexity.retrieval_min`` at every n; a missing retrieval counts
+    as failing) fails at some n, named; a sweep row is missing; the memory arm's N is censored
+    (never reached within ``sample_complexity.Ns``) at n_min, or at an n where the smallest
+    ratio the data allow does not already exceed the bound; N grows within the bound but is
+    measured at fewer than 3 n (no polylog-vs-linear fit). (A flat N is not a reason: the
+    claim is an upper bound.)"""
     if not per5:
         return "no seed measured"
     why = []
-    thr = cfg.sweep_retrieval_min
+    thr = cfg.sample_complexity.retrieval_min
     low: dict[str, list] = {}
     for k, m in per5.items():
         ns = list(m.get("retrieval_low_n") or [])
@@ -99,7 +100,7 @@ def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     if low:
         why.append("precondition unmet: memory retrieval < {:g} at ".format(thr) + "; ".join(
             f"n = {n} (d = {_d(cfg, n)}) on seed(s) {', '.join(ks)}" for n, ks in low.items()))
-    lo, top = min(cfg.sweep_n), max(cfg.sweep_Ns)
+    lo, top = min(cfg.sample_complexity.n), max(cfg.sample_complexity.Ns)
     c_lo = [k for k, m in per5.items() if not finite(m.get("N_smallest_n"))]
     if c_lo:
         why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
@@ -136,7 +137,7 @@ def _peaks(per5: dict[str, dict[str, Any]], seeds: list[str], n: int, cfg: IRCon
     if not v:
         return ""
     return (f" (its fitted accuracy peaks at {min(v):.3f}-{max(v):.3f} of the ideal-row "
-            f"ceiling there; the target is {cfg.sweep_target_frac:g})")
+            f"ceiling there; the target is {cfg.sample_complexity.target_frac:g})")
 
 
 def _d(cfg: IRConfig, n) -> str:
@@ -148,7 +149,7 @@ def _d(cfg: IRConfig, n) -> str:
 
 def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     """Why IR-8 cannot be decided ('' when it can): the token-dependent model does not solve
-    the task (step-1 argmax < 0.99 on ``tok_eval`` fresh sequences at the end of the
+    the task (step-1 argmax < 0.99 on ``token_model.eval`` fresh sequences at the end of the
     registered budget; SPEC 2) on some seed, or was not measured; or the query's token occurs
     earlier in the context of some evaluation sequence, so (a)'s rows at fixed offsets would
     not test the row to the token after that occurrence (a missing count counts as such)."""
@@ -158,7 +159,8 @@ def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     bad = [k for k, m in per8.items() if m.get("tok_solved") != 1.0]
     if bad:
         why.append("the token-dependent model does not solve the task (step-1 argmax >= 0.99 "
-                   f"on {cfg.tok_eval} fresh sequences within {cfg.tok_steps} small steps) on "
+                   f"on {cfg.token_model.eval} fresh sequences within "
+                   f"{cfg.token_model.steps} small steps) on "
                    "seed(s) " + ", ".join(
                        f"{k} ({_fmt(per8[k].get('tok_learned_row_step1_acc'))})" for k in bad))
     seen = [k for k, m in per8.items() if m.get("tok_query_seen_before") != 0.0]
@@ -281,11 +283,11 @@ def _ir4(make, per, cfg: IRConfig) -> None:
 
 
 def _ir5(make, per, cfg: IRConfig) -> None:
-    per5 = per["IR-5"]
+    per5, sc = per["IR-5"], cfg.sample_complexity
     make("IR-5", figure="figures/ir_5_sample_complexity.html",
          not_measurable=ir5_not_measurable(per5, cfg),
-         details={"bound": polylog_bound(cfg.sweep_n),
-                  "d_of_n": {str(n): sweep_width(cfg, n) for n in cfg.sweep_n},
+         details={"bound": polylog_bound(sc.n),
+                  "d_of_n": {str(n): sweep_width(cfg, n) for n in sc.n},
                   "N_by_n_per_seed": {k: m.get("N_by_n") for k, m in per5.items()},
                   "learned_N_by_n_per_seed": {k: m.get("learned_N_by_n")
                                               for k, m in per5.items()},
@@ -301,27 +303,28 @@ def _ir5(make, per, cfg: IRConfig) -> None:
                "left out of the fits. Positive control: a memory that writes the triples its "
                "finetuning sequences show (same n, d, data, target, budgets) must show "
                "N(n_max)/N(n_min) >= {} x n_max/n_min or miss the target at n_max".format(
-                   cfg.sweep_target_frac, cfg.sweep_runs, list(cfg.sweep_Ns),
-                   IR5_LINEAR_FRACTION)
+                   sc.target_frac, sc.runs, list(sc.Ns), IR5_LINEAR_FRACTION)
                + _learned_note(per5) + ".")
 
 
 def _ir6(make, per, cfg: IRConfig) -> None:
     comp_bad = [k for k, m in per["IR-6"].items() if m.get("constructed_rows_met") != 1.0]
-    make("IR-6", notes=(f"undecidable at n = {cfg.pre_n}: the matched constructed comparator "
-                        f"fails IR-3 on seed(s) {', '.join(comp_bad)}, so n = {cfg.pre_n} is "
+    pre = cfg.pretrained
+    make("IR-6", notes=(f"undecidable at n = {pre.n}: the matched constructed comparator "
+                        f"fails IR-3 on seed(s) {', '.join(comp_bad)}, so n = {pre.n} is "
                         "not 'one where the constructed memory passes IR-3' (SPEC 2). "
                         if comp_bad else "") +
-         f"n = {cfg.pre_n}; memory pretrained on triple completion then frozen; "
-         f"{cfg.pre_ft_steps} small steps of lr {cfg.pre_ft_lr}; the comparator "
+         f"n = {pre.n}; memory pretrained on triple completion then frozen; "
+         f"{pre.ft_steps} small steps of lr {pre.ft_lr}; the comparator "
          "is the constructed memory on the same n, data, evaluation and steps.",
          details={"constructed_per_seed": {k: m.get("constructed")
                                            for k, m in per["IR-6"].items()}})
 
 
 def _ir7(make, per, cfg: IRConfig) -> None:
-    make("IR-7", notes=f"K = 3, n = {cfg.k3_n}, N = {cfg.k3_N}; swap-confusing sequences are "
-         "3-cycle re-pairings (f(s_i, r') = a_(i+1)), which tie under uniform attention; solved "
+    make("IR-7", notes=f"K = 3, n = {cfg.three_pairs.n}, N = {cfg.three_pairs.N}; "
+         "swap-confusing sequences are 3-cycle re-pairings (f(s_i, r') = a_(i+1)), which tie "
+         "under uniform attention; solved "
          f"= IR-2's accuracies met, read on {cfg.final_eval} fresh sequences; run length by "
          "IR-3's stopping rule; the control is the state right after the large step, which "
          "must not reach IR-2's swap bound (expected step-1 accuracy on swap-confusing "
@@ -344,8 +347,8 @@ def _ir8(make, per, cfg: IRConfig) -> None:
     make("IR-8", figure="figures/ir_8_probe_attention.html",
          not_measurable=ir8_not_measurable(per8, cfg),
          notes=f"decided on the token-dependent model (all of W_Q, W_K trainable, n = "
-               f"{cfg.ht_n}, {cfg.tok_N} sequences, PGD until solved within {cfg.tok_steps} small "
-               f"steps; SPEC 2, "
+               f"{cfg.hooked.n}, {cfg.token_model.N} sequences, PGD until solved within "
+               f"{cfg.token_model.steps} small steps; SPEC 2, "
                "revised 2026-12-02): (a) step-1 argmax accuracy with its own rows vs "
                "induction-style rows (all attention on t-1 or t-2; the larger counts; the "
                "query never occurs earlier in an IR sequence); (b) prefix-matching score on "

@@ -153,22 +153,22 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
     period and offset (:class:`~mechinterp_icr.tasks.induction.InductionTaskConfig`), scored
     on the probes of the IR head's length (the IR context minus one) by the project's code and
     by TransformerLens's head detector; the better layer counts."""
-    task = InductionTaskConfig(n_tokens=cfg.ind_tokens, max_period=cfg.ind_max_period,
-                               min_period=cfg.ind_min_period,
-                               max_offset=cfg.ind_len - 2 * cfg.ind_max_period,
-                               seq_len=cfg.ind_len).build(seed)
-    model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=cfg.ind_d_model,
-                                    d_head=cfg.ind_d_model // 2, attn_only=True,
+    task = InductionTaskConfig(n_tokens=cfg.induction.tokens, max_period=cfg.induction.max_period,
+                               min_period=cfg.induction.min_period,
+                               max_offset=cfg.induction.length - 2 * cfg.induction.max_period,
+                               seq_len=cfg.induction.length).build(seed)
+    model = build_model(ModelConfig(n_layers=2, n_heads=1, d_model=cfg.induction.d_model,
+                                    d_head=cfg.induction.d_model // 2, attn_only=True,
                                     d_vocab=task.d_vocab, n_ctx=task.n_ctx),
                         seed=seed, device="cpu")
     res = train_phase(model, lambda rng, bs: task.sample(rng, bs),
-                      TrainConfig(steps=cfg.ind_steps, batch_size=cfg.ind_batch, lr=cfg.ind_lr,
-                                  eval_every=0,
+                      TrainConfig(steps=cfg.induction.steps, batch_size=cfg.induction.batch,
+                                  lr=cfg.induction.lr, eval_every=0,
                                   checkpoint_schedule="none", progress=False),
                       None, "induction", seed)
     model.eval()
     L = 2 * 2 + 3 - 1  # the IR context (K = 2) minus one: TransformerLens needs L < n_ctx
-    toks = induction_probes(L, cfg.ind_tokens, cfg.ind_probes, seed)
+    toks = induction_probes(L, cfg.induction.tokens, cfg.induction.probes, seed)
     pats = head_patterns(model, toks)
     proj = {lay: prefix_matching_score(p, toks) for lay, p in pats.items()}
     best = max(proj, key=lambda lay: proj[lay]["score_minus_baseline"])
@@ -184,13 +184,14 @@ def induction_control(cfg: IRConfig, seed: int) -> dict[str, Any]:
 @torch.no_grad()
 def ir_head_scores(fast, cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-8 (b): the learned IR head (position-only: its step-1 and step-2 rows, uniform
-    elsewhere) written into the IR HookedTransformer at n = ``ht_n``, scored on the same
+    elsewhere) written into the IR HookedTransformer at n = ``hooked.n``, scored on the same
     probes as the control by the project's code and by TransformerLens."""
-    task = task_config(cfg, cfg.ht_n).build(seed)
+    task = task_config(cfg, cfg.hooked.n).build(seed)
     model = build_ir_hooked(task, model_spec(cfg), seed=seed,
                             B=fast.B.detach().clone())
     L = task.n_ctx - 1
-    toks = induction_probes(L, min(cfg.ind_tokens, task.d_vocab - 1), cfg.ind_probes, seed)
+    toks = induction_probes(L, min(cfg.induction.tokens, task.d_vocab - 1),
+                            cfg.induction.probes, seed)
     proj = prefix_matching_score(head_patterns(model, toks)[0], toks)
     tl = tl_induction_score(model, toks[:TL_SCORE_PROBES], 0, 0)
     return {"project": proj, "transformer_lens": tl}
@@ -252,11 +253,11 @@ def overwrite_run_rows(path: Path, n_each: int, seed: int) -> list[dict[str, Any
 
 def overwrite_fixed_rows(cfg: IRConfig, seed: int, a: float) -> dict[str, Any]:
     """Per seed: fixed rows (learned ``a`` of this seed's IR-3 run) written into the head of
-    an n = ht_n model. The step-1 output depends on the step-1 row only (frozen memory and
+    an n = hooked.n model. The step-1 output depends on the step-1 row only (frozen memory and
     OV), so this equals the overwrite on any checkpoint of that seed's knowledge base."""
-    task = task_config(cfg, cfg.ht_n).build(seed)
+    task = task_config(cfg, cfg.hooked.n).build(seed)
     model = build_ir_hooked(task, model_spec(cfg), seed=seed)
-    t = overwrite_row_table(model, confusion_batches(task, cfg.ow_n, seed), a, OW_DELTAS)
+    t = overwrite_row_table(model, confusion_batches(task, cfg.overwrite_n, seed), a, OW_DELTAS)
     t["acc"].pop("model", None)
     t["prob"].pop("model", None)
     t["acc"].pop("own_paired", None)
@@ -293,7 +294,7 @@ def causal_table(ow_seed: dict, ow_runs: dict, cfg: IRConfig) -> dict[str, Any]:
                 "pair's mass split equally; critical_gap = smallest within-pair gap 2d at "
                 "which swap accuracy drops below 1/2. Sequences: clean (not confusing), "
                 "single (single-pair confusing), swap (re-pairing confusing), "
-                f"{cfg.ow_n} each, n = {cfg.ht_n}.",
+                f"{cfg.overwrite_n} each, n = {cfg.hooked.n}.",
         "per_seed_fixed_rows": {k: {"a": t["a"], "acc": t["acc"],
                                     "critical_gap": t["critical_gap"]}
                                 for k, t in ow_seed.items()},

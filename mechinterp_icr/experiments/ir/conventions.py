@@ -9,7 +9,7 @@ and whether each claim's rule would be met there. Reported only; no verdict read
   step-1 row). A smaller one stops at or after it: the run is continued from its final state
   with the same full-batch small steps (deterministic, so equal to the longer run) until the
   rule with that tolerance is met or ``stop_max``.
-- IR-6 runs a fixed ``pre_ft_steps``; the rule (every tolerance) is applied to its records
+- IR-6 runs a fixed ``pretrained.ft_steps``; the rule (every tolerance) is applied to its records
   after the fact, capped at the run's length.
 """
 

@@ -4,13 +4,14 @@ The paper's statement is an upper bound (N grows at most polylogarithmically in 
 satisfies it), so the claim is decided against a measurement shown able to see growth:
 
 - **memory arm** (the claim): the constructed memory over random unit embeddings of the
-  registered width ``sweep_d[i]`` at ``sweep_n[i]`` (chosen from retrieval alone,
-  :mod:`.ir5_dn`); per N of ``sweep_Ns``, ``sweep_runs`` PGD runs of the position block (each
-  on its own training draw, ``sweep_steps`` small steps, stopped at the target); N(n) = the
-  smallest N of the grid at which the fitted accuracy-vs-N curve reaches the target
-  (:func:`accuracy_crossing`: a monotone, non-decreasing least-squares fit of every run's
-  expected accuracy against N), None (censored) when the fit stays below it; target =
-  ``sweep_target_frac`` x the ideal-row expected step-1 accuracy at (n, d).
+  registered width ``sample_complexity.d[i]`` at ``sample_complexity.n[i]`` (chosen from
+  retrieval alone, :mod:`.ir5_dn`); per N of ``sample_complexity.Ns``,
+  ``sample_complexity.runs`` PGD runs of the position block (each on its own training draw,
+  ``sample_complexity.steps`` small steps, stopped at the target); N(n) = the smallest N of the
+  grid at which the fitted accuracy-vs-N curve reaches the target (:func:`accuracy_crossing`: a
+  monotone, non-decreasing least-squares fit of every run's expected accuracy against N), None
+  (censored) when the fit stays below it; target = ``sample_complexity.target_frac`` x the
+  ideal-row expected step-1 accuracy at (n, d).
 - **learned arm** (positive control: the measurement can see linear growth): the same
   procedure, n, d, data, target and budgets on a memory that must learn its facts during
   finetuning. It starts empty (no unit, no fact) and the finetuning sequences write one unit
@@ -23,7 +24,8 @@ satisfies it), so the claim is decided against a measurement shown able to see g
 Per seed (:func:`sample_complexity_per_seed`): the rule's quantities (growth over the bound
 ``(log n_max / log n_min)^2``; polylog R^2 against linear R^2 where N grows), the positive
 control (:data:`~mechinterp_icr.claims.ir_registry.IR5_LINEAR_FRACTION`), the zero-data
-negative control and the precondition (retrieval >= ``sweep_retrieval_min`` at every n).
+negative control and the precondition (retrieval >= ``sample_complexity.retrieval_min`` at
+every n).
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def accuracy_crossing(runs: list[dict], target: float) -> float | None:
 def fit_peak_over_ceiling(row: dict) -> float | None:
     """The highest value of a row's fitted accuracy-vs-N curve (:func:`accuracy_crossing`'s
     fit) over its ideal-row ceiling: how close the arm comes to the target fraction
-    (``sweep_target_frac``) anywhere on the N grid. None for a row without runs."""
+    (``sample_complexity.target_frac``) anywhere on the N grid. None for a row without runs."""
     runs, ceil = row.get("runs"), row.get("ceiling_expected")
     if not runs or not ceil:
         return None
@@ -198,23 +200,23 @@ def learned_memory(fast: FastIR, batch) -> int:
 
 def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
                           ) -> dict[str, Any]:
-    """IR-5 at one n of ``sweep_n`` for one arm (:data:`ARMS`): width ``d = sweep_d[i]``, the
-    ideal-row expected-accuracy ceiling of the constructed memory at (n, d) and the target
-    (``sweep_target_frac`` x ceiling), then ``sweep_runs`` PGD runs per N of ``sweep_Ns``
-    (the same training draws in both arms) and N read from the monotone accuracy fit
-    (:func:`accuracy_crossing`). The memory arm also measures the precondition (retrieval,
-    :func:`..ir5_dn.retrieval_at`) and the zero-data state (the perturbation alone, no
-    sequence; negative control)."""
+    """IR-5 at one n of ``sample_complexity.n`` for one arm (:data:`ARMS`): width
+    ``d = sample_complexity.d[i]``, the ideal-row expected-accuracy ceiling of the constructed
+    memory at (n, d) and the target (``sample_complexity.target_frac`` x ceiling), then
+    ``sample_complexity.runs`` PGD runs per N of ``sample_complexity.Ns`` (the same training
+    draws in both arms) and N read from the monotone accuracy fit (:func:`accuracy_crossing`).
+    The memory arm also measures the precondition (retrieval, :func:`..ir5_dn.retrieval_at`)
+    and the zero-data state (the perturbation alone, no sequence; negative control)."""
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r} not in {ARMS}")
     d = sweep_width(cfg, n)
     rspec = model_spec(cfg, embedding="random", d_embed=d)
     tk = task_config(cfg, n).build(seed)
     E = token_embeddings(tk, rspec, seed)
-    ev = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sweep_eval)
+    ev = tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sample_complexity.eval)
     ceil = ceiling(tk, rspec, ev, seed, E=E, key="step1_prob",
                    grid=CEILING_GRID_EXPECTED)["step1_prob"]
-    target = cfg.sweep_target_frac * ceil
+    target = cfg.sample_complexity.target_frac * ceil
     out: dict[str, Any] = {"seed": seed, "n": n, "d_embed": d, "arm": arm,
                            "ceiling_expected": ceil, "target": target}
     fast = Step1IR(tk, rspec, seed=seed, E=E)
@@ -224,11 +226,12 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
             fast.B.copy_(perturbation(fast.T, cfg.sigma, seed))
             zero = step1_expected(fast, ev)
         out.update(zero_data_expected_acc=zero, zero_data_reaches=float(zero >= target))
-    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=cfg.sweep_steps)
-    checks = {t for t in cfg.sweep_checks if t <= pgd.steps} | {pgd.steps + 1}
+    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr,
+                    steps=cfg.sample_complexity.steps)
+    checks = {t for t in cfg.sample_complexity.checks if t <= pgd.steps} | {pgd.steps + 1}
     runs = []
-    for N in cfg.sweep_Ns:
-        for r in range(cfg.sweep_runs):
+    for N in cfg.sample_complexity.Ns:
+        for r in range(cfg.sample_complexity.runs):
             train = tk.sample(tagged_rng(seed, "sweep-train", n, N, r), N)
             if arm == "learned":
                 fast = Step1IR(tk, rspec, seed=seed, E=E)
@@ -274,22 +277,22 @@ def finite(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def polylog_bound(sweep_n) -> float:
+def polylog_bound(ns) -> float:
     """IR-5 bound on N(n_max) / N(n_min): (log n_max / log n_min)^2."""
-    n_lo, n_hi = min(sweep_n), max(sweep_n)
+    n_lo, n_hi = min(ns), max(ns)
     return (math.log2(n_hi) / math.log2(n_lo)) ** 2
 
 
 def censored_lower_bound(cfg: IRConfig, N_lo: float) -> float:
     """With N(n_min) measured and N(n_max) censored (never reached with N <= max
-    ``sweep_Ns``): the smallest N(n_max) / N(n_min) over the bound the data allow."""
-    return (max(cfg.sweep_Ns) / N_lo) / polylog_bound(cfg.sweep_n)
+    ``sample_complexity.Ns``): the smallest N(n_max) / N(n_min) over the bound the data allow."""
+    return (max(cfg.sample_complexity.Ns) / N_lo) / polylog_bound(cfg.sample_complexity.n)
 
 
 def _grid_below(cfg: IRConfig, N: float) -> float:
     """The largest N of the grid below ``N`` (0 below the first): a read N means the true one
     lies in (that, N], since N is the first grid point whose fit reaches the target."""
-    return max((float(x) for x in cfg.sweep_Ns if x < N), default=0.0)
+    return max((float(x) for x in cfg.sample_complexity.Ns if x < N), default=0.0)
 
 
 def _bound_ratios(cfg: IRConfig, by: dict[int, Any]) -> tuple[float | None, list[int], bool]:
@@ -297,14 +300,14 @@ def _bound_ratios(cfg: IRConfig, by: dict[int, Any]) -> tuple[float | None, list
     censored N). SPEC's ratio N(n_max)/N(n_min) over (log n_max / log n_min)^2 from the read
     N, and, because an upper bound on the growth holds between any two sizes, every pair
     n_i < n_j with N(n_i) measured: the smallest N(n_j)/N(n_i) the grid allows (N(n_j) just
-    above the grid point below it; a censored N(n_j) just above max ``sweep_Ns``) over
+    above the grid point below it; a censored N(n_j) just above max ``sample_complexity.Ns``) over
     (log n_j / log n_i)^2. A pair decides only when that lower end already exceeds the bound,
     so a single grid step never fails the rule by itself. Exceeded anywhere: the largest ratio
     (> 1); else None while a censored n is undecided; else SPEC's ratio (or the largest pair's
     when it is censored at n_max)."""
     ns = sorted(by)
     n_lo, n_hi = ns[0], ns[-1]
-    top = max(float(x) for x in cfg.sweep_Ns)
+    top = max(float(x) for x in cfg.sample_complexity.Ns)
     ratios: list[tuple[float, bool]] = []  # (ratio, from a censored N)
     if finite(by[n_lo]) and finite(by[n_hi]):
         ratios.append(((float(by[n_hi]) / float(by[n_lo])) / polylog_bound((n_lo, n_hi)),
@@ -345,17 +348,17 @@ def _row_problems(cfg: IRConfig, rr: list[dict]) -> dict[str, list[int]]:
     count: dict[int, int] = {}
     for r in rr:
         count[r["n"]] = count.get(r["n"], 0) + 1
-    return {"missing_n": [n for n in cfg.sweep_n if n not in count],
+    return {"missing_n": [n for n in cfg.sample_complexity.n if n not in count],
             "duplicate_n": sorted(n for n, k in count.items() if k > 1),
             "nonfinite_n": sorted({r["n"] for r in rr if any(
                 not math.isfinite(float(run["expected_acc"])) for run in r.get("runs") or [])})}
 
 
 def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
-    n_lo = min(cfg.sweep_n)
-    rr = [r for r in rr if r["n"] in cfg.sweep_n]
+    n_lo = min(cfg.sample_complexity.n)
+    rr = [r for r in rr if r["n"] in cfg.sample_complexity.n]
     by = {r["n"]: r["N"] for r in rr}
-    N_lo, N_hi = by.get(n_lo), by.get(max(cfg.sweep_n))
+    N_lo, N_hi = by.get(n_lo), by.get(max(cfg.sample_complexity.n))
     problems = _row_problems(cfg, rr)
     fit, r2 = _arm_fits(by)
     poly = max((v for k, v in r2.items() if k != "n" and finite(v)), default=None)
@@ -374,7 +377,7 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         elif poly is not None and lin is not None:
             beats = float(poly > lin)
     retr = {r["n"]: r.get("retrieval") for r in rr}
-    thr = cfg.sweep_retrieval_min
+    thr = cfg.sample_complexity.retrieval_min
     return {
         "peak_over_ceiling_by_n": {str(r["n"]): fit_peak_over_ceiling(r) for r in rr},
         "N_by_n": {str(n): by[n] for n in by},
@@ -397,8 +400,8 @@ def _memory_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
 
 
 def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
-    n_lo, n_hi = min(cfg.sweep_n), max(cfg.sweep_n)
-    rr = [r for r in rr if r["n"] in cfg.sweep_n]
+    n_lo, n_hi = min(cfg.sample_complexity.n), max(cfg.sample_complexity.n)
+    rr = [r for r in rr if r["n"] in cfg.sample_complexity.n]
     by = {r["n"]: r["N"] for r in rr}
     N_lo, N_hi = by.get(n_lo), by.get(n_hi)
     _, r2 = _arm_fits(by)
@@ -413,10 +416,10 @@ def _learned_metrics(cfg: IRConfig, rr: list[dict]) -> dict[str, Any]:
         sees = 0.0
     elif not finite(N_hi):
         # misses the target at n_max within the N range; stricter than SPEC's letter: the
-        # smallest growth the data allow (max sweep_Ns / N(n_min)) must be the about-linear
-        # growth a measured N(n_max) must show, or the control has not shown that the
+        # smallest growth the data allow (max sample_complexity.Ns / N(n_min)) must be the
+        # about-linear growth a measured N(n_max) must show, or the control has not shown that the
         # measurement sees it (docs/ir.md)
-        sees = float(max(cfg.sweep_Ns) / N_lo >= need)
+        sees = float(max(cfg.sample_complexity.Ns) / N_lo >= need)
     else:
         sees = float(N_hi / N_lo >= need)
     return {"learned_N_by_n": {str(n): by[n] for n in by},
@@ -459,7 +462,7 @@ def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
     over seeds and the censored counts."""
     rows = [{**r, "N": row_N(r), "peak_over_ceiling": fit_peak_over_ceiling(r)} for r in rows]
     out: dict[str, Any] = {"rows": rows, "d_of_n": {str(n): sweep_width(cfg, n)
-                                                    for n in cfg.sweep_n}}
+                                                    for n in cfg.sample_complexity.n}}
     for arm in ARMS:
         by: dict[int, list] = {}
         for r in rows:
@@ -483,5 +486,6 @@ def sample_complexity_table(cfg: IRConfig, rows: list[dict]) -> dict[str, Any]:
                    "below it: censored; growth fits over the measured N only). learned = the "
                    "positive control, a memory that writes "
                    "the triples its finetuning sequences show".format(
-                       cfg.sweep_target_frac, cfg.sweep_runs, list(cfg.sweep_Ns)))
+                       cfg.sample_complexity.target_frac, cfg.sample_complexity.runs,
+                       list(cfg.sample_complexity.Ns)))
     return out

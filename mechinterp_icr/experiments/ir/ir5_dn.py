@@ -6,9 +6,9 @@ which the constructed memory over random unit embeddings of that width retrieves
 ``dn_min`` of the triples in **both** directions (s, a -> r up to ties; s, r -> a; IR-1's
 measure, :func:`~mechinterp_icr.models.ir.memory_retrieval`) on **every** selection seed.
 The selection seeds are a block no verdict is decided on (:data:`DN_SELECTION_SEEDS`), so
-the decision seeds check the precondition (``sweep_retrieval_min``) on draws the choice never
-saw. The registered table is ``IRConfig.sweep_d`` (aligned with ``sweep_d_n``); this module
-recomputes it::
+the decision seeds check the precondition (``sample_complexity.retrieval_min``) on draws
+the choice never saw. The registered table is ``IRConfig.sample_complexity.d`` (aligned with
+``sample_complexity.d_n``); this module recomputes it::
 
     python -m mechinterp_icr.experiments.ir.ir5_dn --n 128,256,512 --seeds 100-109
 
@@ -45,13 +45,15 @@ def d_grid(n: int, step: int = DN_STEP) -> list[int]:
 @torch.no_grad()
 def retrieval_at(cfg: IRConfig, n: int, d: int, seed: int) -> dict[str, float]:
     """Retrieval of the constructed memory over random unit embeddings of width ``d`` at
-    ``n`` subjects (IR-1's measure, on a seeded sample of ``sweep_retrieval_triples``
-    triples, every triple when fewer): ``relation_acc``, ``answer_acc`` and their minimum
-    ``retrieval``. The same call the IR-5 sweep row makes (:mod:`.ir5`)."""
+    ``n`` subjects (IR-1's measure, on a seeded sample of
+    ``sample_complexity.retrieval_triples`` triples, every triple when fewer):
+    ``relation_acc``, ``answer_acc`` and their minimum ``retrieval``. The same call the
+    IR-5 sweep row makes (:mod:`.ir5`)."""
     spec = model_spec(cfg, embedding="random", d_embed=d)
     task = task_config(cfg, n).build(seed)
     E = token_embeddings(task, spec, seed)
-    m = memory_retrieval(task, spec, None, E, max_triples=cfg.sweep_retrieval_triples)
+    m = memory_retrieval(task, spec, None, E,
+                         max_triples=cfg.sample_complexity.retrieval_triples)
     return {**m, "retrieval": min(m.values())}
 
 
@@ -88,14 +90,14 @@ def _seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", default=",".join(map(str, QUICK.sweep_n)))
+    p.add_argument("--n", default=",".join(map(str, QUICK.sample_complexity.n)))
     p.add_argument("--seeds", default=f"{DN_SELECTION_SEEDS[0]}-{DN_SELECTION_SEEDS[-1]}")
     p.add_argument("--min", type=float, default=DN_MIN, dest="dn_min")
     p.add_argument("--step", type=int, default=DN_STEP)
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     cfg = QUICK
-    registered = dict(zip(cfg.sweep_d_n, cfg.sweep_d))
+    registered = dict(zip(cfg.sample_complexity.d_n, cfg.sample_complexity.d))
     table, same = {}, True
     for n in [int(x) for x in a.n.split(",")]:
         t = time.perf_counter()

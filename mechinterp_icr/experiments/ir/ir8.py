@@ -2,15 +2,16 @@
 
 A position-only head cannot be an induction head by construction (its scores do not depend
 on the tokens), so IR-8 is decided on the same 1-layer IR model with **all of W_Q, W_K
-trainable** (token and position blocks; the HookedTransformer at ``n = ht_n``, frozen
+trainable** (token and position blocks; the HookedTransformer at ``n = hooked.n``, frozen
 memory, embeddings and OV copy), finetuned by PGD (:func:`~mechinterp_icr.training.pgd.
-pgd_hooked`, ``target="qk"``: the large step ``ht_attn_big_lr``, the perturbation of the
-position block, small steps of ``ht_attn_lr``, gradient clipping ``ht_attn_clip``) on
-``tok_N`` sequences **until it solves the task** (SPEC 2): every ``tok_check_every`` small
-steps its step-1 argmax on ``tok_eval`` validation sequences is checked, and the small steps
-stop at the first check >= 0.99 or at the budget ``tok_steps``. Solved is then read on
-``tok_eval`` other fresh sequences (so the stopping check's luck does not count); a model
-that does not solve the task makes IR-8 inconclusive. On it:
+pgd_hooked`, ``target="qk"``: the large step ``hooked.attn_big_lr``, the perturbation of the
+position block, small steps of ``hooked.attn_lr``, gradient clipping ``hooked.attn_clip``) on
+``token_model.N`` sequences **until it solves the task** (SPEC 2): every
+``token_model.check_every`` small steps its step-1 argmax on ``token_model.eval`` validation
+sequences is checked, and the small steps stop at the first check >= 0.99 or at the budget
+``token_model.steps``. Solved is then read on ``token_model.eval`` other fresh sequences (so the
+stopping check's luck does not count); a model that does not solve the task makes IR-8
+inconclusive. On it:
 
 - (a) its own step-1 rows (per sequence) against induction-style rows written in through
   ``hook_pattern``: all attention on a fixed earlier offset (t-1, the previous token a copying
@@ -57,10 +58,10 @@ OFFSETS = (1, 2)  # induction-style rows: all attention on query - offset
 
 def tok_pgd(cfg: IRConfig) -> PGDConfig:
     """IR-8's PGD of all of W_Q, W_K (the registered attention step sizes and clipping); its
-    ``steps`` is the first segment of small steps (``tok_check_every``)."""
-    return PGDConfig(big_lr=cfg.ht_attn_big_lr, sigma=cfg.sigma, lr=cfg.ht_attn_lr,
-                     steps=min(cfg.tok_check_every, cfg.tok_steps), perturb=True,
-                     target="qk", clip=cfg.ht_attn_clip)
+    ``steps`` is the first segment of small steps (``token_model.check_every``)."""
+    return PGDConfig(big_lr=cfg.hooked.attn_big_lr, sigma=cfg.sigma, lr=cfg.hooked.attn_lr,
+                     steps=min(cfg.token_model.check_every, cfg.token_model.steps), perturb=True,
+                     target="qk", clip=cfg.hooked.attn_clip)
 
 
 def _solves(model, val, K: int) -> float:
@@ -70,24 +71,25 @@ def _solves(model, val, K: int) -> float:
 
 
 def tok_model(cfg: IRConfig, seed: int):
-    """(model, task, eval batch, log): the token-dependent IR model at ``n = ht_n`` after PGD
-    on ``tok_N`` fresh sequences until its step-1 argmax on ``tok_eval`` validation
-    sequences reaches the registered learned-row threshold (checked every
-    ``tok_check_every`` small steps, at most ``tok_steps``), ``tok_eval`` other fresh
-    evaluation sequences, and the checks made (``[(small steps, validation accuracy)]``).
+    """(model, task, eval batch, log): the token-dependent IR model at ``n = hooked.n`` after
+    PGD on ``token_model.N`` fresh sequences until its step-1 argmax on ``token_model.eval``
+    validation sequences reaches the registered learned-row threshold (checked every
+    ``token_model.check_every`` small steps, at most ``token_model.steps``),
+    ``token_model.eval`` other fresh evaluation sequences, and the checks made
+    (``[(small steps, validation accuracy)]``).
     Full-batch SGD has no state, so the segments make the same run as one call would."""
-    task = task_config(cfg, cfg.ht_n).build(seed)
+    task = task_config(cfg, cfg.hooked.n).build(seed)
     model = build_ir_hooked(task, model_spec(cfg), seed=seed)
-    train = task.sample(tagged_rng(seed, "ir8-train", cfg.ht_n), cfg.tok_N)
-    val = task.sample(tagged_rng(seed, "ir8-val", cfg.ht_n), cfg.tok_eval)
+    train = task.sample(tagged_rng(seed, "ir8-train", cfg.hooked.n), cfg.token_model.N)
+    val = task.sample(tagged_rng(seed, "ir8-val", cfg.hooked.n), cfg.token_model.eval)
     thr = next(c for c in spec("IR-8").conditions
                if c.metric == "tok_learned_row_step1_acc").threshold
     pgd = tok_pgd(cfg)
     pgd_hooked(model, train, pgd, None, seed)
     done, K = pgd.steps, task.cfg.n_pairs
     checks = [(done, _solves(model, val, K))]
-    while checks[-1][1] < thr and done < cfg.tok_steps:
-        seg = min(cfg.tok_check_every, cfg.tok_steps - done)
+    while checks[-1][1] < thr and done < cfg.token_model.steps:
+        seg = min(cfg.token_model.check_every, cfg.token_model.steps - done)
         more = TrainConfig(steps=seg, batch_size=len(train), optimizer="sgd", lr=pgd.lr,
                            grad_clip=pgd.clip, trainable="qk", eval_every=0,
                            checkpoint_schedule="linear", checkpoint_every=seg, progress=False)
@@ -95,7 +97,7 @@ def tok_model(cfg: IRConfig, seed: int):
         done += seg
         checks.append((done, _solves(model, val, K)))
     model.eval()
-    ev = task.sample(tagged_rng(seed, "ir8-eval", cfg.ht_n), cfg.tok_eval)
+    ev = task.sample(tagged_rng(seed, "ir8-eval", cfg.hooked.n), cfg.token_model.eval)
     return model, task, ev, checks
 
 
@@ -129,7 +131,7 @@ def mean_probe_pattern(pattern: torch.Tensor, shape: int = 0) -> list[list[float
 @torch.no_grad()
 def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-8's per-seed numbers on the token-dependent model: ``solved`` (step-1 argmax on
-    ``tok_eval`` sequences meets the registered learned-row condition, >= 0.99), (a), (b) by
+    ``token_model.eval`` sequences meets the registered learned-row condition, >= 0.99), (a), (b) by
     both scorers, the mean probe pattern."""
     with torch.enable_grad():
         model, task, ev, checks = tok_model(cfg, seed)
@@ -137,7 +139,7 @@ def tok_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     acc = ir_accuracy(model(ev.tokens)[:, 2 * task.cfg.n_pairs: 2 * task.cfg.n_pairs + 2],
                       ev)
     L = task.n_ctx - 1
-    toks = induction_probes(L, task.d_vocab - 1, cfg.ind_probes, seed)
+    toks = induction_probes(L, task.d_vocab - 1, cfg.induction.probes, seed)
     pat = head_patterns(model, toks)[0]
     proj = prefix_matching_score(pat, toks)
     tl = tl_induction_score(model, toks[:TL_SCORE_PROBES], 0, 0)

@@ -1,15 +1,15 @@
 """IR-6's two phases as HookedTransformer run directories (``icr train --task ir --phase
 memory-pretrain`` / ``memory-pgd``).
 
-- :func:`memory_pretrain_run`: the memory pretrained on triple completion at ``n = pre_n``
+- :func:`memory_pretrain_run`: the memory pretrained on triple completion at ``n = pretrained.n``
   (``stages.pretrained_setting``, the reproduction's IR-6 memory task, the same steps, step
   size, batch and data), placed in the IR HookedTransformer (``models.ir.build_ir_hooked``:
   fixed embeddings, the copy circuit, uniform attention) and written as the phase
   ``memory-pretrain``'s one checkpoint; the pretraining progress goes to ``metrics.jsonl`` as
   phase ``memory-log``.
 - :func:`memory_pgd_run`: PGD of the position block on top of that frozen memory with IR-6's
-  settings (``stages.pretrained_pgd``: ``pre_ft_steps`` small steps of ``pre_ft_lr``) on
-  IR-6's data draws (``pre_N`` training sequences ``train6``, ``eval_size`` evaluation
+  settings (``stages.pretrained_pgd``: ``pretrained.ft_steps`` small steps of ``pretrained.ft_lr``)
+  on IR-6's data draws (``pretrained.N`` training sequences ``train6``, ``eval_size`` evaluation
   sequences ``eval6``), as phases ``big`` then ``pgd`` (``training.pgd.pgd_hooked``).
 
 The reproduction decides IR-6 on the exact float64 model (``models.ir.FastIR``) with the same
@@ -43,15 +43,15 @@ def _eval_batch(cfg: IRConfig, task, seed: int):
 
 
 def memory_run_config(cfg: IRConfig, seed: int, name: str) -> RunConfig:
-    """The ``config.json`` of a memory run: the task at ``pre_n``, the IR model with the
+    """The ``config.json`` of a memory run: the task at ``pretrained.n``, the IR model with the
     pretrained memory's width, and the memory pretraining's settings (steps, step size,
     batch; the checkpointed phase itself has no attention steps)."""
-    tcfg = task_config(cfg, cfg.pre_n)
+    tcfg = task_config(cfg, cfg.pretrained.n)
     spec = model_spec(cfg, memory="pretrained")  # as stages.pretrained_setting builds it
     return RunConfig(name=name, seed=seed, task=tcfg,
                      model=ir_model_config(tcfg.build(seed), spec),
-                     train=TrainConfig(steps=cfg.pre_steps, batch_size=cfg.pre_batch,
-                                       lr=cfg.pre_lr, trainable="attention", eval_every=0,
+                     train=TrainConfig(steps=cfg.pretrained.steps, batch_size=cfg.pretrained.batch,
+                                       lr=cfg.pretrained.lr, trainable="attention", eval_every=0,
                                        checkpoint_schedule="none", progress=False))
 
 
@@ -75,8 +75,9 @@ def memory_pretrain_run(cfg: IRConfig, seed: int, path: Path) -> dict[str, Any]:
     train_phase(model, lambda rng, bs: ev, zero, run, "memory-pretrain", seed,
                 run_config=rcfg, eval_fn=hooked_metrics_fn(pre.task, ev),
                 extra_meta={"memory": info,
-                            "memory_pretrain": {"steps": cfg.pre_steps, "lr": cfg.pre_lr,
-                                                "batch": cfg.pre_batch}})
+                            "memory_pretrain": {"steps": cfg.pretrained.steps,
+                                                "lr": cfg.pretrained.lr,
+                                                "batch": cfg.pretrained.batch}})
     for r in log:
         run.log_metrics({"phase": "memory-log", **r})
     return {"finished": False, **info}
@@ -89,19 +90,21 @@ def memory_pgd_run(cfg: IRConfig, seed: int, path: Path, model, init_from: str,
     data. Returns the last evaluation."""
     task = rcfg.task.build(seed)
     n = task.cfg.n_subjects
-    if n != cfg.pre_n:
-        raise ConfigError(f"pre_n = {cfg.pre_n} is not allowed here: the memory run it starts "
+    if n != cfg.pretrained.n:
+        raise ConfigError(f"pretrained.n = {cfg.pretrained.n} is not allowed here: the memory "
+                          "run it starts "
                           f"from has n = {n} subjects")
     for name, p in model.named_parameters():
         p.requires_grad_(name.startswith("blocks.0.attn."))
     run = RunDir.open_for(path, rcfg)
     pgd = pretrained_pgd(cfg)
-    settings = {"pre_N": cfg.pre_N, "eval_size": cfg.eval_size, "ht_dense": cfg.ht_dense}
+    settings = {"pretrained.N": cfg.pretrained.N, "eval_size": cfg.eval_size,
+                "hooked.dense": cfg.hooked.dense}
     check_pgd_resume(run, pgd, settings)
-    train = task.sample(tagged_rng(seed, "train6", n), cfg.pre_N)
+    train = task.sample(tagged_rng(seed, "train6", n), cfg.pretrained.N)
     ev = _eval_batch(cfg, task, seed)
     pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
-               dense_until=cfg.ht_dense, first_order=1,
+               dense_until=cfg.hooked.dense, first_order=1,
                extra_meta={"init_from": init_from, "ir_settings": settings})
     last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
     return {"run": str(path), "n_checkpoints": len(run.checkpoints()),

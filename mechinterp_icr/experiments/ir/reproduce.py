@@ -16,9 +16,10 @@ records.
   and finetunes with PGD.
 - ``gap/n<n>/seed<s>``     IR-3 within-pair gap, one per n of ``gap_n``.
 - ``sample/n<n>/seed<s>``  IR-5 sample complexity (random embeddings), one per n of
-  ``sweep_n``; ``sample_learned/n<n>/seed<s>`` its positive control (the learned memory).
-- First seed only: ``seed<s>/ht/<run>``, the HookedTransformer runs with checkpoints at every
-  early step (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and
+  ``sample_complexity.n``; ``sample_learned/n<n>/seed<s>`` its positive control (the learned
+  memory).
+- First seed only: ``seed<s>/ht/<run>``, the HookedTransformer runs with checkpoints at
+  every early step (``<out>/runs/ir/seed<s>/ht_<data>_<pgd|gd>``, position block, and
   ``ht_raw_qk_pgd``, all of W_Q, W_K with gradient clipping); ``seed<s>/ht_overwrite/<run>``
   overwrites the step-1 row across that run's checkpoints.
 
@@ -95,12 +96,13 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     for s in seeds:
         add("ir6_memory", s, memory_task, memory_file=memory_file(out_dir, s))
     # the finetuning on a pretrained memory is the longest IR task (about 3 CPU-minutes at
-    # pre_n = 256): listed next, a worker takes it as soon as its memory is written
+    # pretrained.n = 256): listed next, a worker takes it as soon as its memory is written
     for s in seeds:
         add("ir6", s, pretrained_task, (job_name("ir6_memory", s),),
             memory_file=memory_file(out_dir, s))
-    # IR-5 at the largest n next (its positive control runs up to max sweep_Ns sequences)
-    by_size = sorted(dict.fromkeys(cfg.sweep_n), reverse=True)
+    # IR-5 at the largest n next (its positive control runs up to max sample_complexity.Ns
+    # sequences)
+    by_size = sorted(dict.fromkeys(cfg.sample_complexity.n), reverse=True)
     for n in by_size[:2]:
         for s in seeds:
             sample_jobs(s, [n])
@@ -181,7 +183,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         per["IR-7"][sk] = rec("k3", s).ir7
         per["IR-6"][sk] = rec("ir6", s).ir6
         sweep_rows += [rec(arm, s, n=n).row for arm in ("sample", "sample_learned")
-                       for n in cfg.sweep_n]
+                       for n in cfg.sample_complexity.n]
     summary.tables["IR HookedTransformer runs"] = {
         name: rec("ht", first, run=name).row for name in HOOKED_RUNS}
     ow_runs = {name: rows for name in OW_RUNS
@@ -205,7 +207,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
         gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=ir5_table["rows"],
         sweep_fits={arm: ir5_table[arm]["fit_mean"] for arm in ("memory", "learned")},
-        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.ht_n, ir8=ir8_detail)
+        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.hooked.n, ir8=ir8_detail)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 
     with summary.stage("attention views"):

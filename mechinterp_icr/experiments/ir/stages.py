@@ -344,13 +344,13 @@ def pgd_vs_gd_metrics(cfg: IRConfig, runs: Runs, main: MainSetting, seed: int
 # --------------------------------------------------------------------------------------------
 def k3_records(cfg: IRConfig, seed: int, n: int | None = None, N: int | None = None,
                pgd: PGDConfig | None = None, return_run: bool = False):
-    """PGD records of the K = 3 setting (n = ``k3_n``, N = ``k3_N``) under IR-3's stopping
-    rule, the final accuracies read on ``final_eval`` sequences (or the given ``pgd``, without
-    either). ``return_run``: (final model, records, training batch) instead."""
-    n = cfg.k3_n if n is None else n
+    """PGD records of the K = 3 setting (n = ``three_pairs.n``, N = ``three_pairs.N``) under IR-3's
+    stopping rule, the final accuracies read on ``final_eval`` sequences (or the given ``pgd``,
+    without either). ``return_run``: (final model, records, training batch) instead."""
+    n = cfg.three_pairs.n if n is None else n
     tk = task_config(cfg, n, K=3).build(seed)
     ev3 = tk.sample(tagged_rng(seed, "eval3", n), cfg.eval_size)
-    train = tk.sample(tagged_rng(seed, "train3", n), cfg.k3_N if N is None else N)
+    train = tk.sample(tagged_rng(seed, "train3", n), cfg.three_pairs.N if N is None else N)
     spec_ = model_spec(cfg)
     if pgd is not None:
         return run_fast(tk, spec_, train, ev3, pgd, seed)[1]
@@ -408,14 +408,14 @@ def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
                        pre_steps: int | None = None, jitter: float | None = None,
                        log: list | None = None, memory: Memory | None = None
                        ) -> PretrainedSetting:
-    """Pretrain the memory at n = ``pre_n`` for ``pre_steps`` (``log`` gets its progress);
-    ``memory``: one already pretrained with these settings (read back from the file of the
-    IR-6 memory task) is used instead of pretraining again."""
-    n = cfg.pre_n if n is None else n
+    """Pretrain the memory at n = ``pretrained.n`` for ``pretrained.steps`` (``log`` gets its
+    progress); ``memory``: one already pretrained with these settings (read back from the file of
+    the IR-6 memory task) is used instead of pretraining again."""
+    n = cfg.pretrained.n if n is None else n
     tk = task_config(cfg, n).build(seed)
     spec_ = model_spec(cfg, memory="pretrained",
-                       pretrain_steps=cfg.pre_steps if pre_steps is None else pre_steps,
-                        pretrain_pair_jitter=cfg.pre_jitter if jitter is None else jitter)
+                       pretrain_steps=cfg.pretrained.steps if pre_steps is None else pre_steps,
+                        pretrain_pair_jitter=cfg.pretrained.jitter if jitter is None else jitter)
     E = token_embeddings(tk, spec_, seed)
     if memory is None:
         memory = pretrain_memory(tk, spec_, E, seed, log=log)
@@ -425,19 +425,19 @@ def pretrained_setting(cfg: IRConfig, seed: int, n: int | None = None,
 def pretrained_pgd(cfg: IRConfig) -> PGDConfig:
     """The pretrained memory converges slowly along the s3 direction: its own length and step
     size (s3 mass 0.067 after 200 steps of lr 0.05, 0.018 after 1000 of 0.25)."""
-    return replace(main_pgd(cfg), steps=cfg.pre_ft_steps, lr=cfg.pre_ft_lr)
+    return replace(main_pgd(cfg), steps=cfg.pretrained.ft_steps, lr=cfg.pretrained.ft_lr)
 
 
 def pretrained_records(cfg: IRConfig, seed: int, pre: PretrainedSetting,
                        N: int | None = None, pgd: PGDConfig | None = None,
                        constructed: bool = False) -> list[dict]:
-    """PGD records on top of the frozen pretrained memory (N = ``pre_N`` unless given);
+    """PGD records on top of the frozen pretrained memory (N = ``pretrained.N`` unless given);
     ``constructed``: the matched comparator, the constructed memory on the same n, data,
     evaluation and steps."""
     tk = pre.task
     n = tk.cfg.n_subjects
     ev6 = tk.sample(tagged_rng(seed, "eval6", n), cfg.eval_size)
-    train = tk.sample(tagged_rng(seed, "train6", n), cfg.pre_N if N is None else N)
+    train = tk.sample(tagged_rng(seed, "train6", n), cfg.pretrained.N if N is None else N)
     # the registered run reads its final accuracies on final_eval sequences (as IR-2)
     final = final_batch(cfg, tk, seed, "pre") if (N is None and pgd is None) else None
     pgd = pretrained_pgd(cfg) if pgd is None else pgd

@@ -74,7 +74,7 @@ def gap_row(cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     s_q, accuracy, small steps run)."""
     spec_ = model_spec(cfg)
     tk = task_config(cfg, n).build(seed)
-    evn = tk.sample(tagged_rng(seed, "eval", n), cfg.sweep_eval)
+    evn = tk.sample(tagged_rng(seed, "eval", n), cfg.sample_complexity.eval)
     train = tk.sample(tagged_rng(seed, "train", n, "raw"), cfg.N)
     _, recs = stopped_run(cfg, tk, spec_, train, evn, seed)
     f = final_record(recs)
@@ -118,9 +118,9 @@ def _k3(cfg: IRConfig, seed: int, s: dict[str, Any], cache: dict):
 
 def _pre(cfg: IRConfig, seed: int, s: dict[str, Any], cache: dict):
     """IR-6 setting (pretrained memory), memory cached per (seed, n, pre_steps, jitter)."""
-    n = s.get("n", cfg.pre_n)
-    pre_steps = s.get("pre_steps", cfg.pre_steps)
-    jit = s.get("pretrain_pair_jitter", cfg.pre_jitter)
+    n = s.get("n", cfg.pretrained.n)
+    pre_steps = s.get("pre_steps", cfg.pretrained.steps)
+    jit = s.get("pretrain_pair_jitter", cfg.pretrained.jitter)
     key = (seed, n, pre_steps, jit)
     if key not in cache:
         cache[key] = pretrained_setting(cfg, seed, n=n, pre_steps=pre_steps, jitter=jit)
@@ -142,14 +142,14 @@ def check_gap_settings(claim: str, settings: list[dict[str, Any]],
             raise ConfigError(f"setting {s!r} is not allowed for {claim}: unknown knob(s) "
                               f"{bad}; expected keys among {list(GAP_SWEEP_KNOBS[claim])}")
         if claim == "IR-7":
-            task_config(cfg, s.get("n", cfg.k3_n), K=3)
+            task_config(cfg, s.get("n", cfg.three_pairs.n), K=3)
             _pgd_knobs(main_pgd(cfg), s)
         else:
-            task_config(cfg, s.get("n", cfg.pre_n))
+            task_config(cfg, s.get("n", cfg.pretrained.n))
             _pgd_knobs(pretrained_pgd(cfg), s)
             model_spec(cfg, memory="pretrained",
-                       pretrain_steps=s.get("pre_steps", cfg.pre_steps),
-                        pretrain_pair_jitter=s.get("pretrain_pair_jitter", cfg.pre_jitter))
+                       pretrain_steps=s.get("pre_steps", cfg.pretrained.steps),
+                        pretrain_pair_jitter=s.get("pretrain_pair_jitter", cfg.pretrained.jitter))
         for k in ("n", "N"):
             if k in s:
                 check_range(f"setting {k}", s[k], 1, None, integer=True)

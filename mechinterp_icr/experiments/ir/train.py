@@ -253,40 +253,40 @@ def check_pgd_resume(run: RunDir, pgd: PGDConfig, settings: dict[str, Any]) -> N
 
 def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
                target: str, fresh: bool = True) -> dict[str, Any]:
-    """One HookedTransformer PGD (``perturb``) or GD run at ``n = ht_n`` into ``root/name``,
-    checkpointed at every step up to ``ht_dense``; ``target`` "pos" trains the position
+    """One HookedTransformer PGD (``perturb``) or GD run at ``n = hooked.n`` into ``root/name``,
+    checkpointed at every step up to ``hooked.dense``; ``target`` "pos" trains the position
     block, "qk" all of W_Q, W_K (with its own step sizes and clipping). ``fresh``: a present
     directory is replaced (the reproduction); otherwise it must hold this run, which resumes
     from its checkpoints (``icr train --task ir``). Returns the run path, its checkpoint
     count and the last evaluation."""
-    tcfg = task_config(cfg, cfg.ht_n, sym=sym)
+    tcfg = task_config(cfg, cfg.hooked.n, sym=sym)
     task = tcfg.build(seed)
     spec = model_spec(cfg)
     model = build_ir_hooked(task, spec, seed=seed)
     path = root / name
     rcfg = RunConfig(name=name, seed=seed, task=tcfg, model=ir_model_config(task, spec),
-                     train=TrainConfig(steps=cfg.ht_steps, batch_size=cfg.ht_N,
+                     train=TrainConfig(steps=cfg.hooked.steps, batch_size=cfg.hooked.N,
                                        optimizer="sgd",
-                                       lr=cfg.lr if target == "pos" else cfg.ht_attn_lr,
-                                       grad_clip=0.0 if target == "pos" else cfg.ht_attn_clip,
+                                       lr=cfg.lr if target == "pos" else cfg.hooked.attn_lr,
+                                       grad_clip=0.0 if target == "pos" else cfg.hooked.attn_clip,
                                        trainable={"pos": "blocks.0.attn.W_K", "qk": "qk",
                                                   "attention": "attention"}[target],
                                        progress=False))
-    big_lr = cfg.big_lr if target == "pos" else cfg.ht_attn_big_lr  # qk / attention
+    big_lr = cfg.big_lr if target == "pos" else cfg.hooked.attn_big_lr  # qk / attention
     pgd = PGDConfig(big_lr=big_lr, sigma=cfg.sigma, lr=cfg.lr if target == "pos" else
-                    cfg.ht_attn_lr, steps=cfg.ht_steps, perturb=perturb, target=target,
-                    clip=0.0 if target == "pos" else cfg.ht_attn_clip)
-    settings = {"ht_eval": cfg.ht_eval, "ht_dense": cfg.ht_dense}
+                    cfg.hooked.attn_lr, steps=cfg.hooked.steps, perturb=perturb, target=target,
+                    clip=0.0 if target == "pos" else cfg.hooked.attn_clip)
+    settings = {"hooked.eval": cfg.hooked.eval, "hooked.dense": cfg.hooked.dense}
     if fresh and path.exists():
         shutil.rmtree(path)
     run = RunDir.open_for(path, rcfg)  # refuses a directory holding another run
     if not fresh:
         check_pgd_resume(run, pgd, settings)
-    train = task.sample(tagged_rng(seed, "train", cfg.ht_n, sym), cfg.ht_N)
-    ev = task_config(cfg, cfg.ht_n).build(seed).sample(tagged_rng(seed, "eval", cfg.ht_n),
-                                                      cfg.ht_eval)
+    train = task.sample(tagged_rng(seed, "train", cfg.hooked.n, sym), cfg.hooked.N)
+    ev = task_config(cfg, cfg.hooked.n).build(seed).sample(tagged_rng(seed, "eval", cfg.hooked.n),
+                                                      cfg.hooked.eval)
     pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
-               dense_until=cfg.ht_dense,
+               dense_until=cfg.hooked.dense,
                extra_meta={"ir_model": {k: getattr(spec, k)
                                         for k in spec.__dataclass_fields__},
                            "ir_settings": settings})

@@ -222,7 +222,7 @@ def load_memory(path: Path) -> tuple[Memory, list[dict]]:
 
 
 def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
-    """IR-6, first half: pretrain the memory (n = ``pre_n``) and write it to
+    """IR-6, first half: pretrain the memory (n = ``pretrained.n``) and write it to
     ``memory_file`` for :func:`pretrained_task`."""
     t = StageTimer()
     with t("IR-6 pretrained memory"):
@@ -290,5 +290,5 @@ def hooked_overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
     (written by :func:`hooked_task`)."""
     t = StageTimer()
     with t("IR-3/IR-4 causal: row overwrite"):
-        rows = overwrite_run_rows(Path(run_dir) / name, cfg.ow_n, seed)
+        rows = overwrite_run_rows(Path(run_dir) / name, cfg.overwrite_n, seed)
     return HookedOverwriteRecord(rows, t.timings).to_json()
