@@ -446,6 +446,36 @@ def config_cmd(target: str, profile: str, overrides: tuple[str, ...], as_json: b
 
 
 @main.command()
+@click.argument("summary", type=click.Path())
+@click.option("--min-seeds", default=5, show_default=True, type=click.IntRange(1, None),
+              help="Per-seed values every claim must have.")
+@click.option("--protocol-only", is_flag=True,
+              help="Only the protocol checks, not the registry's (thresholds, rules, stored "
+                   "met flags recomputed from the per-seed values).")
+def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
+    """Check a reproduction's SUMMARY (summary.json) against the claim protocol: verdicts,
+    controls, seeds, and no `holds` beside a failing control; and against the registry:
+    every registered condition and control present with its registered rule, and each stored
+    `met` what the rule gives on the stored per-seed values. Prints one line per problem and
+    a count; exits 0 when there is none, 1 otherwise."""
+    p = Path(summary)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"summary {p} cannot be read as JSON ({type(e).__name__}); expected "
+                          "the summary.json that `icr reproduce` writes") from None
+    from mechinterp_icr.claims.check import check_summary
+
+    problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
+    for line in problems:
+        click.echo(line)
+    n = len(data.get("claims", {})) if isinstance(data, dict) else 0
+    click.echo(f"{len(problems)} protocol problems over {n} claims")
+    if problems:
+        raise SystemExit(1)
+
+
+@main.command()
 @click.argument("run", type=click.Path())
 @click.option("--checkpoint", "checkpoint", default="last", show_default=True,
               help="One checkpoint: last, phase:NAME:last, or a name like ft-icl-0000010.")

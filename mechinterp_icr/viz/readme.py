@@ -1,10 +1,12 @@
 """The README's claim table, generated from a reproduction's ``summary.json``.
 
 The table sits in README.md between the markers ``<!-- claim-table:begin -->`` and
-``<!-- claim-table:end -->``; one row per claim: its id, its verdict, how many seeds, and the
-headline that decided it (:func:`mechinterp_icr.claims.headline.claim_headline`, the same words
-as the report and ``icr`` claim tables). ``tests/unit/test_readme_table.py`` fails when the
-committed README's table is not the one ``figures/summary.json`` gives.
+``<!-- claim-table:end -->``; one row per claim: its id, its verdict, the number that decided
+it (the mean over seeds of the deciding metric of
+:func:`mechinterp_icr.claims.headline.claim_headline`, with its 95% interval) and that
+metric's registered rule, each cell at most 25 words (the report and the ``icr`` claim tables
+give the full headline). ``tests/unit/test_readme_table.py`` fails when the committed README's
+table is not the one ``figures/summary.json`` gives.
 
     python -m mechinterp_icr.viz.readme figures/summary.json README.md          # rewrite
     python -m mechinterp_icr.viz.readme figures/summary.json README.md --check  # exit 1 if stale
@@ -20,25 +22,98 @@ from typing import Any
 
 from mechinterp_icr.claims import claim_key
 from mechinterp_icr.claims.headline import claim_headline
+from mechinterp_icr.claims.intervals import interval
+from mechinterp_icr.claims.registry import metric_range
 
-__all__ = ["BEGIN", "END", "claim_table", "replace_table"]
+__all__ = ["BEGIN", "END", "MAX_WORDS", "claim_row", "claim_table", "replace_table"]
 
 BEGIN, END = "<!-- claim-table:begin -->", "<!-- claim-table:end -->"
+
+
+MAX_WORDS = 25  # words per cell (tests/unit/test_readme_table.py)
+_OP = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
+_RULE = {"every_seed": "every seed", "all_seeds": "every seed", "mean": "mean over seeds"}
 
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _short(text: str, words: int = MAX_WORDS) -> str:
+    """``text`` cut to at most ``words`` words, at a clause boundary when there is one."""
+    w = str(text).split()
+    if len(w) <= words:
+        return " ".join(w)
+    cut = " ".join(w[:words - 1])
+    for sep in ("; ", " (", ", "):
+        i = cut.rfind(sep)
+        if i > len(cut) // 2:
+            cut = cut[:i]
+            break
+    return cut.rstrip(" ,;:(") + " …"
+
+
+def _num(v: Any) -> str:
+    return "—" if v is None else f"{float(v):.4g}"
+
+
+def _worst(e: dict[str, Any]) -> str:
+    """Under the every-seed rule, the seed furthest on the failing side of the threshold."""
+    vals = {str(k): float(v) for k, v in (e.get("per_seed") or {}).items() if v is not None}
+    if not vals or e.get("rule", "every_seed") not in ("every_seed", "all_seeds"):
+        return ""
+    high_fails = e.get("op") in ("<=", "<")
+    if e.get("kind") == "negative":  # a negative control misbehaves on the meeting side
+        high_fails = not high_fails
+    seed = (max if high_fails else min)(vals, key=lambda k: vals[k])
+    return f"; worst {_num(vals[seed])} (seed {seed})"
+
+
+def _entry(c: dict[str, Any], kind: str, metric: str | None) -> dict[str, Any] | None:
+    """The stored condition or control that decided the claim (None for a reason)."""
+    pool = (c.get("conditions") if kind in ("condition", "primary", "seeds", "no_control")
+            else c.get("controls")) or []
+    for e in pool:
+        if isinstance(e, dict) and e.get("metric") == metric:
+            return e
+    return None
+
+
+def _rule(e: dict[str, Any], kind: str) -> str:
+    rule = e.get("rule", "every_seed")
+    words = _RULE.get(rule) or f"on ≥ {float(e.get('min_fraction', 1)):.0%} of seeds"
+    test = f"`{e.get('metric')}` {_OP.get(e.get('op'), e.get('op'))} {e.get('threshold'):g}"
+    if kind in ("condition", "primary", "seeds", "no_control"):
+        return f"{test}, {words}"
+    role = "must fail" if e.get("kind") == "negative" else "must meet"
+    return f"{e.get('kind')} control {role} {test}, {words}"
+
+
+def claim_row(cid: str, c: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(claim, verdict, number [95% interval], rule) of one claim: the number is the mean over
+    seeds of the metric that decided the verdict (:func:`claim_headline`), the rule is that
+    metric's registered test and seed rule, or the reason the claim is not measurable. Under the
+    every-seed rule the number also names the worst seed (the one that decides that rule)."""
+    h = claim_headline(cid, c)
+    verdict = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
+    e = _entry(c, h.kind, h.metric)
+    if e is None:
+        return cid, verdict, "—", _short(h.text)
+    vals = [float(v) for v in (e.get("per_seed") or {}).values() if v is not None]
+    number = "—"
+    if vals:
+        lo, hi, _ = interval(vals, metric_range(str(e.get("metric"))))
+        number = f"{_num(sum(vals) / len(vals))} [{_num(lo)}, {_num(hi)}]{_worst(e)}"
+    return cid, verdict, number, _short(_rule(e, h.kind))
+
+
 def claim_table(summary: dict[str, Any]) -> str:
     """The markdown table of every claim in ``summary`` (sorted by id, a variant after its
-    default claim)."""
-    rows = ["| claim | verdict | seeds | decided by |", "| --- | --- | --- | --- |"]
+    default claim): claim | verdict | number [95% interval] | rule, each cell at most
+    :data:`MAX_WORDS` words."""
+    rows = ["| claim | verdict | number [95% interval] | rule |", "| --- | --- | --- | --- |"]
     for cid, c in sorted((summary.get("claims") or {}).items(), key=claim_key):
-        h = claim_headline(cid, c)
-        verdict = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
-        n = c.get("n_seeds", len(c.get("per_seed") or {}))
-        rows.append(f"| {_cell(cid)} | {_cell(verdict)} | {n} | {_cell(h.text)} |")
+        rows.append("| " + " | ".join(_cell(x) for x in claim_row(cid, c)) + " |")
     return "\n".join(rows)
 
 

@@ -209,3 +209,12 @@ def test_no_function_over_the_line_limit():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(PKG)}:{node.lineno} {node.name} ({n} lines)")
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)
+
+
+def test_architecture_doc_lists_the_enforced_layers():
+    """docs/architecture.md's layer block names the layers of LAYERS, top to bottom."""
+    doc = (PKG.parent / "docs" / "architecture.md").read_text()
+    block = doc.split("<!-- layers:begin -->")[1].split("<!-- layers:end -->")[0]
+    names = [line.split()[0] for line in block.splitlines()
+             if line.strip() and not line.startswith("```")]
+    assert names == LAYERS[::-1], (names, LAYERS[::-1])

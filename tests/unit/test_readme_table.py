@@ -38,3 +38,22 @@ def test_replace_needs_the_markers(tmp_path):
     assert rd.main([str(s), str(r)]) == 0 and "old" not in r.read_text()
     assert rd.main([str(s), str(r), "--check"]) == 0
     assert rd.main([str(tmp_path / "missing.json"), str(r)]) == 2
+
+
+def test_cells_are_short_and_the_table_is_on_the_first_screen():
+    """Each cell at most MAX_WORDS words; README short, the table near its top."""
+    summary = json.loads((ROOT / "figures" / "summary.json").read_text())
+    for row in rd.claim_table(summary).splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert len(cells) == 4, row
+        assert all(len(c.split()) <= rd.MAX_WORDS for c in cells), row
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 130
+    assert lines.index(rd.BEGIN) < 40
+
+
+def test_short_cuts_at_a_clause():
+    text = "not measurable: " + "word " * 40 + "(the end)"
+    out = rd._short(text)
+    assert len(out.split()) <= rd.MAX_WORDS and out.endswith("…")
+    assert rd._short("a few words") == "a few words"

@@ -1,0 +1,138 @@
+"""Check a reproduction's ``summary.json`` against the claim protocol (``icr check``).
+
+The protocol checks (the project specification's checker, SPEC section 0): every claim has a
+verdict in {holds, does not hold, inconclusive}, at least one control, per-seed values for at
+least ``min_seeds`` seeds, a ``holds`` flag agreeing with the verdict, and no ``holds`` while a
+negative control meets its condition or a positive control misses it.
+
+The registry checks (this project's, beyond the protocol): a claim whose id names a registered
+claim (``CR-2`` and its variant ``CR-2 (shared tokens)`` both name ``CR-2``) carries every
+registered condition and control with the registered metric, operator, threshold and seed rule;
+each stored ``met`` / ``meets_rule`` is what the rule gives on the stored per-seed values; and
+``holds`` has every condition met and every control as expected. A summary edited by hand, or
+written by code whose thresholds drifted from the registry, fails here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
+from mechinterp_icr.claims.registry import REGISTRY
+
+__all__ = ["VERDICTS", "check_summary", "registered_id"]
+
+VERDICTS = ("holds", "does not hold", "inconclusive")
+
+
+def registered_id(claim_id: str) -> str | None:
+    """The registry id a summary claim id names (``"CR-2 (shared tokens)"`` -> ``"CR-2"``),
+    None when it names none."""
+    base = str(claim_id).split(" (")[0]
+    return base if base in REGISTRY else None
+
+
+def _protocol(cid: str, c: Mapping[str, Any], min_seeds: int) -> list[str]:
+    """The protocol checks of one claim (SPEC section 0)."""
+    out = []
+    v = c.get("verdict")
+    if v not in VERDICTS:
+        out.append(f"{cid}: verdict {v!r}")
+    if (v == "holds") != (c.get("holds") is True):
+        out.append(f"{cid}: `holds` disagrees with verdict {v!r}")
+    per_seed = c.get("per_seed") or {}
+    if len(per_seed) < min_seeds:
+        out.append(f"{cid}: {len(per_seed)} seeds (< {min_seeds})")
+    ctrls = c.get("controls")
+    if not isinstance(ctrls, list) or not ctrls:
+        return out + [f"{cid}: no controls"]
+    for k in ctrls:
+        if not isinstance(k, dict) or not {"name", "kind", "meets_rule"} <= set(k):
+            out.append(f"{cid}: control without name/kind/meets_rule: {str(k)[:80]}")
+            continue
+        bad = ((k["kind"] == "negative" and k["meets_rule"])
+               or (k["kind"] == "positive" and not k["meets_rule"]))
+        if bad and v == "holds":
+            out.append(f"{cid}: holds although {k['kind']} control {k['name']!r} has "
+                       f"meets_rule={k['meets_rule']}")
+    return out
+
+
+def _same_rule(stored: Mapping[str, Any], cond: Condition) -> bool:
+    try:
+        return (stored.get("metric") == cond.metric and stored.get("op") == cond.op
+                and math.isclose(float(stored.get("threshold")), cond.threshold)
+                and stored.get("rule") == cond.rule
+                and math.isclose(float(stored.get("min_fraction", 1.0)), cond.min_fraction))
+    except (TypeError, ValueError):
+        return False
+
+
+def _recomputed(stored: Mapping[str, Any], cond: Condition) -> bool:
+    """What the registered rule gives on the stored per-seed values."""
+    return evaluate_condition(cond, stored.get("per_seed") or {})["met"]
+
+
+def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
+    """The registry checks of one claim whose id names a registered claim."""
+    spec = REGISTRY[registered_id(cid)]
+    out = []
+    stored = {s.get("metric"): s for s in c.get("conditions") or [] if isinstance(s, dict)}
+    all_met = True
+    for cond in spec.conditions:
+        s = stored.get(cond.metric)
+        if s is None:
+            out.append(f"{cid}: registered condition {cond.describe()!r} is missing")
+            all_met = False
+            continue
+        if not _same_rule(s, cond):
+            out.append(f"{cid}: condition on {cond.metric} is stored as {s.get('op')} "
+                       f"{s.get('threshold')} ({s.get('rule')}); registered: {cond.describe()}")
+        met = _recomputed(s, cond)
+        if bool(s.get("met")) != met:
+            out.append(f"{cid}: condition on {cond.metric} stored met={s.get('met')}, its "
+                       f"per-seed values give met={met}")
+        all_met = all_met and met
+    ctrls = {k.get("name"): k for k in c.get("controls") or [] if isinstance(k, dict)}
+    all_expected = True
+    for spec_c in spec.controls:
+        k = ctrls.get(spec_c.name)
+        if k is None:
+            out.append(f"{cid}: registered {spec_c.kind} control {spec_c.name!r} is missing")
+            all_expected = False
+            continue
+        if k.get("kind") != spec_c.kind or not _same_rule(k, spec_c.condition):
+            out.append(f"{cid}: control {spec_c.name!r} is stored as {k.get('kind')} "
+                       f"{k.get('metric')} {k.get('op')} {k.get('threshold')}; registered: "
+                       f"{spec_c.kind} {spec_c.condition.describe()}")
+        res = evaluate_control(spec_c, k.get("per_seed") or {})
+        if k.get("meets_rule") != res.meets_rule:
+            out.append(f"{cid}: control {spec_c.name!r} stored meets_rule="
+                       f"{k.get('meets_rule')}, its per-seed values give {res.meets_rule}")
+        all_expected = all_expected and res.ok
+    if c.get("verdict") == "holds" and not (all_met and all_expected):
+        out.append(f"{cid}: holds although the registered rule is not met on the stored "
+                   "values (a condition unmet or a control not as expected)")
+    return out
+
+
+def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
+                  registry: bool = True) -> list[str]:
+    """Every protocol problem of ``summary`` (a parsed ``summary.json``), one line each; with
+    ``registry`` also the registry checks of the registered claims."""
+    claims = summary.get("claims", {}) if isinstance(summary, Mapping) else {}
+    if isinstance(claims, list):
+        claims = {c.get("id"): c for c in claims}
+    if not claims:
+        return ["no claims in the summary"]
+    problems = []
+    for cid, c in sorted(claims.items(), key=lambda kv: str(kv[0])):
+        if not isinstance(c, Mapping):
+            problems.append(f"{cid}: not a claim entry")
+            continue
+        problems += _protocol(cid, c, min_seeds)
+        if registry and registered_id(cid):
+            problems += _registry(cid, c)
+    return problems
