@@ -3,7 +3,7 @@ and every table, leaving out what legitimately differs between two runs of the s
 (timings, memory, package versions, git revisions and code states, run paths).
 
     python scripts/compare_summaries.py BEFORE/summary.json AFTER/summary.json [--tol 0]
-        [--claims CR-1,IR-5] [--max-lines 200]
+        [--claims CR-1,IR-5] [--target cr|ir] [--max-lines 200]
 
 Prints one line per difference (``path: before -> after``) and a count; exits 0 when the
 two agree (numbers within ``--tol``, absolute; 0 = exactly equal), 1 otherwise.
@@ -20,6 +20,7 @@ from typing import Any
 
 # keys whose values differ between two runs of the same code
 VOLATILE = {"timings_s", "timings_by_target", "peak_memory_mb", "versions", "git_revision",
+            "config_by_target",
             "code_state", "code_state_at_write", "code_state_by_target", "seconds",
             "wall_s", "elapsed_s", "CR phase seconds", "run_dir", "path"}
 
@@ -63,9 +64,52 @@ def _short(v: Any, n: int = 80) -> str:
     return r if len(r) <= n else r[: n - 3] + "..."
 
 
+def settings(config: Any) -> dict[str, Any]:
+    """A summary's config as ``{dotted key: value}`` under the present key names: the IR keys
+    of summaries written before the IR config had sections are renamed
+    (``experiments.ir.config.FLAT_KEYS``) and a CR-3 sweep setting in its command-line form
+    is read as the ``SweepSetting`` it names, so a summary compares with a newer one."""
+    from mechinterp_icr.config import to_dict
+    from mechinterp_icr.experiments.cr.config import SweepSetting
+    from mechinterp_icr.experiments.ir.config import FLAT_KEYS
+
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict) and node and path != "sweep":
+            for k, v in node.items():
+                walk(v, f"{path}.{k}" if path else str(k))
+        else:
+            flat[FLAT_KEYS.get(path, path)] = node
+
+    walk(config or {}, "")
+    if isinstance(flat.get("sweep"), list):
+        flat["sweep"] = [to_dict(SweepSetting.parse(s)) if isinstance(s, str) else s
+                         for s in flat["sweep"]]
+    return flat
+
+
+def _target_only(summary: dict, target: str) -> dict:
+    """The claims and tables of one target (``cr`` or ``ir``), its config."""
+    pre = target.upper() + "-"
+    configs = summary.get("config_by_target") or {}
+    return {**summary,
+            "claims": {k: v for k, v in summary.get("claims", {}).items() if k.startswith(pre)},
+            "tables": {k: v for k, v in summary.get("tables", {}).items()
+                       if k.upper().startswith(target.upper())},
+            "target": target,
+            "config": configs.get(target, summary.get("config"))}
+
+
 def compare(before: dict, after: dict, tol: float = 0.0,
-            claims: list[str] | None = None) -> list[str]:
-    """Differences between two summaries: the verdict table first, then every number."""
+            claims: list[str] | None = None, target: str | None = None) -> list[str]:
+    """Differences between two summaries: the verdict table first, then every number (the
+    configs compared key by key under the present key names, :func:`settings`); ``target``:
+    only that target's claims, tables and config."""
+    if target:
+        before, after = _target_only(before, target), _target_only(after, target)
+    before = {**before, "config": settings(before.get("config"))}
+    after = {**after, "config": settings(after.get("config"))}
     if claims:
         before = {**before, "claims": {k: v for k, v in before.get("claims", {}).items()
                                        if k in claims}, "tables": {}}
@@ -87,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("after")
     ap.add_argument("--tol", type=float, default=0.0, help="absolute tolerance for numbers")
     ap.add_argument("--claims", default="", help="only these claims (comma-separated)")
+    ap.add_argument("--target", choices=("cr", "ir"), default=None,
+                    help="only this target's claims, tables and config")
     ap.add_argument("--max-lines", type=int, default=200)
     a = ap.parse_args(argv)
     try:
@@ -94,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: cannot read a summary: {e}", file=sys.stderr)
         return 2
-    diffs = compare(before, after, a.tol, [c for c in a.claims.split(",") if c] or None)
+    diffs = compare(before, after, a.tol, [c for c in a.claims.split(",") if c] or None,
+                    a.target)
     for line in diffs[: a.max_lines]:
         print(line)
     if len(diffs) > a.max_lines:

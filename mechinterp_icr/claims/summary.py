@@ -194,7 +194,8 @@ class Summary:
 
     def write(self, out_dir: str | Path, merge: bool = True) -> Path:
         """Write ``out_dir/summary.json``; claims of other targets already there are kept, with
-        the code state each target was reproduced at (``code_state_by_target``)."""
+        the code state each target was reproduced at (``code_state_by_target``) and its config
+        (``config_by_target``; ``config`` is the config of the target written last)."""
         out = Path(out_dir) / "summary.json"
         data = self.to_dict()
         if merge and out.exists():
@@ -208,6 +209,9 @@ class Summary:
             timings = dict(old.get("timings_by_target", {}))
             timings[self.target] = data["timings_s"]
             data["timings_by_target"] = timings
+            configs = dict(old.get("config_by_target", {}))
+            configs[self.target] = data["config"]
+            data["config_by_target"] = configs
             data["target"] = ",".join(sorted(set(old.get("target", "").split(",") +
                                                   [self.target]) - {""}))
             # each target's claims keep the code state they were reproduced at
@@ -217,6 +221,7 @@ class Summary:
             data["code_state_by_target"] = states
         else:
             data["timings_by_target"] = {self.target: data["timings_s"]}
+            data["config_by_target"] = {self.target: data["config"]}
             data["code_state_by_target"] = {self.target: data["code_state"]}
         atomic_write_json(out, data)
         return out

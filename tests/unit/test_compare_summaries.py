@@ -30,3 +30,31 @@ def test_same_numbers_agree_and_differences_are_named(tmp_path, monkeypatch, cap
     assert mod.main([str(pa), str(pc)]) == 1
     assert "differences over 1 claims" in capsys.readouterr().out
     assert mod.main([str(pa), str(tmp_path / "missing.json")]) == 2
+
+
+def test_configs_compare_under_the_present_key_names(monkeypatch):
+    """A summary written with the flat IR keys (and a CR sweep in its string form) agrees
+    with one written with the sectioned config; a changed value is still named."""
+    from mechinterp_icr.config import to_dict
+    from mechinterp_icr.experiments.cr.config import SweepSetting
+    from mechinterp_icr.experiments.ir.config import FLAT_KEYS, QUICK
+
+    mod = load_repo_script("scripts/compare_summaries.py", monkeypatch)
+    new = to_dict(QUICK)
+    flat = dict(mod.settings(new))
+    old = {next((o for o, n in FLAT_KEYS.items() if n == k), k): v for k, v in flat.items()}
+    assert "sweep_n" in old and "sample_complexity.n" not in old
+    assert mod.compare({**_summary(), "config": old}, {**_summary(), "config": new}) == []
+    moved = {**old, "ht_n": 64}
+    assert mod.compare({**_summary(), "config": moved}, {**_summary(), "config": new}) == \
+        ["config.hooked.n: 64 -> 32"]
+    s = "x|task.lam=0.5"
+    assert mod.settings({"sweep": [s]}) == {"sweep": [to_dict(SweepSetting.parse(s))]}
+
+
+def test_one_target_only(monkeypatch):
+    mod = load_repo_script("scripts/compare_summaries.py", monkeypatch)
+    a = {**_summary(), "claims": {"IR-3": _summary()["claims"]["IR-3"], "CR-1": {"mean": 1}}}
+    b = {**a, "claims": {**a["claims"], "CR-1": {"mean": 2}}}
+    assert mod.compare(a, b, target="ir") == []
+    assert mod.compare(a, b, target="cr") == ["claims.CR-1.mean: 1 -> 2"]
