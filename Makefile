@@ -48,7 +48,7 @@ figures: reproduce
 	$(PY) -m mechinterp_icr.viz.readme figures/summary.json README.md
 
 # The paper profile end to end (about half an hour on 2 idle cores; run it in the background:
-# `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished tasks.
+# `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished jobs.
 # Then figures/paper/ gets its summary, report and PNG figures.
 PAPER_OUT ?= out-paper
 paper: $(STAMP) chromium

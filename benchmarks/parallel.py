@@ -10,7 +10,7 @@ folders: with `--workers 1` (in-process, no Ray), with `--workers 2` (local Ray)
 - the parallel/serial wall-time ratio (the issue's bar: <= 0.65 on an idle 2-core machine);
 - whether the serial and parallel summaries are identical (claims and tables, timings and
   paths aside);
-- per stage, the loaded/idle ratio of the summed task time (the bar: no stage more than 3x
+- per stage, the loaded/idle ratio of the summed job time (the bar: no stage more than 3x
   slower than idle).
 
 Timings on these machines are noisy; the ratios are measured in one run, side by side.

@@ -366,21 +366,21 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
 @click.option("--seeds", default="0,1,2,3,4", show_default=True, help="Comma-separated seeds.")
 @_SET
 @click.option("--workers", type=int, default=None,
-              help="Tasks run at once: 1 runs them one after another in this process (no Ray); "
+              help="Jobs run at once: 1 runs them one after another in this process (no Ray); "
                    "more starts a local Ray with that many CPUs. Default: the machine's cores.")
 @click.option("--ray-address", default=None, metavar="ADDR",
-              help="Submit the tasks to an existing Ray cluster (e.g. auto or HOST:6379) "
+              help="Submit the jobs to an existing Ray cluster (e.g. auto or HOST:6379) "
                    "instead of starting a local one.")
 @click.option("--threads", type=int, default=1, show_default=True,
-              help="Torch intra-op threads per task (never more workers x threads than cores).")
+              help="Torch intra-op threads per job (never more workers x threads than cores).")
 def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[str, ...],
               workers: int | None, ray_address: str | None, threads: int) -> None:
     """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
     and prints the claim table. `icr config TARGET` lists every setting.
 
-    Seeds and sweep settings run as tasks (in parallel with --workers > 1); each finished
-    task's record is kept under OUT/tasks/, so rerunning the same command after a failure or
+    Seeds and sweep settings run as jobs (in parallel with --workers > 1); each finished
+    job's record is kept under OUT/jobs/, so rerunning the same command after a failure or
     a kill skips what finished."""
     from mechinterp_icr.config import check_range
     from mechinterp_icr.runner import default_workers
@@ -394,7 +394,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     except ConfigError as e:
         _fail(str(e))
     from mechinterp_icr.claims import format_claim_table
-    from mechinterp_icr.jobs import TaskFailed
+    from mechinterp_icr.jobs import JobFailed
     from mechinterp_icr.runner import run_targets
     from mechinterp_icr.viz.report import write_report
 
@@ -405,8 +405,8 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     try:
         run_targets(resolved, out_dir, seed_list, profile, workers=workers,
                     ray_address=ray_address, threads=threads)
-    except TaskFailed as e:
-        _fail(f"{e} -- finished tasks are kept in {out_dir / 'tasks'}; rerun the same "
+    except JobFailed as e:
+        _fail(f"{e} -- finished jobs are kept in {out_dir / 'jobs'}; rerun the same "
               "command to run only the rest")
     data = json.loads((out_dir / "summary.json").read_text())
     report = write_report(out_dir)

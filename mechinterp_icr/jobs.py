@@ -1,20 +1,20 @@
-"""Tasks: the units a reproduction is cut into, run in-process or on Ray.
+"""Jobs: the units a reproduction is cut into, run in-process or on Ray.
 
-A :class:`Task` is a module-level function, its keyword arguments (config, seed, paths) and
-the names of the tasks whose outputs (run directories) it reads. It returns a JSON-able
-*result record*. :func:`run_tasks` runs a list of tasks in dependency order:
+A :class:`Job` is a module-level function, its keyword arguments (config, seed, paths) and
+the names of the jobs whose outputs (run directories) it reads. It returns a JSON-able
+*result record*. :func:`run_jobs` runs a list of jobs in dependency order:
 
 - ``workers=1`` runs them one after another in this process, without Ray;
 - ``workers>1`` starts a local Ray with that many CPUs (or joins ``ray_address``) and runs
-  each task as a Ray task with ``num_cpus=1``; every worker sets its own torch threads
+  each job as a Ray task with ``num_cpus=1``; every worker sets its own torch threads
   (``threads``, 1 by default), so the machine is never oversubscribed.
 
-Each finished task's record is written atomically to ``<records>/<name>.json`` with a
-fingerprint of its function and inputs; a rerun of the same command skips the tasks whose
-record exists with the same fingerprint (resume at task level) and reruns the rest, so a
-changed setting never reuses an old result. A failed task is reported by name with its
-error; the tasks that do not depend on it still run, then :class:`TaskFailed` names every
-failure. Because a task's result depends only on its inputs, the records, and every summary
+Each finished job's record is written atomically to ``<records>/<name>.json`` with a
+fingerprint of its function and inputs; a rerun of the same command skips the jobs whose
+record exists with the same fingerprint (resume at job level) and reruns the rest, so a
+changed setting never reuses an old result. A failed job is reported by name with its
+error; the jobs that do not depend on it still run, then :class:`JobFailed` names every
+failure. Because a job's result depends only on its inputs, the records, and every summary
 computed from them, are the same whatever the number of workers.
 """
 
@@ -40,13 +40,13 @@ from mechinterp_icr.store.provenance import code_state
 
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
-__all__ = ["Progress", "Record", "RecordError", "Task", "TaskFailed", "expected_seconds",
-           "fingerprint", "job_kind", "record_field", "record_path", "run_tasks", "set_threads"]
+__all__ = ["Job", "JobFailed", "Progress", "Record", "RecordError", "expected_seconds",
+           "fingerprint", "job_kind", "record_field", "record_path", "run_jobs", "set_threads"]
 
 
 @dataclass(frozen=True)
-class Task:
-    """One unit of work: ``fn(**kwargs) -> record`` after the tasks named in ``after``."""
+class Job:
+    """One unit of work: ``fn(**kwargs) -> record`` after the jobs named in ``after``."""
 
     name: str  # unique within a run, path-like: "seed0", "sweep/sga/seed1"
     fn: Callable[..., dict[str, Any]]
@@ -57,16 +57,16 @@ class Task:
         ok = (isinstance(self.name, str) and self.name != "" and ".." not in self.name
               and not self.name.startswith("/") and all(c.isalnum() or c in "-_./ "
                                                          for c in self.name))
-        check(ok, "task.name", self.name, "a relative path of letters, digits, - _ . / and spaces")
-        check(callable(self.fn), "task.fn", self.fn, "a module-level function")
+        check(ok, "job.name", self.name, "a relative path of letters, digits, - _ . / and spaces")
+        check(callable(self.fn), "job.fn", self.fn, "a module-level function")
 
 
-class TaskFailed(RuntimeError):
-    """One or more tasks raised; ``failures`` maps task name -> error text."""
+class JobFailed(RuntimeError):
+    """One or more jobs raised; ``failures`` maps job name -> error text."""
 
     def __init__(self, failures: dict[str, str]):
         self.failures = failures
-        lines = [f"{len(failures)} task(s) failed:"]
+        lines = [f"{len(failures)} job(s) failed:"]
         lines += [f"  {name}: {err.strip().splitlines()[-1] if err.strip() else err}"
                   for name, err in failures.items()]
         super().__init__("\n".join(lines))
@@ -86,29 +86,29 @@ def set_threads(n: int) -> None:
 
 def _execute(fn: Callable[..., dict[str, Any]], kwargs: dict[str, Any], threads: int
              ) -> tuple[dict[str, Any] | None, str | None, float]:
-    """Run one task in the current process: (record, error text, seconds)."""
+    """Run one job in the current process: (record, error text, seconds)."""
     set_threads(threads)
     t0 = time.perf_counter()
     try:
         rec = fn(**kwargs)
         json.dumps(rec, default=str)  # records must be JSON-able
         return rec, None, time.perf_counter() - t0
-    except Exception:  # noqa: BLE001 - reported by task name, not raised here
+    except Exception:  # noqa: BLE001 - reported by job name, not raised here
         return None, traceback.format_exc(), time.perf_counter() - t0
 
 
-def _check_plan(tasks: list[Task]) -> None:
-    names = [t.name for t in tasks]
+def _check_plan(jobs: list[Job]) -> None:
+    names = [t.name for t in jobs]
     dup = sorted({n for n in names if names.count(n) > 1})
-    check(not dup, "tasks", dup, "unique task names")
+    check(not dup, "jobs", dup, "unique job names")
     known = set(names)
-    for t in tasks:
+    for t in jobs:
         missing = [a for a in t.after if a not in known]
-        check(not missing, f"task {t.name}.after", missing, "names of tasks in the plan")
+        check(not missing, f"job {t.name}.after", missing, "names of jobs in the plan")
 
 
 def code_states(records_dir: str | Path) -> dict[str, list[str]]:
-    """``{code state: [task names]}`` of the stored records under ``records_dir``: which
+    """``{code state: [job names]}`` of the stored records under ``records_dir``: which
     revision (``+dirty`` when uncommitted) computed each result. A resumed run keeps the
     records of earlier code (the fingerprint covers inputs, not code, so that a paper run
     survives a commit); the summary lists the states so a mix is visible."""
@@ -123,8 +123,8 @@ def code_states(records_dir: str | Path) -> dict[str, list[str]]:
     return out
 
 
-def fingerprint(t: Task) -> str:
-    """SHA-256 of the task's function and inputs (configs by value, paths as text): a stored
+def fingerprint(t: Job) -> str:
+    """SHA-256 of the job's function and inputs (configs by value, paths as text): a stored
     record counts as done only for the same fingerprint, so changed settings rerun."""
     from mechinterp_icr.config import to_dict
 
@@ -160,41 +160,41 @@ def _stored_seconds(data: dict[str, Any] | None) -> float | None:
         return None
 
 
-def run_tasks(tasks: list[Task], records_dir: str | Path, workers: int = 1,
-              ray_address: str | None = None, threads: int = 1,
-              log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Run ``tasks`` (skipping those with a stored record); return ``{name: record}`` in plan
-    order. Raises :class:`TaskFailed` after every runnable task has run when any failed."""
+def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
+             ray_address: str | None = None, threads: int = 1,
+             log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Run ``jobs`` (skipping those with a stored record); return ``{name: record}`` in plan
+    order. Raises :class:`JobFailed` after every runnable job has run when any failed."""
     check_range("--workers", workers, 1, 1024, integer=True)
     check_range("threads", threads, 0, 1024, integer=True)
-    _check_plan(tasks)
+    _check_plan(jobs)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     records_dir = Path(records_dir)
     done: dict[str, dict[str, Any]] = {}
-    stored = {t.name: _read_stored(record_path(records_dir, t.name)) for t in tasks}
-    for t in tasks:
+    stored = {t.name: _read_stored(record_path(records_dir, t.name)) for t in jobs}
+    for t in jobs:
         data = stored[t.name]
-        # absent, damaged or under other inputs (a changed --set): the task runs again
+        # absent, damaged or under other inputs (a changed --set): the job runs again
         if data is not None and "record" in data and data.get("fingerprint") == fingerprint(t):
             done[t.name] = data["record"]
-    todo = [t for t in tasks if t.name not in done]
+    todo = [t for t in jobs if t.name not in done]
     if done:
-        log(f"[tasks] {len(done)} of {len(tasks)} already done (records in {records_dir}); "
+        log(f"[jobs] {len(done)} of {len(jobs)} already done (records in {records_dir}); "
             f"running {len(todo)}")
     failures: dict[str, str] = {}
     if todo:
         runner = _run_local if workers == 1 and ray_address is None else _run_ray
-        # the stored seconds of the tasks to run (an earlier run's, under other inputs)
+        # the stored seconds of the jobs to run (an earlier run's, under other inputs)
         known = {t.name: s for t in todo if (s := _stored_seconds(stored[t.name])) is not None}
         progress = Progress(todo, expected_seconds(todo, known),
                             1 if runner is _run_local else workers)
         runner(todo, done, failures, records_dir, workers, ray_address, threads, log, progress)
     if failures:
-        raise TaskFailed(failures)
-    return {t.name: done[t.name] for t in tasks}
+        raise JobFailed(failures)
+    return {t.name: done[t.name] for t in jobs}
 
 
-def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, progress) -> None:
+def _finish(t: Job, rec, err, secs, done, failures, records_dir, log, progress) -> None:
     if err is None:
         atomic_write_json(record_path(records_dir, t.name),
                           {"name": t.name, "fingerprint": fingerprint(t), "seconds": secs,
@@ -206,10 +206,10 @@ def _finish(t: Task, rec, err, secs, done, failures, records_dir, log, progress)
         last = err.strip().splitlines()[-1] if err.strip() else "error"
         status = f"FAILED after {secs:.1f}s: {last}"
     progress.finish(t.name, secs)
-    log(f"[task] {t.name}: {status}  ({progress.status()})")
+    log(f"[job] {t.name}: {status}  ({progress.status()})")
 
 
-def _ready(t: Task, done, failures) -> str:
+def _ready(t: Job, done, failures) -> str:
     """'run', 'wait' or 'skip' (a dependency failed)."""
     if any(a in failures for a in t.after):
         return "skip"
@@ -232,14 +232,14 @@ def _run_local(todo, done, failures, records_dir, workers, ray_address, threads,
                 pending.remove(t)
                 progressed = True
                 if state == "skip":
-                    failures[t.name] = "not run: a task it depends on failed"
-                    log(f"[task] {t.name}: not run (a task it depends on failed)")
+                    failures[t.name] = "not run: a job it depends on failed"
+                    log(f"[job] {t.name}: not run (a job it depends on failed)")
                     continue
                 progress.start(t.name)
                 rec, err, secs = _execute(t.fn, t.kwargs, threads)
                 _finish(t, rec, err, secs, done, failures, records_dir, log, progress)
             if not progressed:  # a cycle: cannot happen with names checked, but never hang
-                raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
+                raise ConfigError(f"jobs {[t.name for t in pending]} wait on each other")
     finally:
         progress.close()
         torch.set_num_threads(prev)
@@ -276,8 +276,8 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
     remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
     try:
         pending = list(todo)
-        running: dict[Any, Task] = {}
-        # at most as many tasks in flight as there are CPUs to run them: the rest wait here
+        running: dict[Any, Job] = {}
+        # at most as many jobs in flight as there are CPUs to run them: the rest wait here
         # in plan order (the longest first), and "running" on the progress line is true
         slots = workers if ray_address is None else max(
             1, int(ray.cluster_resources().get("CPU", workers)))
@@ -290,17 +290,17 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
                     continue
                 pending.remove(t)
                 if state == "skip":
-                    failures[t.name] = "not run: a task it depends on failed"
-                    log(f"[task] {t.name}: not run (a task it depends on failed)")
+                    failures[t.name] = "not run: a job it depends on failed"
+                    log(f"[job] {t.name}: not run (a job it depends on failed)")
                     continue
                 running[remote.remote(t.fn, t.kwargs, threads)] = t
                 progress.start(t.name)
             if not running:
                 if pending:
-                    raise ConfigError(f"tasks {[t.name for t in pending]} wait on each other")
+                    raise ConfigError(f"jobs {[t.name for t in pending]} wait on each other")
                 break
             ready = []
-            while not ready:  # the progress line ticks while the tasks run
+            while not ready:  # the progress line ticks while the jobs run
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
                 progress.tick()
             for ref in ready:
@@ -317,28 +317,28 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
 
 
 # --------------------------------------------------------------------------------------------
-# Progress: tasks done / total, the running tasks and an ETA
+# Progress: jobs done / total, the running jobs and an ETA
 # --------------------------------------------------------------------------------------------
-DEFAULT_TASK_SECONDS = 60.0  # the estimate of a task nothing is known about
+DEFAULT_JOB_SECONDS = 60.0  # the estimate of a job nothing is known about
 
 
 def job_kind(name: str) -> str:
-    """A task name with its numbers replaced by ``#`` (``ir/sample/n128/seed3`` ->
-    ``ir/sample/n#/seed#``): tasks of one kind take about as long as each other."""
+    """A job name with its numbers replaced by ``#`` (``ir/sample/n128/seed3`` ->
+    ``ir/sample/n#/seed#``): jobs of one kind take about as long as each other."""
     return re.sub(r"\d+(\.\d+)?", "#", name)
 
 
-def expected_seconds(tasks: list[Task], known: dict[str, float]) -> dict[str, float]:
-    """Each task's expected duration: ``known[name]`` (the seconds its stored record took in
-    an earlier run, even under other inputs; :func:`run_tasks` reads them with the records),
-    else the mean of the known tasks of its kind (:func:`job_kind`), else of every known
-    task, else :data:`DEFAULT_TASK_SECONDS`."""
+def expected_seconds(jobs: list[Job], known: dict[str, float]) -> dict[str, float]:
+    """Each job's expected duration: ``known[name]`` (the seconds its stored record took in
+    an earlier run, even under other inputs; :func:`run_jobs` reads them with the records),
+    else the mean of the known jobs of its kind (:func:`job_kind`), else of every known
+    job, else :data:`DEFAULT_JOB_SECONDS`."""
     by_kind: dict[str, list[float]] = {}
     for name, secs in known.items():
         by_kind.setdefault(job_kind(name), []).append(secs)
-    overall = (sum(known.values()) / len(known)) if known else DEFAULT_TASK_SECONDS
+    overall = (sum(known.values()) / len(known)) if known else DEFAULT_JOB_SECONDS
     return {t.name: known.get(t.name, _mean(by_kind.get(job_kind(t.name)), overall))
-            for t in tasks}
+            for t in jobs}
 
 
 def _mean(values: list[float] | None, default: float) -> float:
@@ -352,12 +352,12 @@ def _clock(secs: float) -> str:
 
 
 class Progress:
-    """The progress of a run of tasks: done / total, the running tasks with how long each has
-    run, and an ETA from the tasks' expected durations (:func:`expected_seconds`; a finished
-    task's kind updates the estimate of the others of its kind that have no record). On a
-    terminal one line updates in place; elsewhere the status rides on each task's log line."""
+    """The progress of a run of jobs: done / total, the running jobs with how long each has
+    run, and an ETA from the jobs' expected durations (:func:`expected_seconds`; a finished
+    job's kind updates the estimate of the others of its kind that have no record). On a
+    terminal one line updates in place; elsewhere the status rides on each job's log line."""
 
-    def __init__(self, todo: list[Task], expected: dict[str, float], workers: int,
+    def __init__(self, todo: list[Job], expected: dict[str, float], workers: int,
                  stream=None, clock: Callable[[], float] = time.monotonic):
         self.stream = sys.stderr if stream is None else stream
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
@@ -380,7 +380,7 @@ class Progress:
         self.n_done += 1
         kind = job_kind(name)
         self.took.setdefault(kind, []).append(float(seconds))
-        mean = _mean(self.took[kind], DEFAULT_TASK_SECONDS)
+        mean = _mean(self.took[kind], DEFAULT_JOB_SECONDS)
         for other in self.pending:  # what this run measured beats an estimate
             if job_kind(other) == kind:
                 self.expected[other] = mean
@@ -388,11 +388,11 @@ class Progress:
 
     def eta(self) -> float:
         """Seconds left: the expected work still to do spread over the workers, and at least
-        the longest expected remainder of a running task."""
+        the longest expected remainder of a running job."""
         now = self.clock()
-        left_running = [max(0.0, self.expected.get(n, DEFAULT_TASK_SECONDS) - (now - t0))
+        left_running = [max(0.0, self.expected.get(n, DEFAULT_JOB_SECONDS) - (now - t0))
                         for n, t0 in self.running.items()]
-        work = sum(self.expected.get(n, DEFAULT_TASK_SECONDS) for n in self.pending)
+        work = sum(self.expected.get(n, DEFAULT_JOB_SECONDS) for n in self.pending)
         return max((work + sum(left_running)) / self.workers, max(left_running, default=0.0))
 
     def status(self) -> str:
@@ -401,10 +401,10 @@ class Progress:
                 f"ETA {_clock(self.eta())}")
 
     def line(self) -> str:
-        """The terminal line: the status and the running tasks with their times."""
+        """The terminal line: the status and the running jobs with their times."""
         now = self.clock()
         run = ", ".join(f"{n} {_clock(now - t0)}" for n, t0 in self.running.items())
-        return f"[tasks] {self.status()}" + (f" | {run}" if run else "")
+        return f"[jobs] {self.status()}" + (f" | {run}" if run else "")
 
     def tick(self) -> None:
         if not self.tty:

@@ -6,18 +6,18 @@ Every target is a package under ``mechinterp_icr.experiments`` with the same sma
 - ``PROFILES``: the profile names it knows (``quick``, ``paper``);
 - ``profile(name) -> Config``: a frozen, validated config dataclass holding every setting of
   every stage (the only profile mechanism); an unknown name is a ``ConfigError``;
-- ``plan(cfg, out_dir, seeds) -> list[Task]``: every seed, and every sweep setting, as a
-  :class:`~mechinterp_icr.jobs.Task` with explicit inputs and outputs;
+- ``plan(cfg, out_dir, seeds) -> list[Job]``: every seed, and every sweep setting, as a
+  :class:`~mechinterp_icr.jobs.Job` with explicit inputs and outputs;
 - ``summarise(cfg, out_dir, seeds, records, summary)``: claims, tables and figures as a pure
-  function of the task records;
+  function of the job records;
 - ``reproduce(cfg, out_dir, seeds, summary, workers, ray_address, threads)``: runs the plan
-  with :func:`mechinterp_icr.jobs.run_tasks` (in-process for one worker, else on Ray) and
-  summarises; a rerun skips the tasks whose records exist.
+  with :func:`mechinterp_icr.jobs.run_jobs` (in-process for one worker, else on Ray) and
+  summarises; a rerun skips the jobs whose records exist.
 
 :func:`run_targets` (what ``icr reproduce`` calls) puts the plans of all requested targets in
-one pool of tasks, named ``<target>/<task>`` (records in ``OUT/tasks/<target>/<task>.json``,
+one pool of jobs, named ``<target>/<job>`` (records in ``OUT/jobs/<target>/<job>.json``,
 the same files a single target's ``reproduce`` writes), so the workers never wait for one
-target's last tasks before the next target starts; then it summarises each target.
+target's last jobs before the next target starts; then it summarises each target.
 
 ``--set KEY=VALUE`` edits any field of that config (``apply_overrides``). With the target
 ``all`` a key names its target first (``cr.task.lam=0.5``, ``ir.n=256``).
@@ -33,7 +33,7 @@ from typing import Any
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
 from mechinterp_icr.experiments import cr, ir
-from mechinterp_icr.jobs import Task, code_states, run_tasks
+from mechinterp_icr.jobs import Job, code_states, run_jobs
 
 __all__ = ["TARGETS", "canonical_out", "resolve_config", "split_overrides", "run_target",
            "run_targets", "pooled_plan", "config_keys", "default_workers"]
@@ -101,12 +101,12 @@ def default_workers() -> int:
 
 
 def pooled_plan(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int]
-                ) -> list[Task]:
-    """Every task of every ``(target, config)`` in one list, named ``<target>/<task>`` (their
-    dependencies renamed alike). Each target's plan keeps its order (its long training tasks
-    first); the targets follow one another, so the other target's many short tasks fill the
-    workers while the first one's last tasks run."""
-    pool: list[Task] = []
+                ) -> list[Job]:
+    """Every job of every ``(target, config)`` in one list, named ``<target>/<job>`` (their
+    dependencies renamed alike). Each target's plan keeps its order (its long training jobs
+    first); the targets follow one another, so the other target's many short jobs fill the
+    workers while the first one's last jobs run."""
+    pool: list[Job] = []
     for target, cfg in targets:
         pool += [replace(t, name=f"{target}/{t.name}",
                          after=tuple(f"{target}/{a}" for a in t.after))
@@ -117,8 +117,8 @@ def pooled_plan(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int]
 def canonical_out(out_dir: str | Path) -> Path:
     """One spelling per output folder: relative to the working directory when it lies inside
     it (``/abs/cwd/out``, ``./out`` and ``out`` all give ``out``), else absolute and resolved.
-    Task fingerprints hold paths as text (``jobs.fingerprint``), so without this a resumed
-    run given another spelling of the same folder would redo every task. Not used with
+    Job fingerprints hold paths as text (``jobs.fingerprint``), so without this a resumed
+    run given another spelling of the same folder would redo every job. Not used with
     ``--ray-address``: workers on other nodes need the path as given (absolute, shared)."""
     p, cwd = Path(out_dir).resolve(), Path.cwd().resolve()
     return p.relative_to(cwd) if p.is_relative_to(cwd) else p
@@ -127,29 +127,29 @@ def canonical_out(out_dir: str | Path) -> Path:
 def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int], profile: str,
                 workers: int = 1, ray_address: str | None = None, threads: int = 1
                 ) -> dict[str, Summary]:
-    """Run the tasks of every ``(target, config)`` in one pool (:func:`pooled_plan`; tasks
+    """Run the jobs of every ``(target, config)`` in one pool (:func:`pooled_plan`; jobs
     with a stored record are skipped), then summarise each target from its records with a
     fresh summary and write it (merging with the claims of other targets already in
-    ``out_dir/summary.json``). Raises ``TaskFailed`` when a task failed."""
+    ``out_dir/summary.json``). Raises ``JobFailed`` when a job failed."""
     # on a cluster the folder is used as given: it must be a path every node sees
     out_dir = Path(out_dir) if ray_address else canonical_out(out_dir)
     seeds = list(seeds)
     t0 = time.perf_counter()
-    records = run_tasks(pooled_plan(targets, out_dir, seeds), out_dir / "tasks", workers,
-                        ray_address, threads)
+    records = run_jobs(pooled_plan(targets, out_dir, seeds), out_dir / "jobs", workers,
+                       ray_address, threads)
     wall = time.perf_counter() - t0
     summaries = {}
     for target, cfg in targets:
         prefix = f"{target}/"
         summary = Summary(target, profile, seeds)
         summary.config = to_dict(cfg)
-        summary.timings["tasks (wall, all targets)"] = wall
+        summary.timings["jobs (wall, all targets)"] = wall
         _module(target).summarise(cfg, out_dir, seeds,
                                   {k[len(prefix):]: v for k, v in records.items()
                                    if k.startswith(prefix)}, summary)
-        states = code_states(out_dir / "tasks" / target)
-        summary.tables[f"{target}: code revision of each task result"] = [
-            {"code": k, "tasks": len(v)} for k, v in sorted(states.items())]
+        states = code_states(out_dir / "jobs" / target)
+        summary.tables[f"{target}: code revision of each job result"] = [
+            {"code": k, "jobs": len(v)} for k, v in sorted(states.items())]
         summary.write(out_dir)
         summaries[target] = summary
     return summaries

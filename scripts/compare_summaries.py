@@ -23,17 +23,20 @@ VOLATILE = {"timings_s", "timings_by_target", "peak_memory_mb", "versions", "git
             "config_by_target",
             "code_state", "code_state_at_write", "code_state_by_target", "seconds",
             "wall_s", "elapsed_s", "CR phase seconds", "run_dir", "path"}
+# the tables of the code revision behind each job's result (their name said "task" before
+# the unit of work was called a job: both wordings are skipped, so old and new summaries
+# compare)
+CODE_REVISION_TABLES = ("code revision of each job result", "code revision of each task result")
 
 
 def differences(a: Any, b: Any, tol: float = 0.0, path: str = "") -> list[str]:
     """Every place where ``a`` and ``b`` differ, as ``path: a -> b`` lines (dict keys in
     :data:`VOLATILE`, keys ending in ``_s`` or ``seconds`` and the tables of the code
-    revision behind each task's result are skipped)."""
+    revision behind each job's result, :data:`CODE_REVISION_TABLES`, are skipped)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b), key=str):
-            if k in VOLATILE or str(k).endswith(("_s", "seconds",
-                                                 "code revision of each task result")):
+            if k in VOLATILE or str(k).endswith(("_s", "seconds", *CODE_REVISION_TABLES)):
                 continue
             p = f"{path}.{k}" if path else str(k)
             if k not in a or k not in b:

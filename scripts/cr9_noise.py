@@ -3,9 +3,9 @@ lam, on seeds outside the decision seeds (SPEC section 1, CR-9; registered befor
 run as ``taskvec.lam_delta``, docs/registry.md).
 
 Every seed is one full PT + ICL finetuning at the main run's config (the CR-9 lam runs' own
-code, ``experiments.cr.taskvec_stage.lam_task`` at ``task.lam``), so the spread is what a lam run's
+code, ``experiments.cr.taskvec_stage.lam_job`` at ``task.lam``), so the spread is what a lam run's
 eta^2 varies by when nothing but the seed changes. delta = 2 x the sample standard deviation
-(ddof 1) over the seeds. The records are tasks of their own (``OUT/tasks/cr/cr9-noise/...``):
+(ddof 1) over the seeds. The records are jobs of their own (``OUT/jobs/cr/cr9-noise/...``):
 a rerun resumes.
 
     OMP_NUM_THREADS=1 python scripts/cr9_noise.py --seeds 200,201,202,203,204,205,206,207 \\
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mechinterp_icr.experiments.cr.taskvec_stage import lam_task
+from mechinterp_icr.experiments.cr.taskvec_stage import lam_job
 from mechinterp_icr.experiments.cr.train import run_config_for
-from mechinterp_icr.jobs import Task, run_tasks
+from mechinterp_icr.jobs import Job, run_jobs
 from mechinterp_icr.runner import resolve_config
 
 
@@ -37,13 +37,13 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     cfg = resolve_config("cr", args.profile, args.overrides)
     lam = cfg.task.lam
-    tasks = [Task(f"cr9-noise/seed{s}", lam_task,
-                  {"base": run_config_for(cfg, s, f"seed{s}")[0], "lam": lam,
-                   "out_dir": args.out, "seed": s, "tvc": cfg.taskvec,
-                   "pretrain": cfg.pretrain, "finetune": cfg.finetune, "main_run": None})
-             for s in seeds]
-    records = run_tasks(tasks, args.out / "tasks" / "cr", args.workers)
-    rows = [records[t.name]["row"] for t in tasks]
+    jobs = [Job(f"cr9-noise/seed{s}", lam_job,
+                {"base": run_config_for(cfg, s, f"seed{s}")[0], "lam": lam,
+                 "out_dir": args.out, "seed": s, "tvc": cfg.taskvec,
+                 "pretrain": cfg.pretrain, "finetune": cfg.finetune, "main_run": None})
+            for s in seeds]
+    records = run_jobs(jobs, args.out / "jobs" / "cr", args.workers)
+    rows = [records[t.name]["row"] for t in jobs]
     eta = np.array([r["ft_eta2"] for r in rows])
     sd = float(eta.std(ddof=1)) if len(eta) > 1 else float("nan")
     out = {"lam": lam, "seeds": seeds, "ft_eta2": eta.tolist(), "mean": float(eta.mean()),

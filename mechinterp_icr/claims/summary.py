@@ -97,7 +97,7 @@ class Claim:
 
     def evaluate(self, seeds=None) -> tuple[str, str, list[dict[str, Any]]]:
         """Verdict over ``seeds`` (the seeds the run asked for; default: those in
-        ``per_seed``). A requested seed without a ``per_seed`` entry (its task failed or was
+        ``per_seed``). A requested seed without a ``per_seed`` entry (its job failed or was
         skipped) counts as missing in every condition: it can never be dropped silently."""
         want = [str(s) for s in (seeds if seeds is not None else self.per_seed)]
         full = {**{s: {} for s in want}, **{str(k): v for k, v in self.per_seed.items()}}

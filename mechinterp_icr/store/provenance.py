@@ -36,7 +36,7 @@ def git_revision(cwd: str | Path | None = None) -> str | None:
 
 def code_state(cwd: str | Path | None = None) -> str | None:
     """The git revision of the package's code, with ``+dirty`` when tracked files differ from
-    it (what a task record and a summary were computed with); None outside a git checkout."""
+    it (what a job record and a summary were computed with); None outside a git checkout."""
     rev = git_revision(cwd)
     if rev is None:
         return None

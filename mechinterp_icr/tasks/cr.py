@@ -204,43 +204,44 @@ def _sample_rows(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
 class CRTask:
     """A built CR task: vocabulary, knowledge base, grammar chains, subject split, samplers.
 
-    Value tables (module docstring): ``value_ids`` (L, V) token of type l's value slot v;
-    ``shared_slots`` (L, V) whether that token belongs to two types; ``type_member``
-    (d_vocab, L) whether token t is one of type l's values; ``live_attr_ids`` the sorted
+    Value tables (module docstring): ``value_ids`` (n_types, V) token of a type's value slot;
+    ``shared_slots`` (n_types, V) whether that token belongs to two types; ``type_member``
+    (d_vocab, n_types) whether a token is one of a type's values; ``live_attr_ids`` the sorted
     attribute tokens that belong to some type (all of ``attr_ids`` by default; the variant's
     dead tokens are left out)."""
 
     def __init__(self, cfg: CRTaskConfig, seed: int = 0):
         self.cfg = cfg
         self.seed = int(seed)
-        M, G, L, V = cfg.n_subjects, cfg.n_grammar, cfg.n_types, cfg.n_values
+        M, G, n_types, V = cfg.n_subjects, cfg.n_grammar, cfg.n_types, cfg.n_values
         self.subject_base = 3
         self.grammar_base = 3 + M
         self.attr_base = 3 + M + G
         names = ["[PAD]", "[BOS]", "[SEP]"] + [f"S{i}" for i in range(M)] + \
-            [f"G{i}" for i in range(G)] + [f"A{l}_{v}" for l in range(L) for v in range(V)]
+            [f"G{i}" for i in range(G)] + \
+            [f"A{typ}_{v}" for typ in range(n_types) for v in range(V)]
         self.vocab = Vocab(names)
         self.subject_ids = np.arange(self.subject_base, self.subject_base + M)
         self.grammar_ids = np.arange(self.grammar_base, self.grammar_base + G)
-        self.attr_ids = np.arange(self.attr_base, self.attr_base + L * V)
+        self.attr_ids = np.arange(self.attr_base, self.attr_base + n_types * V)
 
         kb_rng = np.random.default_rng([self.seed, 0xCB0])
-        self.kb = kb_rng.integers(0, V, size=(M, L))  # (M, L) value slot
+        self.kb = kb_rng.integers(0, V, size=(M, n_types))  # (M, n_types) value slot
         self.value_ids, self.shared_slots = _value_table(cfg, self.seed, self.attr_base)
-        self.type_member = np.zeros((len(self.vocab), L), dtype=bool)
-        self.type_member[self.value_ids, np.arange(L)[:, None]] = True
+        self.type_member = np.zeros((len(self.vocab), n_types), dtype=bool)
+        self.type_member[self.value_ids, np.arange(n_types)[:, None]] = True
         self.live_attr_ids = np.unique(self.value_ids)
         self._n_types_of = self.type_member.sum(1)  # (d_vocab,) types a token belongs to
         self._first_type = np.where(self._n_types_of > 0, self.type_member.argmax(1), -1)
         ch_rng = np.random.default_rng([self.seed, 0xC4A1])
         q_init = _dirichlet(ch_rng, cfg.shared_alpha, (G,))
         q_trans = _dirichlet(ch_rng, cfg.shared_alpha, (G, G))
-        r_init = _dirichlet(ch_rng, cfg.dirichlet_alpha, (L, G))
-        r_trans = _dirichlet(ch_rng, cfg.dirichlet_alpha, (L, G, G))
+        r_init = _dirichlet(ch_rng, cfg.dirichlet_alpha, (n_types, G))
+        r_trans = _dirichlet(ch_rng, cfg.dirichlet_alpha, (n_types, G, G))
         lam = float(cfg.lam)
         self.shared_init, self.shared_trans = q_init, q_trans
-        self.type_init = (1 - lam) * q_init[None] + lam * r_init  # (L, G)
-        self.type_trans = (1 - lam) * q_trans[None] + lam * r_trans  # (L, G, G)
+        self.type_init = (1 - lam) * q_init[None] + lam * r_init  # (n_types, G)
+        self.type_trans = (1 - lam) * q_trans[None] + lam * r_trans  # (n_types, G, G)
         sp_rng = np.random.default_rng([self.seed, 0x5B1])
         perm = sp_rng.permutation(M)
         n_ft, _ = cfg.split_sizes()
@@ -266,9 +267,9 @@ class CRTask:
     def grammar_id(self, g):
         return np.asarray(g) + self.grammar_base
 
-    def attr_id(self, l, v):
-        """Token id of type l's value slot v, ``value_ids[l, v]`` (vectorised, broadcast)."""
-        return self.value_ids[np.asarray(l), np.asarray(v)]
+    def attr_id(self, typ, v):
+        """Token id of type typ's value slot v, ``value_ids[typ, v]`` (vectorised, broadcast)."""
+        return self.value_ids[np.asarray(typ), np.asarray(v)]
 
     def attr_type_of_id(self, ids):
         """Per token id (vectorised; numpy or torch): the type it belongs to when it belongs
@@ -286,25 +287,25 @@ class CRTask:
     def has_type(self, ids, types) -> np.ndarray:
         """Whether each token id is one of the values of the matching type (``ids`` and
         ``types`` broadcast; numpy or torch): ``type_member[ids, types]``, False for ids
-        outside the vocabulary, non-attribute and dead ids, and types outside [0, L)."""
+        outside the vocabulary, non-attribute and dead ids, and types outside [0, n_types)."""
         ids, types = np.broadcast_arrays(_as_numpy(ids), _as_numpy(types))
         ok = (ids >= 0) & (ids < self.d_vocab) & (types >= 0) & (types < self.cfg.n_types)
         return ok & self.type_member[np.where(ok, ids, 0), np.where(ok, types, 0)]
 
-    def answer_id(self, s, l):
-        """Token id of subject s's attribute of type l (vectorised)."""
-        s, l = np.asarray(s), np.asarray(l)
-        return self.attr_id(l, self.kb[s, l])
+    def answer_id(self, s, typ):
+        """Token id of subject s's attribute of type typ (vectorised)."""
+        s, typ = np.asarray(s), np.asarray(typ)
+        return self.attr_id(typ, self.kb[s, typ])
 
     # -- grammar statistics --------------------------------------------------------------------
     def separation(self) -> dict[str, float]:
         """Mean pairwise total-variation distance between the types' transition rows (and
         initial distributions). 0 when ``lam = 0``."""
-        L = self.cfg.n_types
-        if L < 2:
+        n_types = self.cfg.n_types
+        if n_types < 2:
             return {"tv_transition": 0.0, "tv_initial": 0.0}
         tv_t, tv_i = [], []
-        for a, b in itertools.combinations(range(L), 2):
+        for a, b in itertools.combinations(range(n_types), 2):
             tv_t.append(0.5 * np.abs(self.type_trans[a] - self.type_trans[b]).sum(-1).mean())
             tv_i.append(0.5 * np.abs(self.type_init[a] - self.type_init[b]).sum())
         return {"tv_transition": float(np.mean(tv_t)), "tv_initial": float(np.mean(tv_i))}
@@ -316,24 +317,24 @@ class CRTask:
         enumeration when G**k is small, Monte Carlo (fixed seed) otherwise."""
         lo = self.cfg.grammar_len_min if len_min is None else len_min
         hi = self.cfg.grammar_len_max if len_max is None else len_max
-        G, L = self.cfg.n_grammar, self.cfg.n_types
+        G, n_types = self.cfg.n_grammar, self.cfg.n_types
         vals = []
         for k in range(lo, hi + 1):
             if k == 0:
-                vals.append(1.0 / L)
-            elif G ** k <= 2_000_000 // max(L, 1):
-                p = self.type_init.T.copy()  # (N=G, L): joint prob of the run per type
+                vals.append(1.0 / n_types)
+            elif G ** k <= 2_000_000 // max(n_types, 1):
+                p = self.type_init.T.copy()  # (N=G, n_types): joint prob of the run per type
                 last = np.arange(G)
                 for _ in range(k - 1):
-                    step = self.type_trans[:, last, :].transpose(1, 2, 0)  # (N, G, L)
-                    p = (p[:, None, :] * step).reshape(-1, L)
+                    step = self.type_trans[:, last, :].transpose(1, 2, 0)  # (N, G, n_types)
+                    p = (p[:, None, :] * step).reshape(-1, n_types)
                     last = np.tile(np.arange(G), len(last))
-                vals.append(float(p.max(-1).sum() / L))
+                vals.append(float(p.max(-1).sum() / n_types))
             else:
                 rng = np.random.default_rng([self.seed, 0xBA7E5, k])
-                types = rng.integers(L, size=n_mc)
+                types = rng.integers(n_types, size=n_mc)
                 g = self._grammar_runs(rng, np.full(n_mc, k), types, k, "type")
-                logp = np.log(self.type_init[:, g[:, 0]] + 1e-300)  # (L, N)
+                logp = np.log(self.type_init[:, g[:, 0]] + 1e-300)  # (n_types, N)
                 for j in range(1, k):
                     logp += np.log(self.type_trans[:, g[:, j - 1], g[:, j]] + 1e-300)
                 vals.append(float((logp.argmax(0) == types).mean()))

@@ -56,12 +56,12 @@ def _distinct_draws(rng: np.random.Generator, n: int, K: int, N: int) -> np.ndar
 
 
 
-def _round_robin(L: int) -> list[list[tuple[int, int | None]]]:
-    """Circle-method round-robin over ``L`` types: a list of rounds, each a perfect matching
-    given as pairs ``(a, b)`` with ``a < b``, or ``(a, None)`` for the type matched with the
-    dummy added when ``L`` is odd. L - 1 rounds for even L, L for odd L; every pair of types
-    meets in exactly one round."""
-    players: list[int | None] = list(range(L)) + ([None] if L % 2 else [])
+def _round_robin(n_types: int) -> list[list[tuple[int, int | None]]]:
+    """Circle-method round-robin over ``n_types`` types: a list of rounds, each a perfect
+    matching given as pairs ``(a, b)`` with ``a < b``, or ``(a, None)`` for the type matched
+    with the dummy added when ``n_types`` is odd. n_types - 1 rounds when it is even, n_types
+    when it is odd; every pair of types meets in exactly one round."""
+    players: list[int | None] = list(range(n_types)) + ([None] if n_types % 2 else [])
     n = len(players)
     rounds = []
     for r in range(n - 1):
@@ -78,17 +78,18 @@ def _round_robin(L: int) -> list[list[tuple[int, int | None]]]:
 
 
 def _value_table(cfg: CRTaskConfig, seed: int, attr_base: int) -> tuple[np.ndarray, np.ndarray]:
-    """(value_ids, shared): the (L, V) token id of every type's value slot and whether that
+    """(value_ids, shared): the (n_types, V) token id of every type's value slot and whether that
     slot's token is shared with another type (module docstring, shared-token variant)."""
-    L, V = cfg.n_types, cfg.n_values
-    ids = attr_base + np.arange(L)[:, None] * V + np.arange(V)[None, :]
-    shared = np.zeros((L, V), dtype=bool)
+    n_types, V = cfg.n_types, cfg.n_values
+    ids = attr_base + np.arange(n_types)[:, None] * V + np.arange(V)[None, :]
+    shared = np.zeros((n_types, V), dtype=bool)
     n_sh = cfg.n_shared_slots
-    if n_sh == 0 or L < 2:
+    if n_sh == 0 or n_types < 2:
         return ids, shared
     rng = np.random.default_rng([int(seed), 0x5A7])
-    perm = np.stack([rng.permutation(V) for _ in range(L)])  # perm[l, j]: l's j-th shared slot
-    rounds = _round_robin(L)
+    # perm[typ, j]: the j-th shared slot of type typ
+    perm = np.stack([rng.permutation(V) for _ in range(n_types)])
+    rounds = _round_robin(n_types)
     for j in range(n_sh):
         for a, b in rounds[j % len(rounds)]:
             if b is None:
@@ -131,24 +132,24 @@ def ideal_type_accuracy(task: CRTask, K: int, n: int = 20000, seed: int = 0,
     task.check_demos(K, subjects)
     check_range("n (ideal reader prompts)", n, 1, 100_000_000, integer=True)
     check_choice("reader", reader, ["generative", "kb"])
-    L, N = c.n_types, len(subjects)
+    n_types, N = c.n_types, len(subjects)
     live = task.live_attr_ids
-    ans = np.searchsorted(live, task.answer_id(subjects[:, None], np.arange(L)[None, :]))
-    counts = np.zeros((L, len(live)), dtype=np.int64)  # c_l(a) over the subjects used
-    np.add.at(counts, (np.broadcast_to(np.arange(L), ans.shape), ans), 1)
+    ans = np.searchsorted(live, task.answer_id(subjects[:, None], np.arange(n_types)[None, :]))
+    counts = np.zeros((n_types, len(live)), dtype=np.int64)  # c_l(a) over the subjects used
+    np.add.at(counts, (np.broadcast_to(np.arange(n_types), ans.shape), ans), 1)
     rng = np.random.default_rng([task.seed, 0x1DEA, int(seed), int(K)])
-    types = rng.integers(L, size=n)
+    types = rng.integers(n_types, size=n)
     idx = _distinct_draws(rng, n, K, N)  # (n, K) positions in ``subjects``
     toks = ans[idx, types[:, None]]  # (n, K) demo tokens (indices into ``live``)
     if reader == "generative":  # membership only: the types every demo token belongs to
-        counts = task.type_member[live].T.astype(np.int64)  # (L, n_live)
+        counts = task.type_member[live].T.astype(np.int64)  # (n_types, n_live)
         m = np.zeros(toks.shape, dtype=np.int64)
     else:
         earlier = np.tril(np.ones((K, K), dtype=bool), -1)
         m = ((toks[:, :, None] == toks[:, None, :]) & earlier).sum(-1)  # (n, K)
-    left = counts[:, toks] - m[None]  # (L, n, K) tokens of each type still available
+    left = counts[:, toks] - m[None]  # (n_types, n, K) tokens of each type still available
     with np.errstate(divide="ignore"):
-        logp = np.log(np.maximum(left, 0)).sum(-1)  # (L, n)
+        logp = np.log(np.maximum(left, 0)).sum(-1)  # (n_types, n)
     top = logp >= logp.max(0, keepdims=True) - 1e-9
     hit = top[types, np.arange(n)]
     return float((hit / top.sum(0)).mean())

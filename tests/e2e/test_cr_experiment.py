@@ -151,11 +151,11 @@ def test_tiny_end_to_end(tmp_path):
 
     r = evaluate_icl(model, task, 5, task.heldout_subjects, 2, 128)
     assert r["exact"] == pytest.approx(c2["heldout_icl_exact"], abs=0.2)
-    # without the task records, re-running resumes CR-1..3 from the checkpoints (finished
+    # without the job records, re-running resumes CR-1..3 from the checkpoints (finished
     # phases are not trained again) and reproduces the numbers
     import shutil
 
-    shutil.rmtree(tmp_path / "tasks")
+    shutil.rmtree(tmp_path / "jobs")
     again = Summary("cr", "quick", [0])
     cr.reproduce(cfg, tmp_path, [0], again)
     a2 = again.claims["CR-2"].per_seed["0"]["heldout_icl_exact"]

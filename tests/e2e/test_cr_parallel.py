@@ -1,5 +1,5 @@
-"""The CR reproduction as tasks: the plan (names, dependencies, picklable inputs), a rerun that
-skips every task, a failed task reported by name with its dependents not run, and (slow: local
+"""The CR reproduction as jobs: the plan (names, dependencies, picklable inputs), a rerun that
+skips every job, a failed job reported by name with its dependents not run, and (slow: local
 Ray) the same summary with one worker and with two."""
 
 import json
@@ -12,10 +12,10 @@ from helpers import CR_TINY, comparable_summary
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import apply_overrides, to_dict
 from mechinterp_icr.experiments import cr
-from mechinterp_icr.jobs import Task, TaskFailed, run_tasks
+from mechinterp_icr.jobs import Job, JobFailed, run_jobs
 
 # CR_TINY made smaller still (only determinism matters here), with a two-point lam sweep so
-# that every kind of task is in the plan
+# that every kind of job is in the plan
 FAST = CR_TINY + [
     "pretrain.steps=120", "finetune.steps=30", "allweights_arm=false", "sweep_seeds=2",
     "taskvec.lams=[0,0.9]",  # lam runs on the main config; lam 0.9 reuses the main run
@@ -52,8 +52,8 @@ def serial(tmp_path_factory):
 
 def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
     cfg = cr.profile("quick")
-    tasks = cr.plan(cfg, tmp_path, [0, 1, 2])
-    after = {t.name: t.after for t in tasks}
+    jobs = cr.plan(cfg, tmp_path, [0, 1, 2])
+    after = {t.name: t.after for t in jobs}
     for s in (0, 1, 2):
         assert after[f"seed{s}/train"] == ()
         assert after[f"seed{s}/cascade"] == ()  # needs the task only: starts at once
@@ -67,7 +67,7 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
         assert after[f"cr4-lam/0/seed{s}"] == ()
     assert after["views"] == ("seed0/train",)
     assert not any(n.startswith("sweep/default") for n in after)  # the main ft-iclgrm branch
-    for t in tasks:  # Ray ships the function by reference and the inputs by pickle
+    for t in jobs:  # Ray ships the function by reference and the inputs by pickle
         assert t.fn.__module__.startswith("mechinterp_icr.experiments.cr.")
         assert pickle.loads(pickle.dumps(t.kwargs)) == t.kwargs
     # settings that share a pretraining run after the first of them, which pretrains it
@@ -78,7 +78,7 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
     assert paper["sweep/type-chain-grammar/seed0"] == ("seed0/train",)
 
 
-def test_pooled_plan_names_every_task_by_its_target(tmp_path):
+def test_pooled_plan_names_every_job_by_its_target(tmp_path):
     from mechinterp_icr.experiments import ir
     from mechinterp_icr.runner import pooled_plan
 
@@ -108,14 +108,14 @@ def test_one_pool_reads_and_writes_the_records_of_reproduce(serial, capfd):
         (out / "summary.json").write_text(kept)
     err = capfd.readouterr().err
     n = len(cr.plan(_cfg(), out, SEEDS))
-    assert f"{n} of {n} already done" in err and "[task]" not in err
-    assert again["tables"]["cr: code revision of each task result"][0]["tasks"] == n
+    assert f"{n} of {n} already done" in err and "[job]" not in err
+    assert again["tables"]["cr: code revision of each job result"][0]["jobs"] == n
     assert comparable(again, out)["claims"] == comparable(first, out)["claims"]
 
 
-def test_rerun_skips_every_task(serial, capfd):
+def test_rerun_skips_every_job(serial, capfd):
     out, first = serial
-    records = sorted((out / "tasks" / "cr").rglob("*.json"))
+    records = sorted((out / "jobs" / "cr").rglob("*.json"))
     ckpts = sorted((out / "runs").rglob("*.safetensors"))
     assert len(records) > 10 and ckpts
     before = {p: p.stat().st_mtime_ns for p in records + ckpts}
@@ -123,10 +123,10 @@ def test_rerun_skips_every_task(serial, capfd):
     again = _reproduce(out)
     err = capfd.readouterr().err
     n = len(cr.plan(_cfg(), out, SEEDS))
-    assert f"{n} of {n} already done" in err and "[task]" not in err
+    assert f"{n} of {n} already done" in err and "[job]" not in err
     assert {p: p.stat().st_mtime_ns for p in records + ckpts} == before  # nothing written
     assert comparable(again, out) == comparable(first, out)
-    # the summary is a function of the records: the per-stage task times are summed in
+    # the summary is a function of the records: the per-stage job times are summed in
     assert again["timings_s"]["pretrain"] == pytest.approx(first["timings_s"]["pretrain"])
 
 
@@ -134,26 +134,26 @@ def _broken(**kwargs):
     raise RuntimeError("disk on fire")
 
 
-def test_failed_task_is_named_and_its_dependents_do_not_run(tmp_path):
+def test_failed_job_is_named_and_its_dependents_do_not_run(tmp_path):
     torch.set_num_threads(1)
     cfg = apply_overrides(_cfg(), ["sweep_seeds=1"])
-    tasks = [Task(t.name, _broken, t.kwargs, t.after) if t.name == "seed0/train" else t
-             for t in cr.plan(cfg, tmp_path, [0])]
+    jobs = [Job(t.name, _broken, t.kwargs, t.after) if t.name == "seed0/train" else t
+            for t in cr.plan(cfg, tmp_path, [0])]
     logged = []
-    with pytest.raises(TaskFailed) as e:
-        run_tasks(tasks, tmp_path / "tasks" / "cr", workers=1, log=logged.append)
+    with pytest.raises(JobFailed) as e:
+        run_jobs(jobs, tmp_path / "jobs" / "cr", workers=1, log=logged.append)
     failures = e.value.failures
     assert "disk on fire" in failures["seed0/train"]
     assert "seed0/train: RuntimeError: disk on fire" in str(e.value)
-    dependents = {t.name for t in tasks if "seed0/train" in t.after}
+    dependents = {t.name for t in jobs if "seed0/train" in t.after}
     # (the main lam's run is the main run: cr4-lam/0.9 waits for the seed's training)
     assert dependents == {"seed0/cr4", "seed0/mechanism", "sweep/type-chain/seed0", "views",
                           "cr4-lam/0.9/seed0"}
     assert set(failures) == {"seed0/train"} | dependents
-    assert "[task] seed0/cr4: not run (a task it depends on failed)" in logged
-    # the tasks that do not need the seed's training finished and kept their records
+    assert "[job] seed0/cr4: not run (a job it depends on failed)" in logged
+    # the jobs that do not need the seed's training finished and kept their records
     for name in ("sweep/sga/seed0", "seed0/cascade", "cr4-lam/0/seed0"):
-        assert (tmp_path / "tasks" / "cr" / f"{name}.json").exists(), name
+        assert (tmp_path / "jobs" / "cr" / f"{name}.json").exists(), name
     assert not (tmp_path / "runs" / "cr" / "seed0").exists()
 
 

@@ -1,5 +1,5 @@
-"""The IR reproduction as tasks: the plan (names, dependencies, picklable inputs), the same
-summary whatever order the tasks run in, a rerun that skips every task, a failed task
+"""The IR reproduction as jobs: the plan (names, dependencies, picklable inputs), the same
+summary whatever order the jobs run in, a rerun that skips every job, a failed job
 reported by name with its dependents not run, and (slow: local Ray) the same summary with one
 worker and with two."""
 
@@ -15,9 +15,9 @@ from mechinterp_icr.config import apply_overrides, to_dict
 from mechinterp_icr.experiments import ir
 from mechinterp_icr.experiments.ir.controls import OW_RUNS
 from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
-from mechinterp_icr.jobs import Task, TaskFailed, run_tasks
+from mechinterp_icr.jobs import Job, JobFailed, run_jobs
 
-# the tiny IR overrides with two gap settings, so every kind of task is in the plan twice
+# the tiny IR overrides with two gap settings, so every kind of job is in the plan twice
 TINY = [k if not k.startswith("gap_n=") else "gap_n=[16,32]" for k in IR_TINY]
 SEEDS = [0, 1]
 
@@ -54,8 +54,8 @@ def serial(tmp_path_factory):
 
 def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_path):
     cfg = ir.profile("quick")
-    tasks = ir.plan(cfg, tmp_path, [0, 1, 2])
-    after = {t.name: t.after for t in tasks}
+    jobs = ir.plan(cfg, tmp_path, [0, 1, 2])
+    after = {t.name: t.after for t in jobs}
     for s in (0, 1, 2):
         for stage in ("main", "ir8_tok", "ir6_memory", "induction", "k3"):
             assert after[f"seed{s}/{stage}"] == ()
@@ -70,32 +70,32 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
     assert ht == [f"seed0/ht/{r}" for r in HOOKED_RUNS] + [
         f"seed0/ht_overwrite/{r}" for r in OW_RUNS]
     assert after["seed0/ht_overwrite/ht_raw_qk_pgd"] == ("seed0/ht/ht_raw_qk_pgd",)
-    assert len(tasks) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sample_complexity.n)) + 10
+    assert len(jobs) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sample_complexity.n)) + 10
     paper = {t.name for t in ir.plan(ir.profile("paper"), tmp_path, [3, 4, 5, 6])}
     assert {n for n in paper if n.startswith("sample/n128/")} == {
         "sample/n128/seed3", "sample/n128/seed4", "sample/n128/seed5", "sample/n128/seed6"}
-    for t in tasks:  # Ray ships the function by reference and the inputs by pickle
-        assert t.fn.__module__ == "mechinterp_icr.experiments.ir.units"
+    for t in jobs:  # Ray ships the function by reference and the inputs by pickle
+        assert t.fn.__module__ == "mechinterp_icr.experiments.ir.jobs"
         assert pickle.loads(pickle.dumps(t.kwargs)) == t.kwargs
 
 
-def test_task_order_does_not_change_the_summary(serial, tmp_path):
+def test_job_order_does_not_change_the_summary(serial, tmp_path):
     """The plan run backwards in one process (later seeds first, dependents as soon as they
-    can) gives the same summary: nothing a task computes depends on what ran before it."""
+    can) gives the same summary: nothing a job computes depends on what ran before it."""
     out, first = serial
     cfg = _cfg()
-    tasks = ir.plan(cfg, tmp_path, SEEDS)[::-1]
-    records = run_tasks(tasks, tmp_path / "tasks" / "ir", workers=1, log=lambda m: None)
-    assert list(records) == [t.name for t in tasks]
+    jobs = ir.plan(cfg, tmp_path, SEEDS)[::-1]
+    records = run_jobs(jobs, tmp_path / "jobs" / "ir", workers=1, log=lambda m: None)
+    assert list(records) == [t.name for t in jobs]
     s = _summary(cfg)
     ir.summarise(cfg, tmp_path, SEEDS, records, s)
     again = json.loads((tmp_path / "summary.json").read_text())
     assert comparable(again, tmp_path) == comparable(first, out)
 
 
-def test_rerun_skips_every_task(serial, capfd):
+def test_rerun_skips_every_job(serial, capfd):
     out, first = serial
-    records = sorted((out / "tasks" / "ir").rglob("*.json"))
+    records = sorted((out / "jobs" / "ir").rglob("*.json"))
     runs = sorted(p for p in (out / "runs").rglob("*") if p.is_file())
     assert len(records) == len(ir.plan(_cfg(), out, SEEDS)) and runs
     before = {p: p.stat().st_mtime_ns for p in records + runs}
@@ -103,7 +103,7 @@ def test_rerun_skips_every_task(serial, capfd):
     again = _reproduce(out)
     err = capfd.readouterr().err
     n = len(records)
-    assert f"{n} of {n} already done" in err and "[task]" not in err
+    assert f"{n} of {n} already done" in err and "[job]" not in err
     assert {p: p.stat().st_mtime_ns for p in records + runs} == before  # nothing written
     # the summary is a function of the records, the qk run's numbers included
     assert again["claims"] == first["claims"] and again["tables"] == first["tables"]
@@ -115,22 +115,22 @@ def _broken(**kwargs):
     raise RuntimeError("memory on fire")
 
 
-def test_failed_task_is_named_and_its_dependents_do_not_run(tmp_path):
+def test_failed_job_is_named_and_its_dependents_do_not_run(tmp_path):
     torch.set_num_threads(1)
     keep = {"seed0/ir6_memory", "seed0/ir6", "seed0/k3", "gap/n16/seed0"}
-    tasks = [Task(t.name, _broken, t.kwargs, t.after) if t.name == "seed0/ir6_memory" else t
-             for t in ir.plan(_cfg(), tmp_path, [0]) if t.name in keep]
+    jobs = [Job(t.name, _broken, t.kwargs, t.after) if t.name == "seed0/ir6_memory" else t
+            for t in ir.plan(_cfg(), tmp_path, [0]) if t.name in keep]
     logged = []
-    with pytest.raises(TaskFailed) as e:
-        run_tasks(tasks, tmp_path / "tasks" / "ir", workers=1, log=logged.append)
+    with pytest.raises(JobFailed) as e:
+        run_jobs(jobs, tmp_path / "jobs" / "ir", workers=1, log=logged.append)
     failures = e.value.failures
     assert set(failures) == {"seed0/ir6_memory", "seed0/ir6"}
     assert "memory on fire" in failures["seed0/ir6_memory"]
     assert "seed0/ir6_memory: RuntimeError: memory on fire" in str(e.value)
-    assert "[task] seed0/ir6: not run (a task it depends on failed)" in logged
-    # the tasks that do not need the memory finished and kept their records
+    assert "[job] seed0/ir6: not run (a job it depends on failed)" in logged
+    # the jobs that do not need the memory finished and kept their records
     for name in ("seed0/k3", "gap/n16/seed0"):
-        assert (tmp_path / "tasks" / "ir" / f"{name}.json").exists(), name
+        assert (tmp_path / "jobs" / "ir" / f"{name}.json").exists(), name
     assert not (tmp_path / "runs" / "ir" / "seed0" / "ir6_memory.safetensors").exists()
 
 

@@ -295,7 +295,7 @@ def test_pretrained_memory_reaches_the_planted_collision_ceiling_and_round_trips
     written as safetensors + JSON and read back bit-identical, without pickle."""
     from mechinterp_icr.experiments.ir import profile
     from mechinterp_icr.experiments.ir.config import model_spec, task_config
-    from mechinterp_icr.experiments.ir.units import load_memory, save_memory
+    from mechinterp_icr.experiments.ir.jobs import load_memory, save_memory
 
     cfg = profile("quick")  # the registered pretraining (step size, batch, schedule)
     task = task_config(cfg, 16).build(0)
@@ -325,7 +325,7 @@ def test_a_broken_or_foreign_memory_file_is_refused_with_its_name(tmp_path):
     sidecar's hash, a truncated or missing file each raise MemoryFileError naming the file."""
     import json
 
-    from mechinterp_icr.experiments.ir.units import MemoryFileError, load_memory, save_memory
+    from mechinterp_icr.experiments.ir.jobs import MemoryFileError, load_memory, save_memory
     from mechinterp_icr.models.ir import Memory
 
     g = torch.Generator().manual_seed(0)

@@ -58,3 +58,14 @@ def test_one_target_only(monkeypatch):
     b = {**a, "claims": {**a["claims"], "CR-1": {"mean": 2}}}
     assert mod.compare(a, b, target="ir") == []
     assert mod.compare(a, b, target="cr") == ["claims.CR-1.mean: 1 -> 2"]
+
+
+def test_code_revision_tables_are_skipped_under_the_old_and_the_new_name(monkeypatch):
+    """Summaries written before jobs were called jobs name the table "... each task result":
+    compared with one written after ("... each job result"), neither is a difference."""
+    mod = load_repo_script("scripts/compare_summaries.py", monkeypatch)
+    old = _summary()
+    old["tables"]["ir: code revision of each task result"] = [{"code": "abc", "tasks": 3}]
+    new = _summary()
+    new["tables"]["ir: code revision of each job result"] = [{"code": "def", "jobs": 3}]
+    assert mod.compare(old, new) == []

@@ -1,11 +1,11 @@
-"""The task engine (mechinterp_icr.jobs): dependency order, records, resume, failures."""
+"""The job engine (mechinterp_icr.jobs): dependency order, records, resume, failures."""
 
 import json
 
 import pytest
 
 from mechinterp_icr.config import ConfigError
-from mechinterp_icr.jobs import Task, TaskFailed, record_path, run_tasks
+from mechinterp_icr.jobs import Job, JobFailed, record_path, run_jobs
 
 CALLS: list[str] = []
 
@@ -21,15 +21,15 @@ def boom(tag: str) -> dict:
 
 
 def plan():
-    return [Task("a", square, {"x": 2, "tag": "a"}),
-            Task("b", square, {"x": 3, "tag": "b"}, after=("a",)),
-            Task("sub/c", square, {"x": 4, "tag": "c"})]
+    return [Job("a", square, {"x": 2, "tag": "a"}),
+            Job("b", square, {"x": 3, "tag": "b"}, after=("a",)),
+            Job("sub/c", square, {"x": 4, "tag": "c"})]
 
 
 def test_runs_in_dependency_order_and_stores_records(tmp_path):
     CALLS.clear()
-    tasks = [plan()[1], plan()[0], plan()[2]]  # b listed before the task it depends on
-    out = run_tasks(tasks, tmp_path, workers=1, log=lambda m: None)
+    jobs = [plan()[1], plan()[0], plan()[2]]  # b listed before the job it depends on
+    out = run_jobs(jobs, tmp_path, workers=1, log=lambda m: None)
     assert CALLS.index("a") < CALLS.index("b")
     assert list(out) == ["b", "a", "sub/c"]  # plan order
     assert out["sub/c"] == {"x": 4, "y": 16}
@@ -37,28 +37,28 @@ def test_runs_in_dependency_order_and_stores_records(tmp_path):
     assert stored["record"] == {"x": 4, "y": 16} and stored["name"] == "sub/c"
 
 
-def test_rerun_skips_done_tasks_and_reruns_damaged_records(tmp_path):
+def test_rerun_skips_done_jobs_and_reruns_damaged_records(tmp_path):
     CALLS.clear()
-    run_tasks(plan(), tmp_path, log=lambda m: None)
+    run_jobs(plan(), tmp_path, log=lambda m: None)
     CALLS.clear()
     msgs = []
-    again = run_tasks(plan(), tmp_path, log=msgs.append)
+    again = run_jobs(plan(), tmp_path, log=msgs.append)
     assert CALLS == [] and again["b"] == {"x": 3, "y": 9}
     assert any("3 of 3 already done" in m for m in msgs)
     record_path(tmp_path, "a").write_text("{trunc")
     CALLS.clear()
-    run_tasks(plan(), tmp_path, log=lambda m: None)
+    run_jobs(plan(), tmp_path, log=lambda m: None)
     assert CALLS == ["a"]
 
 
 def test_failure_is_reported_by_name_dependents_skipped_others_run(tmp_path):
     CALLS.clear()
-    tasks = [Task("bad", boom, {"tag": "bad"}),
-             Task("needs-bad", square, {"x": 1, "tag": "needs"}, after=("bad",)),
-             Task("independent", square, {"x": 5, "tag": "ind"})]
+    jobs = [Job("bad", boom, {"tag": "bad"}),
+            Job("needs-bad", square, {"x": 1, "tag": "needs"}, after=("bad",)),
+            Job("independent", square, {"x": 5, "tag": "ind"})]
     msgs = []
-    with pytest.raises(TaskFailed) as e:
-        run_tasks(tasks, tmp_path, log=msgs.append)
+    with pytest.raises(JobFailed) as e:
+        run_jobs(jobs, tmp_path, log=msgs.append)
     assert set(e.value.failures) == {"bad", "needs-bad"}
     assert "broken input bad" in str(e.value)
     assert "needs" not in CALLS and "ind" in CALLS
@@ -66,48 +66,48 @@ def test_failure_is_reported_by_name_dependents_skipped_others_run(tmp_path):
     assert not record_path(tmp_path, "bad").exists()
     # once the input is fixed, a rerun runs only what did not finish
     CALLS.clear()
-    fixed = [Task("bad", square, {"x": 0, "tag": "bad"}), tasks[1], tasks[2]]
-    run_tasks(fixed, tmp_path, log=lambda m: None)
+    fixed = [Job("bad", square, {"x": 0, "tag": "bad"}), jobs[1], jobs[2]]
+    run_jobs(fixed, tmp_path, log=lambda m: None)
     assert CALLS == ["bad", "needs"]
 
 
-@pytest.mark.parametrize("tasks,needle", [
-    ([Task("a", square, {"x": 1, "tag": "a"}), Task("a", square, {"x": 1, "tag": "a"})],
-     "unique task names"),
-    ([Task("a", square, {"x": 1, "tag": "a"}, after=("zz",))], "zz"),
+@pytest.mark.parametrize("jobs,needle", [
+    ([Job("a", square, {"x": 1, "tag": "a"}), Job("a", square, {"x": 1, "tag": "a"})],
+     "unique job names"),
+    ([Job("a", square, {"x": 1, "tag": "a"}, after=("zz",))], "zz"),
 ])
-def test_bad_plans_are_refused_before_any_work(tmp_path, tasks, needle):
+def test_bad_plans_are_refused_before_any_work(tmp_path, jobs, needle):
     CALLS.clear()
     with pytest.raises(ConfigError, match=needle):
-        run_tasks(tasks, tmp_path, log=lambda m: None)
+        run_jobs(jobs, tmp_path, log=lambda m: None)
     assert CALLS == []
 
 
 @pytest.mark.parametrize("name", ["", "../x", "/abs", "a;b"])
-def test_task_names_are_relative_paths(name):
-    with pytest.raises(ConfigError, match="task.name"):
-        Task(name, square)
+def test_job_names_are_relative_paths(name):
+    with pytest.raises(ConfigError, match="job.name"):
+        Job(name, square)
 
 
 def test_changed_inputs_rerun_instead_of_reusing_a_stale_record(tmp_path):
     CALLS.clear()
-    run_tasks([Task("a", square, {"x": 2, "tag": "a"})], tmp_path, log=lambda m: None)
-    out = run_tasks([Task("a", square, {"x": 5, "tag": "a"})], tmp_path, log=lambda m: None)
+    run_jobs([Job("a", square, {"x": 2, "tag": "a"})], tmp_path, log=lambda m: None)
+    out = run_jobs([Job("a", square, {"x": 5, "tag": "a"})], tmp_path, log=lambda m: None)
     assert out["a"] == {"x": 5, "y": 25} and CALLS == ["a", "a"]
 
 
 def test_status_lines_go_to_the_log(tmp_path):
     msgs = []
-    run_tasks(plan(), tmp_path, log=msgs.append)
+    run_jobs(plan(), tmp_path, log=msgs.append)
     assert sum("done in" in m for m in msgs) == 3
 
 
 def test_workers_must_be_positive(tmp_path):
     with pytest.raises(ConfigError, match="--workers"):
-        run_tasks(plan(), tmp_path, workers=0)
+        run_jobs(plan(), tmp_path, workers=0)
 
 
-def test_every_spelling_of_the_output_folder_gives_the_same_task_fingerprints(
+def test_every_spelling_of_the_output_folder_gives_the_same_job_fingerprints(
         tmp_path, monkeypatch):
     """A resumed `icr reproduce` finds its records whether --out is `out`, `./out`, the
     absolute path or a detour: the runner gives each folder one spelling before planning."""
@@ -140,15 +140,15 @@ def test_a_cluster_run_keeps_the_output_folder_as_given(tmp_path, monkeypatch):
 
     seen = []
 
-    def fake_run_tasks(tasks, records_dir, *a, **k):
+    def fake_run_jobs(jobs, records_dir, *a, **k):
         seen.append(records_dir)
         raise RuntimeError("stop")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(runner, "run_jobs", fake_run_jobs)
     cfg = runner.resolve_config("ir", "quick")
     for address in (None, "auto"):
         with pytest.raises(RuntimeError, match="stop"):
             runner.run_targets([("ir", cfg)], tmp_path / "out", [0], "quick",
                                ray_address=address)
-    assert seen == [Path("out") / "tasks", tmp_path / "out" / "tasks"]
+    assert seen == [Path("out") / "jobs", tmp_path / "out" / "jobs"]

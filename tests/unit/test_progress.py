@@ -1,14 +1,14 @@
-"""The progress of a run of tasks: done / total, the running tasks, and an ETA from the
-tasks' expected durations (an earlier run's records, else estimates by kind)."""
+"""The progress of a run of jobs: done / total, the running jobs, and an ETA from the
+jobs' expected durations (an earlier run's records, else estimates by kind)."""
 
 import io
 import json
 
-from mechinterp_icr.jobs import Progress, Task, expected_seconds, job_kind, record_path, run_tasks
+from mechinterp_icr.jobs import Job, Progress, expected_seconds, job_kind, record_path, run_jobs
 
 
-def _task(name):
-    return Task(name, print, {})
+def _job(name):
+    return Job(name, print, {})
 
 
 def _quick() -> dict:
@@ -18,23 +18,23 @@ def _quick() -> dict:
 def test_expected_durations_come_from_earlier_records_then_the_kind():
     assert job_kind("ir/sample/n128/seed3") == "ir/sample/n#/seed#"
     assert job_kind("cr/cr4-lam/0.3/seed1") == "cr/cr#-lam/#/seed#"
-    tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
-    assert set(expected_seconds(tasks, {}).values()) == {60.0}  # defaults
+    jobs = [_job(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
+    assert set(expected_seconds(jobs, {}).values()) == {60.0}  # defaults
 
 
 def test_expected_durations_read_stored_records(tmp_path):
-    tasks = [_task(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
-    exp = expected_seconds(tasks, {"a/seed0": 30.0})
+    jobs = [_job(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
+    exp = expected_seconds(jobs, {"a/seed0": 30.0})
     assert exp == {"a/seed0": 30.0, "a/seed1": 30.0, "b/seed0": 30.0}  # kind, then overall
-    # run_tasks reads an earlier run's record (other inputs) for its duration: the first
+    # run_jobs reads an earlier run's record (other inputs) for its duration: the first
     # log line's ETA is b/seed0's 30 s (a/seed1 now expected as long as a/seed0 took)
     p = record_path(tmp_path, "a/seed0")
     p.parent.mkdir(parents=True)
     p.write_text(json.dumps({"seconds": 30.0, "fingerprint": "other inputs", "record": {}}))
     lines = []
-    run_tasks([Task(n, _quick, {}) for n in ("a/seed0", "a/seed1", "b/seed0")], tmp_path,
-              log=lines.append)
-    assert lines[0].startswith("[task] a/seed0: done in") and lines[0].endswith(
+    run_jobs([Job(n, _quick, {}) for n in ("a/seed0", "a/seed1", "b/seed0")], tmp_path,
+             log=lines.append)
+    assert lines[0].startswith("[job] a/seed0: done in") and lines[0].endswith(
         "(1/3 done, 0 running, ETA 0m30s)")
 
 
@@ -42,8 +42,8 @@ def test_progress_status_and_eta_with_two_workers():
     now = [0.0]
     stream = io.StringIO()  # not a terminal: no line is drawn, the status rides on the log
     names = ["a/seed0", "a/seed1", "b/seed0"]
-    p = Progress([_task(n) for n in names], {"a/seed0": 100.0, "a/seed1": 100.0,
-                                             "b/seed0": 40.0}, 2, stream, lambda: now[0])
+    p = Progress([_job(n) for n in names], {"a/seed0": 100.0, "a/seed1": 100.0,
+                                            "b/seed0": 40.0}, 2, stream, lambda: now[0])
     assert p.status() == "0/3 done, 0 running, ETA 2m00s"  # 240 s of work over 2 workers
     p.start("a/seed0")
     p.start("b/seed0")
@@ -65,9 +65,9 @@ def test_progress_draws_one_line_on_a_terminal():
             return True
 
     stream = Tty()
-    p = Progress([_task("a/seed0")], {"a/seed0": 10.0}, 1, stream, lambda: 0.0)
+    p = Progress([_job("a/seed0")], {"a/seed0": 10.0}, 1, stream, lambda: 0.0)
     p.start("a/seed0")
-    assert stream.getvalue().startswith("\r[tasks] 0/1 done, 1 running")
+    assert stream.getvalue().startswith("\r[jobs] 0/1 done, 1 running")
     p.finish("a/seed0", 1.0)
     p.close()
-    assert stream.getvalue().endswith("\r")  # the line is cleared before the task's log line
+    assert stream.getvalue().endswith("\r")  # the line is cleared before the job's log line

@@ -133,7 +133,7 @@ def test_a_nan_or_missing_metric_on_one_seed_fails_the_rule(bad):
 
 
 def test_a_requested_seed_missing_from_per_seed_fails_the_rule():
-    """A seed whose task failed is not silently dropped (Summary passes its seeds)."""
+    """A seed whose job failed is not silently dropped (Summary passes its seeds)."""
     from mechinterp_icr.claims import Summary
 
     four = {s: GOOD[s] for s in SEEDS[:4]}

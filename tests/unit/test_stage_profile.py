@@ -1,4 +1,4 @@
-"""benchmarks/stage_profile.py: stage task-seconds and shares from a summary."""
+"""benchmarks/stage_profile.py: stage job-seconds and shares from a summary."""
 
 import json
 
@@ -8,8 +8,9 @@ from helpers import load_repo_script
 def test_stage_table_sorts_stages_and_leaves_bookkeeping_out(tmp_path, monkeypatch, capsys):
     mod = load_repo_script("benchmarks/stage_profile.py", monkeypatch)
     summary = {"timings_by_target": {
-        "cr": {"pretrain": 30.0, "total": 999.0, "tasks (wall, all targets)": 50.0},
-        "ir": {"IR-5": 60.0, "IR-1": 10.0}}}
+        "cr": {"pretrain": 30.0, "total": 999.0, "jobs (wall, all targets)": 50.0},
+        # the key's name in summaries written before jobs were called jobs
+        "ir": {"IR-5": 60.0, "IR-1": 10.0, "tasks (wall, all targets)": 50.0}}}
     rows = mod.stage_table(summary)
     assert [(r["target"], r["stage"]) for r in rows] == [("ir", "IR-5"), ("cr", "pretrain"),
                                                          ("ir", "IR-1")]

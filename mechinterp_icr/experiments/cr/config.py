@@ -461,7 +461,7 @@ def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
     finetune = TrainConfig(steps=ft_steps, batch_size=128, lr=1e-3, trainable="attention",
                            eval_every=0, checkpoint_schedule="log", checkpoint_dense_until=10,
                            checkpoint_every=max(1, ft_steps // 4), progress=False)
-    # torch threads are not a CR setting: the task engine sets them per worker (1 by default;
+    # torch threads are not a CR setting: the job engine sets them per worker (1 by default;
     # for models this small intra-op threading costs more CPU than it saves)
     return CRConfig(task=task, model=model, pretrain=pretrain, finetune=finetune, **kw)
 

@@ -133,5 +133,5 @@ def finetune_curves(points_by_seed: list[list[list]]) -> dict[tuple[str, str], d
 
 def to_record(obj: Any) -> Any:
     """``obj`` as plain JSON types (numpy scalars and arrays, tuples, paths converted): what a
-    task returns, so that a record read back from disk equals the one returned."""
+    job returns, so that a record read back from disk equals the one returned."""
     return json.loads(json.dumps(obj, default=json_default))

@@ -17,7 +17,7 @@
   (``experiments.cr.cascade.causal_arms``); the placebo (``interp.cascade.placebo_orders``).
 
 Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config; thresholds from
-the registry. In the reproduction each seed has two tasks: ``seed<N>/mechanism``
+the registry. In the reproduction each seed has two jobs: ``seed<N>/mechanism``
 (:func:`mechanism_seed`: CR-6 and the 2-layer roles, after ``seed<N>/train``) and
 ``seed<N>/cascade`` (:func:`cascade_seed`: CR-7 and CR-5 on the mechanism
 model; it needs only the seed's task, so it runs from the start). :func:`add_mechanism` turns
@@ -130,7 +130,7 @@ def construction_numbers(task, seed: int) -> dict:
 
 
 def mechanism_seed(run_path: Path, seed: int, mech: MechanismConfig) -> dict[str, Any]:
-    """Task ``seed<N>/mechanism``: CR-6 (:func:`construction_numbers` on the run's task) and
+    """Job ``seed<N>/mechanism``: CR-6 (:func:`construction_numbers` on the run's task) and
     CR-5 (:func:`head_roles` of the run). Record ``{cr6, cr5, timings}``."""
     rd = RunDir(run_path)
     rc = rd.read_config()
@@ -166,13 +166,13 @@ def mechanism_roles(model, pt_model, task, seed: int, n: int, score: str = "move
 
 def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pairs: int
                  ) -> dict[str, Any]:
-    """Task ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
+    """Job ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
     ``run_path``: one PT, one finetune per learning rate and, with ``ccfg.causal_arms``, the
     OV-preset and OV-frozen finetunes per lr of ``ccfg.ft_lrs``) on the task of ``task_cfg``
     and ``seed``, and CR-5 on the mechanism model finetuned at ``ccfg.ft_lr``
     (:func:`mechanism_roles`). Record ``{cr7, cr5_mech, timings}``; ``timings`` splits CR-7
     into the normal finetunes ("CR-7 cascade", with the PT) and the arms ("CR-7 causal arms",
-    0 without them). The placebo is its own task (:func:`placebo_seed`)."""
+    0 without them). The placebo is its own job (:func:`placebo_seed`)."""
     task = task_cfg.build(seed)
     t = time.perf_counter()
     cr7 = run_cascade(task, seed, ccfg, run_path, task_cfg)
@@ -192,7 +192,7 @@ def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pai
 
 
 def placebo_seed(task_cfg, seed: int, ccfg: CascadeConfig) -> dict[str, Any]:
-    """Task ``seed<N>/placebo``: CR-7's synthetic-schedule placebo
+    """Job ``seed<N>/placebo``: CR-7's synthetic-schedule placebo
     (``interp.cascade.placebo_orders``) on the task of ``task_cfg`` and ``seed``, read on the
     cascade's own probe batch (``cascade.probe_batch_for``). Nothing is trained. Record
     ``{placebo, timings}``."""

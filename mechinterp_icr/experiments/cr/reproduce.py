@@ -1,10 +1,10 @@
-"""The CR reproduction (claims CR-1 .. CR-7; SPEC section 1) as tasks, and its summary.
+"""The CR reproduction (claims CR-1 .. CR-7; SPEC section 1) as jobs, and its summary.
 
-:func:`plan` cuts the reproduction into tasks (``jobs.Task``), each with its inputs as keyword
+:func:`plan` cuts the reproduction into jobs (``jobs.Job``), each with its inputs as keyword
 arguments and its outputs in its own run directory plus the returned record:
 
 ===============================  ==========================  =================================
-task                             after                       writes
+job                              after                       writes
 ===============================  ==========================  =================================
 ``seed<N>/train``                (none)                      ``runs/cr/seed<N>`` (PT, branches)
 ``sweep/<slug>/seed<N>``         ``seed<N>/train`` when it   ``runs/cr-sweep/<slug>/seed<N>``
@@ -22,15 +22,15 @@ task                             after                       writes
 ``shared/seed<N>/cr4``           ``shared/seed<N>/train``    (its run's ``analyses``)
 ===============================  ==========================  =================================
 
-The ``shared/`` tasks are the shared-token variant (``shared_variant_share`` > 0: the same
+The ``shared/`` jobs are the shared-token variant (``shared_variant_share`` > 0: the same
 config with ``task.attr_share`` set to it), where CR-8 can be decided; CR-1 .. CR-4 and CR-8
 are reported in it beside the default, under their own ids (``CR-8 (shared tokens)``).
 
 The CR-3 sweep runs on the first ``sweep_seeds`` seeds (its default setting is the main
-``ft-iclgrm`` branch: no task), the CR-4 lam sweep on every seed.
+``ft-iclgrm`` branch: no job), the CR-4 lam sweep on every seed.
 :func:`summarise` builds every claim, table and figure from the records alone (and writes the
-summary); :func:`reproduce` is ``run_tasks(plan(...))`` then :func:`summarise`. No task sets
-torch threads (the engine does, per worker) and every task's randomness comes from its own
+summary); :func:`reproduce` is ``run_jobs(plan(...))`` then :func:`summarise`. No job sets
+torch threads (the engine does, per worker) and every job's randomness comes from its own
 seed and setting, so the summary is the same whatever the order or number of workers.
 """
 
@@ -59,15 +59,15 @@ from mechinterp_icr.experiments.cr.records import job_name, read_record
 from mechinterp_icr.experiments.cr.sweep import (
     default_setting_row,
     print_sweep,
+    sweep_job,
     sweep_settings,
     sweep_table,
-    sweep_task,
 )
 from mechinterp_icr.experiments.cr.taskvec_stage import (
     add_cr4,
+    lam_job,
     lam_seed_cap,
     lam_sweep_wanted,
-    lam_task,
     taskvec_seed,
 )
 from mechinterp_icr.experiments.cr.train import (
@@ -76,7 +76,7 @@ from mechinterp_icr.experiments.cr.train import (
     seed_run_path,
     train_seed,
 )
-from mechinterp_icr.jobs import Task, run_tasks
+from mechinterp_icr.jobs import Job, run_jobs
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.tasks.cr import ideal_reader_table
 from mechinterp_icr.tasks.cr_vocab import type_chance
@@ -84,7 +84,7 @@ from mechinterp_icr.viz.cr_figures import write_cr123_figures
 from mechinterp_icr.viz.views import write_reproduction_views
 
 __all__ = ["SHARED_DIR", "cr_run_dirs", "lam_seeds", "plan", "reproduce", "shared_config",
-           "summarise", "views_task"]
+           "summarise", "views_job"]
 
 SHARED_DIR = "shared-tokens"  # the shared-token variant's output folder under <out>
 
@@ -114,8 +114,8 @@ def lam_seeds(cfg: CRConfig, seeds: list[int]) -> list[int]:
     return list(seeds)[:lam_seed_cap(cfg.taskvec, len(seeds))]
 
 
-def views_task(out_dir: Path, seed: int) -> dict[str, Any]:
-    """Task ``views``: attention views of ``seed``'s run (last checkpoint of each phase) in
+def views_job(out_dir: Path, seed: int) -> dict[str, Any]:
+    """Job ``views``: attention views of ``seed``'s run (last checkpoint of each phase) in
     ``<out>/views``; record: their paths relative to ``out_dir``."""
     t = time.perf_counter()
     written = write_reproduction_views(None, out_dir, [seed_run_path(out_dir, seed)], [seed],
@@ -131,8 +131,8 @@ def _check_seeds(seeds) -> list[int]:
     return list(seeds)
 
 
-def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
-    """Every task of the CR reproduction of ``seeds`` (see the module docstring), in a good
+def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Job]:
+    """Every job of the CR reproduction of ``seeds`` (see the module docstring), in a good
     order to start them. Refuses run directories written under another config (and sweep
     settings that would share a directory) before any work."""
     out_dir, seeds = Path(out_dir), _check_seeds(seeds)
@@ -141,78 +141,78 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
     sweep_seeds = seeds[:cfg.sweep_seeds]
 
     def sweep(st, seed, after=()):
-        return Task(job_name("sweep", seed, setting=st["slug"]), sweep_task,
-                    {"cfg": cfg, "out_dir": out_dir, "seed": seed, "setting": st["setting"],
-                     "pt_from": st["pt_from"]}, tuple(after))
+        return Job(job_name("sweep", seed, setting=st["slug"]), sweep_job,
+                   {"cfg": cfg, "out_dir": out_dir, "seed": seed, "setting": st["setting"],
+                    "pt_from": st["pt_from"]}, tuple(after))
 
-    # first the training and the tasks that need nothing, so that the analyses find their
+    # first the training and the jobs that need nothing, so that the analyses find their
     # inputs ready and the workers are never idle waiting
-    tasks = [Task(job_name("train", s), train_seed, {"cfg": cfg, "out_dir": out_dir, "seed": s})
-             for s in seeds]
-    tasks += [sweep(st, s) for s in sweep_seeds for st in settings if st["pt_from"] == "self"]
+    jobs = [Job(job_name("train", s), train_seed, {"cfg": cfg, "out_dir": out_dir, "seed": s})
+            for s in seeds]
+    jobs += [sweep(st, s) for s in sweep_seeds for st in settings if st["pt_from"] == "self"]
     for s in lam_seeds(cfg, seeds):
         base = run_config_for(cfg, s, f"seed{s}")[0]  # the config the seed's run holds
         # the main run's config with only task.lam changed; the main lam reads the main run
         # (so it waits for the seed's training)
         main = cfg.taskvec.lam_model == "main"
-        tasks += [Task(job_name("cr4-lam", s, lam=lam), lam_task,
-                       {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
-                        "tvc": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
-                        "main_run": seed_run_path(out_dir, s) if main else None},
-                       (job_name("train", s),) if main and lam == cfg.task.lam else ())
-                  for lam in cfg.taskvec.lams]
-    tasks += [Task(job_name("cascade", s), cascade_seed,
-                   {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
-                    "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",
-                    "n_pairs": cfg.mechanism.n_pairs}) for s in seeds]
-    tasks += [Task(job_name("placebo", s), placebo_seed,
-                   {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade}) for s in seeds]
+        jobs += [Job(job_name("cr4-lam", s, lam=lam), lam_job,
+                     {"base": base, "lam": lam, "out_dir": out_dir, "seed": s,
+                      "tvc": cfg.taskvec, "pretrain": cfg.pretrain, "finetune": cfg.finetune,
+                      "main_run": seed_run_path(out_dir, s) if main else None},
+                     (job_name("train", s),) if main and lam == cfg.task.lam else ())
+                 for lam in cfg.taskvec.lams]
+    jobs += [Job(job_name("cascade", s), cascade_seed,
+                 {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade,
+                  "run_path": out_dir / "runs" / "cr-mech" / f"seed{s}",
+                  "n_pairs": cfg.mechanism.n_pairs}) for s in seeds]
+    jobs += [Job(job_name("placebo", s), placebo_seed,
+                 {"task_cfg": cfg.task, "seed": s, "ccfg": cfg.cascade}) for s in seeds]
     for s in seeds:
         train = (job_name("train", s),)
         if s in sweep_seeds:
-            tasks += [sweep(st, s, train) for st in settings
-                      if not st["default"] and st["pt_from"] is None]
-        tasks.append(Task(job_name("cr4", s), taskvec_seed,
-                          {"run_path": seed_run_path(out_dir, s), "seed": s, "tvc": cfg.taskvec},
-                          train))
-        tasks.append(Task(job_name("mechanism", s), mechanism_seed,
-                          {"run_path": seed_run_path(out_dir, s), "seed": s,
-                           "mech": cfg.mechanism}, train))
-    tasks += [sweep(st, s, [job_name("sweep", s, setting=st["pt_from"])]) for s in sweep_seeds
-              for st in settings if st["pt_from"] not in (None, "self")]
-    tasks.append(Task(job_name("views"), views_task, {"out_dir": out_dir, "seed": min(seeds)},
-                      (job_name("train", min(seeds)),)))
+            jobs += [sweep(st, s, train) for st in settings
+                     if not st["default"] and st["pt_from"] is None]
+        jobs.append(Job(job_name("cr4", s), taskvec_seed,
+                        {"run_path": seed_run_path(out_dir, s), "seed": s, "tvc": cfg.taskvec},
+                        train))
+        jobs.append(Job(job_name("mechanism", s), mechanism_seed,
+                        {"run_path": seed_run_path(out_dir, s), "seed": s,
+                         "mech": cfg.mechanism}, train))
+    jobs += [sweep(st, s, [job_name("sweep", s, setting=st["pt_from"])]) for s in sweep_seeds
+             for st in settings if st["pt_from"] not in (None, "self")]
+    jobs.append(Job(job_name("views"), views_job, {"out_dir": out_dir, "seed": min(seeds)},
+                    (job_name("train", min(seeds)),)))
     vcfg = shared_config(cfg)
     if vcfg is not None:  # SPEC: the ideal reader's type accuracy, before any training
         print_ideal_reader(vcfg, seeds)
         vout = out_dir / SHARED_DIR
         check_run_dirs(vcfg, vout, seeds)
         for s in seeds:
-            tasks.append(Task(job_name("train", s, variant="shared"), train_seed,
-                              {"cfg": vcfg, "out_dir": vout, "seed": s}))
-            tasks.append(Task(job_name("cr4", s, variant="shared"), taskvec_seed,
-                              {"run_path": seed_run_path(vout, s), "seed": s,
-                               "tvc": vcfg.taskvec}, (job_name("train", s, variant="shared"),)))
-    return tasks
+            jobs.append(Job(job_name("train", s, variant="shared"), train_seed,
+                            {"cfg": vcfg, "out_dir": vout, "seed": s}))
+            jobs.append(Job(job_name("cr4", s, variant="shared"), taskvec_seed,
+                            {"run_path": seed_run_path(vout, s), "seed": s,
+                             "tvc": vcfg.taskvec}, (job_name("train", s, variant="shared"),)))
+    return jobs
 
 
 def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary,
               workers: int = 1, ray_address: str | None = None, threads: int = 1) -> None:
-    """Run every CR task for ``seeds`` (:func:`plan`; ``workers`` > 1 or ``ray_address``: on
-    Ray; tasks with a record are skipped) and add the claims CR-1 .. CR-7, their tables and
+    """Run every CR job for ``seeds`` (:func:`plan`; ``workers`` > 1 or ``ray_address``: on
+    Ray; jobs with a record are skipped) and add the claims CR-1 .. CR-7, their tables and
     figures to ``summary``, written to ``out_dir/summary.json``."""
     out_dir = Path(out_dir)
-    tasks = plan(cfg, out_dir, seeds)
-    records_dir = out_dir / "tasks" / "cr"
-    records = run_tasks(tasks, records_dir, workers, ray_address, threads)
+    jobs = plan(cfg, out_dir, seeds)
+    records_dir = out_dir / "jobs" / "cr"
+    records = run_jobs(jobs, records_dir, workers, ray_address, threads)
     summarise(cfg, out_dir, seeds, records, summary)
 
 
 def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str, dict],
               summary: Summary) -> None:
-    """Add claims CR-1 .. CR-7, their tables and figures to ``summary`` from the task records
+    """Add claims CR-1 .. CR-7, their tables and figures to ``summary`` from the job records
     of :func:`plan` (a pure function of them and of the run directories they name), and write
-    ``out_dir/summary.json``. Per-stage task times are added to ``summary.timings``."""
+    ``out_dir/summary.json``. Per-stage job times are added to ``summary.timings``."""
     out_dir, seeds = Path(out_dir), list(seeds)
     for record in records.values():
         for stage, secs in record.get("timings", {}).items():
@@ -278,7 +278,7 @@ def print_ideal_reader(vcfg: CRConfig, seeds: list[int]) -> list[dict[str, Any]]
 
 def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: list[int],
                        records: dict[str, dict]) -> None:
-    """CR-1 .. CR-3 and CR-4 / CR-8 of the shared-token variant from its task records, under
+    """CR-1 .. CR-3 and CR-4 / CR-8 of the shared-token variant from its job records, under
     the ids ``CR-k (shared tokens)``, with the ideal reader's table."""
     results = [read_record(records, "train", s, variant="shared") for s in seeds]
     chance = float(np.mean([type_chance(vcfg.task.build(s)) for s in seeds]))

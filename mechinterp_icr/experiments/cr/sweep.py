@@ -7,12 +7,12 @@ Settings that only change finetuning reuse the PT weights of the seed's main run
 that change PT (word order, lam, ...) pretrain their own model in
 ``<out>/runs/cr-sweep/<label>/seed<N>/``, shared between settings with the same pretraining.
 
-In the reproduction each (setting, seed) is a task ``sweep/<slug>/seed<N>``
-(:func:`sweep_task`, planned by :func:`sweep_settings`): a setting that reuses the main PT
+In the reproduction each (setting, seed) is a job ``sweep/<slug>/seed<N>``
+(:func:`sweep_job`, planned by :func:`sweep_settings`): a setting that reuses the main PT
 weights runs after ``seed<N>/train`` and reads them from ``<out>/runs/cr/seed<N>``; the first
 setting with a given pretraining pretrains it, the later ones with the same pretraining run
 after it and read its weights from its run directory. The default setting (no overrides) is
-the main ``ft-iclgrm`` branch: no task, its row comes from the seed's record
+the main ``ft-iclgrm`` branch: no job, its row comes from the seed's record
 (:func:`default_setting_row`).
 """
 
@@ -58,15 +58,15 @@ __all__ = [
     "run_sweep",
     "run_sweep_setting",
     "slug",
+    "sweep_job",
     "sweep_run_path",
     "sweep_settings",
     "sweep_table",
-    "sweep_task",
 ]
 
 
 def slug(label: str) -> str:
-    """The directory (and task) name of a sweep setting's label."""
+    """The directory (and job) name of a sweep setting's label."""
     keep = "".join(ch if ch.isalnum() else "-" for ch in label.lower())
     return "-".join(p for p in keep.split("-") if p)[:60] or "default"
 
@@ -170,9 +170,9 @@ def sweep_run_path(out_dir: Path, slug_: str, seed: int) -> Path:
     return Path(out_dir) / "runs" / "cr-sweep" / slug_ / f"seed{seed}"
 
 
-def sweep_task(cfg: CRConfig, out_dir: Path, seed: int, setting: SweepSetting,
-               pt_from: str | None) -> dict[str, Any]:
-    """Task ``sweep/<slug>/seed<N>``: ICL+Grm finetuning under one non-default setting
+def sweep_job(cfg: CRConfig, out_dir: Path, seed: int, setting: SweepSetting,
+              pt_from: str | None) -> dict[str, Any]:
+    """Job ``sweep/<slug>/seed<N>``: ICL+Grm finetuning under one non-default setting
     (:func:`run_sweep_setting`). ``pt_from`` (:func:`sweep_settings`): None reads the PT
     weights of ``<out>/runs/cr/seed<N>``, ``"self"`` pretrains (or resumes) in the setting's
     own run directory, a slug reads that setting's finished pretraining. Record: the sweep

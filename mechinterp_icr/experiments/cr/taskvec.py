@@ -26,7 +26,7 @@ stream, which is the model's own prediction):
   main run itself), in ``<out>/runs/cr-taskvec/lam<lam>/seed<N>`` (:func:`lam_point`).
 
 Sizes come from the ``taskvec`` section of the CR config (:class:`TaskvecConfig`). Everything
-is a pure function of the seeds. The reproduction's tasks and the claims from their records
+is a pure function of the seeds. The reproduction's jobs and the claims from their records
 are in :mod:`.taskvec_stage`; the claims themselves in :mod:`.claims_taskvec`; the figures in
 ``viz.cr_figures``.
 """

@@ -1,10 +1,10 @@
-"""The CR-4 / CR-8 / CR-9 stage as tasks of the CR reproduction, and the claims from their
+"""The CR-4 / CR-8 / CR-9 stage as jobs of the CR reproduction, and the claims from their
 records (SPEC section 1). The measurements are :mod:`.taskvec`'s; this module runs them per
-seed and per lam (task records ``{status, result | error, timings}``), and adds the claims,
+seed and per lam (job records ``{status, result | error, timings}``), and adds the claims,
 tables and figures (:func:`add_cr4`) for the default task or the shared-token variant.
 
-- :func:`taskvec_seed`: task ``seed<N>/cr4`` (``taskvec.analyse_seed`` of one run directory);
-- :func:`lam_task`: task ``cr4-lam/<lam>/seed<N>`` (one lam run of CR-9, ``taskvec.lam_point``);
+- :func:`taskvec_seed`: job ``seed<N>/cr4`` (``taskvec.analyse_seed`` of one run directory);
+- :func:`lam_job`: job ``cr4-lam/<lam>/seed<N>`` (one lam run of CR-9, ``taskvec.lam_point``);
 - :func:`add_cr4`: CR-4, CR-8, CR-9 (and their tables and figures) from those records;
 - :func:`add_taskvec_claim`: all of it in this process for a list of run directories.
 """
@@ -32,8 +32,8 @@ from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.viz.cr_figures import write_cr4_figures, write_cr8_figure, write_cr9_figure
 
-__all__ = ["ANALYSIS_ERRORS", "add_cr4", "add_taskvec_claim", "lam_seed_cap", "lam_sweep_wanted",
-           "lam_task", "taskvec_seed"]
+__all__ = ["ANALYSIS_ERRORS", "add_cr4", "add_taskvec_claim", "lam_job", "lam_seed_cap",
+           "lam_sweep_wanted", "taskvec_seed"]
 
 
 ANALYSIS_ERRORS = (ConfigError, ValueError, RuntimeError)  # reported in the claim, not raised
@@ -52,7 +52,7 @@ def lam_seed_cap(tvc: TaskvecConfig, n_seeds: int) -> int:
 
 def taskvec_seed(run_path: Path | None, seed: int, tvc: TaskvecConfig, log=print
                  ) -> dict[str, Any]:
-    """Task ``seed<N>/cr4``: :func:`analyse_seed` of one CR run directory, written to
+    """Job ``seed<N>/cr4``: :func:`analyse_seed` of one CR run directory, written to
     ``<run>/analyses/taskvec.json``. Record ``{status: ok|skipped|error, result|error,
     timings}``: a run without phases pretrain and ft-icl, or with one attribute type, is
     ``skipped``; an analysis error (``ConfigError``, ``ValueError``, ``RuntimeError``) is
@@ -72,11 +72,11 @@ def taskvec_seed(run_path: Path | None, seed: int, tvc: TaskvecConfig, log=print
     return to_record(out)
 
 
-def lam_task(base: RunConfig, lam: float, out_dir: Path, seed: int, tvc: TaskvecConfig,
-             log=print, pretrain: TrainConfig | None = None,
-             finetune: TrainConfig | None = None, main_run: Path | None = None
-             ) -> dict[str, Any]:
-    """Task ``cr4-lam/<lam>/seed<N>``: :func:`lam_point` of the seed whose main run config is
+def lam_job(base: RunConfig, lam: float, out_dir: Path, seed: int, tvc: TaskvecConfig,
+            log=print, pretrain: TrainConfig | None = None,
+            finetune: TrainConfig | None = None, main_run: Path | None = None
+            ) -> dict[str, Any]:
+    """Job ``cr4-lam/<lam>/seed<N>``: :func:`lam_point` of the seed whose main run config is
     ``base`` (trained with the main run's ``pretrain`` / ``finetune``; the main lam reads
     ``main_run``). Record ``{row}`` or ``{error}`` (an analysis error, reported in the
     claim), and ``timings``."""
@@ -108,8 +108,8 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
             lam_records: dict, tvc: TaskvecConfig, variant: str = "") -> None:
     """Add claims CR-4, CR-8 and CR-9 (``variant='shared'``: CR-4 and CR-8 of the
     shared-token variant, figures in ``figures/shared-tokens``), their tables and figures from
-    the task records: ``seed_records`` maps a seed to its :func:`taskvec_seed` record,
-    ``lam_records`` a seed to its :func:`lam_task` records in ``tvc.lams`` order (every seed by
+    the job records: ``seed_records`` maps a seed to its :func:`taskvec_seed` record,
+    ``lam_records`` a seed to its :func:`lam_job` records in ``tvc.lams`` order (every seed by
     default, :func:`lam_seed_cap`); a seed whose lam sweep had an error has none."""
     results, skipped = [], []
     errors: dict[Any, str] = {}
@@ -155,7 +155,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
                       pretrain: TrainConfig | None = None,
                       finetune: TrainConfig | None = None) -> None:
     """Add claim CR-4 (and its tables and figures) for the CR runs ``run_dirs``, in this
-    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_task`) on every seed
+    process: :func:`taskvec_seed` per seed, the lam sweep (:func:`lam_job`) on every seed
     with a result (or the first ``tvc.lam_seeds``), then :func:`add_cr4`.
 
     Run directories are matched to seeds by name (``seed<N>``); a seed without a complete run
@@ -177,7 +177,7 @@ def add_taskvec_claim(summary: Summary, out_dir: Path, run_dirs: list[Path],
             with summary.stage("cr4_lam_sweep"):
                 lam_records[seed] = []
                 for lam in tvc.lams:
-                    lam_records[seed].append(LamRecord.read(lam_task(
+                    lam_records[seed].append(LamRecord.read(lam_job(
                         base, lam, out_dir, seed, tvc, log, pretrain, finetune, path)))
                     if lam_records[seed][-1].error is not None:
                         break  # as one sweep: the first error stops it

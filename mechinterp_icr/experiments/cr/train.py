@@ -12,7 +12,7 @@ Per seed, in ``<out>/runs/cr/seed<N>/``:
 
 Every checkpoint logs a small held-out evaluation (``evaluate.checkpoint_eval``).
 
-:func:`train_seed` is the task ``seed<N>/train`` of the reproduction: all of the above for one
+:func:`train_seed` is the job ``seed<N>/train`` of the reproduction: all of the above for one
 seed, each phase's final model evaluated (``evaluate.full_eval``); it returns the seed's
 result record. Rerun after being killed, it resumes every phase from its checkpoints.
 """
@@ -220,7 +220,7 @@ def finetune_branch(cfg: CRConfig, task: CRTask, rc: RunConfig, run: RunDir, pt_
 
 
 def train_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:
-    """Task ``seed<N>/train``: pretrain, evaluate, then every finetuning branch from the PT
+    """Job ``seed<N>/train``: pretrain, evaluate, then every finetuning branch from the PT
     weights, each evaluated; into ``<out>/runs/cr/seed<N>/``. Returns the seed's record:
     ``{seed, task, phases: {phase: evaluation rows}, seconds, curves, timings}`` (``curves``:
     the ft-icl / ft-iclgrm checkpoint evaluations, ``evaluate.curve_points``)."""

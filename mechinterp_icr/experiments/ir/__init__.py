@@ -3,13 +3,13 @@
 ``profile(name)`` gives the :class:`IRConfig` of a profile (``PROFILES``); overrides go
 through :func:`mechinterp_icr.config.apply_overrides` with dotted keys (``n=1024``,
 ``sample_complexity.n=[64,128,256]``). :mod:`.reproduce` gives ``plan(cfg, out_dir, seeds)``
-(the tasks: per seed, and per sweep setting and seed), ``summarise(cfg, out_dir, seeds,
-records, summary)`` (the summary as a pure function of the task records) and
+(the jobs: per seed, and per sweep setting and seed), ``summarise(cfg, out_dir, seeds,
+records, summary)`` (the summary as a pure function of the job records) and
 ``reproduce(cfg, out_dir, seeds, summary, workers=1, ray_address=None, threads=1)`` (both,
-through :func:`mechinterp_icr.jobs.run_tasks`). Modules: ``config`` (the config and
+through :func:`mechinterp_icr.jobs.run_jobs`). Modules: ``config`` (the config and
 profiles), ``train`` (fast-path and HookedTransformer runs, the IR metric record), ``stages``
 (per-seed stages), ``sweeps`` (gap against n, sample complexity, the IR-6/IR-7 gap sweep),
-``controls`` (induction control, row overwrite), ``units`` (the task functions), ``claims``
+``controls`` (induction control, row overwrite), ``jobs`` (the job functions), ``claims``
 (metrics -> claims).
 """
 

@@ -2,7 +2,7 @@
 memory-pretrain`` / ``memory-pgd``).
 
 - :func:`memory_pretrain_run`: the memory pretrained on triple completion at ``n = pretrained.n``
-  (``stages.pretrained_setting``, the reproduction's IR-6 memory task, the same steps, step
+  (``stages.pretrained_setting``, the reproduction's IR-6 memory job, the same steps, step
   size, batch and data), placed in the IR HookedTransformer (``models.ir.build_ir_hooked``:
   fixed embeddings, the copy circuit, uniform attention) and written as the phase
   ``memory-pretrain``'s one checkpoint; the pretraining progress goes to ``metrics.jsonl`` as

@@ -1,7 +1,7 @@
-"""Reproduction of paper IR (in-context factual recall): the tasks, and the summary of their
+"""Reproduction of paper IR (in-context factual recall): the jobs, and the summary of their
 records.
 
-:func:`plan` cuts the reproduction into tasks (:mod:`.units`), per seed ``s``:
+:func:`plan` cuts the reproduction into jobs (:mod:`.jobs`), per seed ``s``:
 
 - ``seed<s>/main``         IR-1 memory + ceiling; IR-2/3/4 PGD vs plain GD (fast exact path,
   theory setting) on raw and pair-symmetric data, written to
@@ -25,7 +25,7 @@ records.
 
 :func:`summarise` turns the records (and the fast runs' files of the first seed, for the IR-4
 figure) into the IR-5 fits, the tables, the claims, the figures and the attention views;
-:func:`reproduce` runs the plan with :func:`mechinterp_icr.jobs.run_tasks` and summarises.
+:func:`reproduce` runs the plan with :func:`mechinterp_icr.jobs.run_jobs` and summarises.
 """
 
 from __future__ import annotations
@@ -39,23 +39,23 @@ from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed, sample_complexity_table
+from mechinterp_icr.experiments.ir.jobs import (
+    gap_job,
+    hooked_job,
+    hooked_overwrite_job,
+    induction_job,
+    k3_job,
+    main_job,
+    memory_job,
+    overwrite_job,
+    pretrained_job,
+    sample_job,
+    tok_job,
+)
 from mechinterp_icr.experiments.ir.records import job_name, read_record
 from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS, read_trajectories
 from mechinterp_icr.experiments.ir.sweeps import gap_fit
-from mechinterp_icr.experiments.ir.units import (
-    gap_task,
-    hooked_overwrite_task,
-    hooked_task,
-    induction_task,
-    k3_task,
-    main_task,
-    memory_task,
-    overwrite_task,
-    pretrained_task,
-    sample_task,
-    tok_task,
-)
-from mechinterp_icr.jobs import Task, run_tasks
+from mechinterp_icr.jobs import Job, run_jobs
 from mechinterp_icr.viz.claim_figures import write_verdict_figures
 from mechinterp_icr.viz.ir_figures import write_ir_figures
 from mechinterp_icr.viz.views import write_ir_views
@@ -69,36 +69,36 @@ def seed_dir(out_dir: Path, seed: int) -> Path:
 
 
 def memory_file(out_dir: Path, seed: int) -> Path:
-    """The pretrained memory of IR-6 for ``seed`` (written by the ``ir6_memory`` task)."""
+    """The pretrained memory of IR-6 for ``seed`` (written by the ``ir6_memory`` job)."""
     return seed_dir(out_dir, seed) / "ir6_memory.safetensors"
 
 
-def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
-    """Every IR task for ``seeds`` (names and order in the module docstring); the longest
+def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Job]:
+    """Every IR job for ``seeds`` (names and order in the module docstring); the longest
     come first so that a pool of workers starts on them."""
     out_dir = Path(out_dir)
     seeds = list(dict.fromkeys(seeds))
     first = seeds[0]
-    tasks: list[Task] = []
+    jobs: list[Job] = []
 
     def add(kind: str, s: int, fn, after: tuple[str, ...] = (), n: int | None = None,
             run: str | None = None, **kwargs: Any) -> None:
         kw = {"n": n} if n is not None else {}
         kw |= {"name": run} if run is not None else {}
-        tasks.append(Task(job_name(kind, s, n=n, run=run), fn,
-                          {"cfg": cfg, "seed": s, **kw, **kwargs}, after))
+        jobs.append(Job(job_name(kind, s, n=n, run=run), fn,
+                        {"cfg": cfg, "seed": s, **kw, **kwargs}, after))
 
     def sample_jobs(s: int, ns) -> None:
         for n in ns:
-            add("sample_learned", s, sample_task, n=n, arm="learned")
-            add("sample", s, sample_task, n=n)
+            add("sample_learned", s, sample_job, n=n, arm="learned")
+            add("sample", s, sample_job, n=n)
 
     for s in seeds:
-        add("ir6_memory", s, memory_task, memory_file=memory_file(out_dir, s))
-    # the finetuning on a pretrained memory is the longest IR task (about 3 CPU-minutes at
+        add("ir6_memory", s, memory_job, memory_file=memory_file(out_dir, s))
+    # the finetuning on a pretrained memory is the longest IR job (about 3 CPU-minutes at
     # pretrained.n = 256): listed next, a worker takes it as soon as its memory is written
     for s in seeds:
-        add("ir6", s, pretrained_task, (job_name("ir6_memory", s),),
+        add("ir6", s, pretrained_job, (job_name("ir6_memory", s),),
             memory_file=memory_file(out_dir, s))
     # IR-5 at the largest n next (its positive control runs up to max sample_complexity.Ns
     # sequences)
@@ -107,22 +107,22 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Task]:
         for s in seeds:
             sample_jobs(s, [n])
     for s in seeds:
-        add("main", s, main_task, run_dir=seed_dir(out_dir, s))
+        add("main", s, main_job, run_dir=seed_dir(out_dir, s))
     for name in HOOKED_RUNS:
-        add("ht", first, hooked_task, run=name, run_dir=seed_dir(out_dir, first))
+        add("ht", first, hooked_job, run=name, run_dir=seed_dir(out_dir, first))
     for s in seeds:
-        add("induction", s, induction_task)
-        add("ir8_tok", s, tok_task)
-        add("k3", s, k3_task)
-        add("overwrite", s, overwrite_task, (job_name("main", s),),
+        add("induction", s, induction_job)
+        add("ir8_tok", s, tok_job)
+        add("k3", s, k3_job)
+        add("overwrite", s, overwrite_job, (job_name("main", s),),
             run_dir=seed_dir(out_dir, s))
         for n in dict.fromkeys(cfg.gap_n):
-            add("gap", s, gap_task, n=n)
+            add("gap", s, gap_job, n=n)
         sample_jobs(s, by_size[2:])
     for name in OW_RUNS:
-        add("ht_overwrite", first, hooked_overwrite_task,
+        add("ht_overwrite", first, hooked_overwrite_job,
             (job_name("ht", first, run=name),), run=name, run_dir=seed_dir(out_dir, first))
-    return tasks
+    return jobs
 
 
 def ir8_per_seed(pos: dict, tok: dict, ctrl: dict) -> dict[str, Any]:
@@ -149,10 +149,10 @@ def ir8_per_seed(pos: dict, tok: dict, ctrl: dict) -> dict[str, Any]:
 
 def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str, dict],
               summary: Summary) -> None:
-    """Record the claims, tables, figures and views of the task ``records`` in ``summary``
+    """Record the claims, tables, figures and views of the job ``records`` in ``summary``
     (written to ``out_dir/summary.json`` after the claims and again after the views). Rows
     and seeds are taken in the order of ``seeds`` and of the config's sweeps, never in the
-    order the tasks ran."""
+    order the jobs ran."""
     out_dir = Path(out_dir)
     seeds = list(seeds)
     first = seeds[0]
@@ -217,11 +217,11 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
 
 def reproduce(cfg: IRConfig, out_dir: Path, seeds: list[int], summary: Summary,
               workers: int = 1, ray_address: str | None = None, threads: int = 1) -> None:
-    """Run every IR task for ``seeds`` into ``out_dir`` (``workers`` processes, or the Ray
-    cluster at ``ray_address``; ``threads`` torch threads each; tasks with a stored record
+    """Run every IR job for ``seeds`` into ``out_dir`` (``workers`` processes, or the Ray
+    cluster at ``ray_address``; ``threads`` torch threads each; jobs with a stored record
     are skipped) and record claims, tables, figures and views in ``summary``."""
     t0 = time.perf_counter()
-    records = run_tasks(plan(cfg, out_dir, seeds), Path(out_dir) / "tasks" / "ir", workers,
-                        ray_address, threads)
+    records = run_jobs(plan(cfg, out_dir, seeds), Path(out_dir) / "jobs" / "ir", workers,
+                       ray_address, threads)
     summary.timings["ir_total"] = time.perf_counter() - t0
     summarise(cfg, out_dir, seeds, records, summary)

@@ -1,6 +1,6 @@
 """Per-seed stages of the IR reproduction (IR-1, IR-2/3/4, IR-6, IR-7, IR-8, the
 HookedTransformer runs). Each takes the config and the seed (and what an earlier stage
-produced) and returns its per-seed metrics or runs; :mod:`.units` cuts them into tasks.
+produced) and returns its per-seed metrics or runs; :mod:`.jobs` cuts them into jobs.
 """
 
 from __future__ import annotations

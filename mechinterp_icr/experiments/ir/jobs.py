@@ -1,14 +1,15 @@
-"""The units the IR reproduction is cut into: one module-level function per task.
+"""The jobs the IR reproduction is cut into: one module-level function per job, each calling
+the computations of :mod:`.stages` (and of the sweep and control modules).
 
 Each function takes only keyword arguments that pickle (the frozen :class:`IRConfig`, a
 seed, a sweep setting, paths), computes one stage (or one sweep setting) of one seed from
 those inputs alone (every draw comes from :func:`..train.tagged_rng` and seeded generators,
 nothing is cached between calls), and returns its job's record (:mod:`.records`, a frozen
 dataclass per kind of job, as plain JSON) with the seconds it spent per stage under
-``"timings"``. Files a later task reads (the fast runs'
+``"timings"``. Files a later job reads (the fast runs'
 records, the pretrained memory, the HookedTransformer runs' checkpoints) are written into the
-seed's run directory, atomically or replaced whole, so a task killed midway can simply run
-again. :func:`..reproduce.plan` lists the tasks and their order; :func:`..reproduce.summarise`
+seed's run directory, atomically or replaced whole, so a job killed midway can simply run
+again. :func:`..reproduce.plan` lists the jobs and their order; :func:`..reproduce.summarise`
 turns the records into claims, tables and figures.
 """
 
@@ -75,22 +76,22 @@ __all__ = [
     "MemoryFileError",
     "STAGES",
     "StageTimer",
-    "gap_task",
-    "hooked_overwrite_task",
-    "hooked_task",
-    "induction_task",
-    "k3_task",
+    "gap_job",
+    "hooked_job",
+    "hooked_overwrite_job",
+    "induction_job",
+    "k3_job",
     "load_memory",
-    "main_task",
-    "memory_task",
-    "overwrite_task",
-    "pretrained_task",
-    "sample_task",
+    "main_job",
+    "memory_job",
+    "overwrite_job",
+    "pretrained_job",
+    "sample_job",
     "save_memory",
-    "tok_task",
+    "tok_job",
 ]
 
-# stage names of the timings (the same as before the cut into tasks)
+# stage names of the timings (the same as before the cut into jobs)
 STAGES = ("IR-1 memory + ceiling", "IR-2/3/4 PGD vs GD (fast)",
           "IR-3/6/7 stopping-rule conventions", "IR-3/IR-4 causal: row overwrite",
           "IR-8 position-only (structural)", "IR-8 induction control",
@@ -117,7 +118,7 @@ class StageTimer:
 # --------------------------------------------------------------------------------------------
 # per seed
 # --------------------------------------------------------------------------------------------
-def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
+def main_job(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
     """IR-1 (memory retrieval, shuffled-triple control, ideal-attention ceilings), IR-2/3/4
     (PGD vs GD on raw, pair-symmetric and eps-asymmetric data; records written to
     ``run_dir/fast_<data>_<alg>.json``) and IR-8 on the raw-data PGD head (induction-style
@@ -139,9 +140,9 @@ def main_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
     return MainRecord(ir1, ir2, ir3, ir4, ir8, t.timings).to_json()
 
 
-def overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
+def overwrite_job(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]:
     """IR-3/IR-4 causal, per seed: fixed step-1 rows at the ``a`` this seed's raw-data PGD
-    run learned (read from ``run_dir/fast_raw_pgd.json``, written by :func:`main_task`)."""
+    run learned (read from ``run_dir/fast_raw_pgd.json``, written by :func:`main_job`)."""
     t = StageTimer()
     with t("IR-3/IR-4 causal: row overwrite"):
         recs = json.loads((Path(run_dir) / "fast_raw_pgd.json").read_text())["records"]
@@ -149,7 +150,7 @@ def overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path) -> dict[str, Any]
     return OverwriteRecord(table, t.timings).to_json()
 
 
-def induction_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+def induction_job(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-8: the induction-head control trained and scored for this seed."""
     t = StageTimer()
     with t("IR-8 induction control"):
@@ -157,7 +158,7 @@ def induction_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     return InductionRecord(ctrl, t.timings).to_json()
 
 
-def k3_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+def k3_job(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-7: PGD with K = 3 in-context pairs."""
     t = StageTimer()
     with t("IR-7 K=3"):
@@ -217,13 +218,13 @@ def load_memory(path: Path) -> tuple[Memory, list[dict]]:
     except (OSError, ValueError, KeyError, SafetensorError) as e:
         raise MemoryFileError(
             f"IR-6 memory {path} (and its .json sidecar): {e}. Delete both and the record "
-            "tasks/ir/seed<s>/ir6_memory.json in the output folder, then rerun to pretrain "
+            "jobs/ir/seed<s>/ir6_memory.json in the output folder, then rerun to pretrain "
             "it again") from None
 
 
-def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
+def memory_job(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
     """IR-6, first half: pretrain the memory (n = ``pretrained.n``) and write it to
-    ``memory_file`` for :func:`pretrained_task`."""
+    ``memory_file`` for :func:`pretrained_job`."""
     t = StageTimer()
     with t("IR-6 pretrained memory"):
         log: list = []
@@ -233,9 +234,9 @@ def memory_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any
     return MemoryRecord(str(memory_file), log[-1] if log else None, t.timings).to_json()
 
 
-def pretrained_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
+def pretrained_job(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str, Any]:
     """IR-6, second half: retrieval of the memory in ``memory_file`` (from
-    :func:`memory_task`) and PGD finetuning on top of it."""
+    :func:`memory_job`) and PGD finetuning on top of it."""
     t = StageTimer()
     with t("IR-6 pretrained memory"):
         memory, log = load_memory(memory_file)
@@ -247,7 +248,7 @@ def pretrained_task(*, cfg: IRConfig, seed: int, memory_file: Path) -> dict[str,
 # --------------------------------------------------------------------------------------------
 # per sweep setting and seed
 # --------------------------------------------------------------------------------------------
-def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
+def gap_job(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     """IR-3: the converged within-pair gap at ``n`` subjects."""
     t = StageTimer()
     with t("IR-3 gap vs n"):
@@ -255,7 +256,7 @@ def gap_task(*, cfg: IRConfig, seed: int, n: int) -> dict[str, Any]:
     return RowRecord(row, t.timings).to_json()
 
 
-def sample_task(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dict[str, Any]:
+def sample_job(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dict[str, Any]:
     """IR-5: the sample-complexity row at ``n`` subjects (random embeddings) of ``arm``:
     "memory" (the claim) or "learned" (its positive control)."""
     t = StageTimer()
@@ -264,7 +265,7 @@ def sample_task(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dic
     return RowRecord(row, t.timings).to_json()
 
 
-def tok_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+def tok_job(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-8: the token-dependent model (all of W_Q, W_K) finetuned and scored."""
     t = StageTimer()
     with t("IR-8 token-dependent model"):
@@ -275,7 +276,7 @@ def tok_task(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # HookedTransformer runs (first seed)
 # --------------------------------------------------------------------------------------------
-def hooked_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str) -> dict[str, Any]:
+def hooked_job(*, cfg: IRConfig, seed: int, run_dir: Path, name: str) -> dict[str, Any]:
     """One HookedTransformer run with checkpoints into ``run_dir/name`` (replaced whole)."""
     t = StageTimer()
     with t("HookedTransformer runs (checkpoints)"):
@@ -284,10 +285,10 @@ def hooked_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str) -> dict[s
     return HookedRecord(row, t.timings).to_json()
 
 
-def hooked_overwrite_task(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
-                          ) -> dict[str, Any]:
+def hooked_overwrite_job(*, cfg: IRConfig, seed: int, run_dir: Path, name: str
+                         ) -> dict[str, Any]:
     """IR-3/IR-4 causal: the row overwrite across the checkpoints of the run ``name``
-    (written by :func:`hooked_task`)."""
+    (written by :func:`hooked_job`)."""
     t = StageTimer()
     with t("IR-3/IR-4 causal: row overwrite"):
         rows = overwrite_run_rows(Path(run_dir) / name, cfg.overwrite_n, seed)
