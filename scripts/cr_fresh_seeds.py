@@ -17,7 +17,7 @@ The records are the reproduction's own (``OUT/jobs/cr/seed<N>/<job>.json``), so
 another setting.
 
     OMP_NUM_THREADS=1 python scripts/cr_fresh_seeds.py --seeds 31,32,33,34,35 \\
-        --out /tmp/cr_fresh --workers 2 [--job cascade]
+        --out out-fresh --workers 2 [--job cascade]
 """
 
 from __future__ import annotations

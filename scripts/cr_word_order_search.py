@@ -12,8 +12,9 @@ new units after that time. ``--table`` prints the aggregated table (and the regi
 
 Run (background, one torch thread)::
 
+    mkdir -p out-search
     OMP_NUM_THREADS=1 nice -n 10 python scripts/cr_word_order_search.py --plan main \\
-        --log /tmp/cr_a/search.jsonl --out /tmp/cr_a/search > /tmp/cr_a/search.out 2>&1 &
+        --log out-search/search.jsonl --out out-search/search > out-search/search.out 2>&1 &
 """
 
 from __future__ import annotations

@@ -50,17 +50,17 @@ def _train(phase: str, steps: int, lr: float, batch: int, trainable: str) -> dic
             f"{phase}.trainable": trainable}
 
 
-# The main run's training (CR-1..CR-4, CR-8, CR-9 read it). PT 2000 steps (500 until
-# 2026-12-01: not converged, docs/registry.md).
+# The main run's training (CR-1..CR-4, CR-8, CR-9 read it). PT 2000 steps (500 steps do not
+# converge, docs/registry.md).
 MAIN_RUN = {**TASK, **MODEL, **_train("pretrain", 2000, 2e-3, 64, "all"),
             **_train("finetune", 200, 1e-3, 128, "attention"),
             "eval_n": 512, "eval_n_by_k": 2048, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
             "mixed_controls": True}
 
 # The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile,
-# on the task above. d_head 64 (was 32) and PT weight decay 0.1 (was 0) since 2026-12-01:
-# heads with mixed roles on some seeds; PT 2400 steps (was 1200) since 2026-12-02: a PT state
-# that split a role between the heads (docs/registry.md).
+# on the task above. d_head 64 and PT weight decay 0.1: d_head 32 without weight decay gives
+# heads with mixed roles on some seeds; PT 2400 steps: 1200 leave a PT state that splits a role
+# between the heads (docs/registry.md).
 MECH_MODEL = {**TASK, "cascade.d_head": 64, "cascade.embedding": "orthonormal",
               "cascade.out_scale": 8.0, "cascade.pt_steps": 2400, "cascade.pt_batch": 64,
               "cascade.pt_lr": 6e-3, "cascade.pt_weight_decay": 0.1,
@@ -185,7 +185,7 @@ CR_SPECS = (
                  "mixed_partial_eta2_rise_k", ">=", 0.1),
         ),
         # the shared-token variant's sharing rate (scripts/cr_shared_rate.py, chosen from the
-        # ideal reader on task seeds 100-119 before any training; docs/registry.md 2026-12-02)
+        # ideal reader on task seeds 100-119 before any training; docs/registry.md, change log)
         hyperparameters={**MAIN_RUN, **TASKVEC, "shared_variant_share": 0.8},
     ),
     ClaimSpec(
@@ -203,7 +203,7 @@ CR_SPECS = (
             _neg("mixed-type ICL finetune: eta^2 rise over lam", "mixed_rise_lam", ">=", 0.1),
         ),
         # delta: 2 x the std of eta^2 over 8 retrainings at lam 0.9 on seeds 200-207, measured
-        # before the decision run (scripts/cr9_noise.py; docs/registry.md 2026-12-02)
+        # before the decision run (scripts/cr9_noise.py; docs/registry.md, change log)
         hyperparameters={**MAIN_RUN, **TASKVEC, "taskvec.lam_delta": 0.1234},
     ),
     ClaimSpec(
@@ -295,7 +295,7 @@ CR_SPECS = (
 
 # The declared range of every metric a CR condition or control reads (None: unbounded), and of
 # CR-4's reported diagnostics: an interval over seeds is reported inside it (docs/registry.md,
-# 2026-12-02); no verdict reads an interval.
+# change log); no verdict reads an interval.
 CR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
     # accuracies and type accuracies on held-out prompts
     **dict.fromkeys(("pt_typed_recall", "heldout_icl_best_attr_type",

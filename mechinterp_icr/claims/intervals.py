@@ -16,7 +16,7 @@ def interval(values, bounds: tuple[float, float] | None = None) -> tuple[float, 
     for a single value), clipped to ``bounds`` (a metric's declared range, e.g. (0, 1) for
     an accuracy: the mean of values in a range lies in it, so clipping never drops the true
     mean and keeps the t-interval's coverage); ``clipped`` says whether an end was moved.
-    No verdict reads an interval (docs/registry.md, 2026-12-02)."""
+    No verdict reads an interval (docs/registry.md, change log)."""
     vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
     if not vals:
         return (float("nan"), float("nan"), False)

@@ -57,7 +57,7 @@ def _section(name: str, **values) -> dict:
 IR4_PERTURBATION_ROLE = Condition("gd_over_pgd_escape_eps", ">=", 2.0, "fraction", 0.8,
                                   "GD/PGD escape steps on eps-asymmetric data")
 
-# IR-5's positive control (SPEC 2, revised 2026-12-02): the learned-memory arm sees linear
+# IR-5's positive control: the learned-memory arm sees linear
 # growth when N(n_max) / N(n_min) >= IR5_LINEAR_FRACTION x (n_max / n_min), or when it misses
 # the target at n_max within the registered N range (experiments/ir/ir5.py)
 IR5_LINEAR_FRACTION = 0.5
@@ -126,7 +126,7 @@ IR_SPECS = (
     ),
     ClaimSpec(
         "IR-5",
-        "Sample complexity is an upper bound (revised 2026-12-02): on random embeddings of "
+        "Sample complexity is an upper bound: on random embeddings of "
         "the registered width d(n) < n, N(n_max)/N(n_min) <= (log n_max / log n_min)^2 on "
         "every seed and, wherever N grows, a polylog fit (N against log n or (log n)^2) beats "
         "the linear fit in R^2; a flat N satisfies it. Decided only against a measurement "
@@ -190,7 +190,7 @@ IR_SPECS = (
     ),
     ClaimSpec(
         "IR-8",
-        "The learned head is not an induction head (revised 2026-12-02), decided on the "
+        "The learned head is not an induction head, decided on the "
         "token-dependent model (all of W_Q, W_K trainable, the same 1-layer model and data, "
         "finetuned by the registered PGD; it must solve the task, step-1 argmax >= 0.99, else "
         "inconclusive): an induction-style step-1 row drops step-1 accuracy to <= 0.5 while "
@@ -219,12 +219,11 @@ IR_SPECS = (
 
 
 # The declared range of every metric an IR condition or control reads (None: unbounded): an
-# interval over seeds is reported inside it (docs/registry.md, 2026-12-02); no verdict reads an
-# interval. Gaps, masses and |P(r*) - 1/2| are differences of attention masses or
+# interval over seeds is reported inside it (docs/registry.md, change log); no verdict reads
+# an interval. Gaps, masses and |P(r*) - 1/2| are differences of attention masses or
 # probabilities; *_met, solved, escaped, reaches, beats, sees are 0/1 per seed; R^2 of a
-# least-squares fit with intercept. (Names no condition reads any more, e.g. IR-8's
-# position-only induction_row_step1_acc, stay declared for summaries written before
-# 2026-12-02.)
+# least-squares fit with intercept. (Names no condition reads, e.g. IR-8's position-only
+# induction_row_step1_acc, stay declared for summaries that still report them.)
 IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
     **dict.fromkeys(("memory_acc", "shuffled_memory_acc", "step1_argmax_acc",
                      "step1_expected_acc", "swap_expected_acc", "step2_expected_acc",

@@ -3,7 +3,7 @@ finetuning checkpoints, when each of them rises, and the synthetic-schedule plac
 
 Probes (both continuous, and both in the same units: raw pre-softmax logits, each a linear
 function of the weights it reads, so that the two rise on the same schedule when the weights
-move together; since 2026-12-01, see docs/registry.md):
+move together; see docs/registry.md):
 
 - **OV probe** ``ov_margin`` (:func:`ov_margin`): in the head's full OV circuit
   ``W_E W_V W_O W_U`` restricted to attribute tokens, the mean logit an attribute gives the

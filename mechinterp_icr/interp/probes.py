@@ -282,8 +282,8 @@ def probe_accuracy(X, y, split: Split, kind: str = "pca", n_pc: int = 3, seed: i
     share the label of their first copy. The probe is fitted and scored on these labels, so
     it is at chance unless the split leaks (a prompt, or a near copy, on both sides). The
     accuracy is averaged over ``n_shuffles`` permutations (on clustered data one permutation
-    is noisy). Before 2026-12-01 only the training labels were permuted and the probe was
-    scored on the true labels: at chance by construction, whatever the split.
+    is noisy). Permuting only the training labels and scoring on the true labels would not
+    test the split: the probe would be at chance by construction, whatever the split.
     """
     X = np.asarray(X)
     y = np.asarray(y)

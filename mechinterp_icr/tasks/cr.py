@@ -39,7 +39,7 @@ Formats (one example holds several tuples; ``order`` = ``"sga"`` or ``"gsa"``):
   subjects, no grammar. The answer is predicted at ``query_pos`` (the last token, ``sq``).
 - ICL+Grm like ICL with a grammar run of length ~ U[iclgrm_len_min, iclgrm_len_max] (0 allowed)
   between each subject and attribute (``iclgrm_order="sga"``, SPEC's placement, whatever the PT
-  ``order``) or before the subject (``iclgrm_order="gsa"``, the first build's); the run is drawn
+  ``order``) or before the subject (``iclgrm_order="gsa"``, a variant); the run is drawn
   from the shared type's chain (``iclgrm_chain="type"``), the shared chain ``Q`` (``"shared"``,
   no type information) or uniformly (``"uniform"``). ``iclgrm_query_grammar`` decides whether
   the query also gets a grammar run (the answer is then predicted at its last token).
@@ -111,7 +111,7 @@ class CRTaskConfig:
     iclgrm_order: TupleOrder = "sga"  # ICL+Grm tuples: "sga" (SPEC) | "gsa" (variant)
     icl_loss: IclLoss = "query"
     finetune_k_min: int = 1  # finetuning K ~ U[min, max] per batch (max 0 = max_demos;
-    finetune_k_max: int = 0  # min = max = n_demos is the first build's fixed K)
+    finetune_k_max: int = 0  # min = max = n_demos gives a fixed K)
     attr_share: float = 0.0  # shared-token variant: share of each type's value slots whose
     # token belongs to two types (0 = disjoint types, the default task; module docstring)
 

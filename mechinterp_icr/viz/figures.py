@@ -63,7 +63,7 @@ def png_available() -> bool:
 def _png_server() -> None:
     """Keep one Chromium for every PNG this process writes (kaleido's sync server; tried once
     per process): a figure then takes about 0.15 s instead of about 2 s for a browser started
-    per figure (measured 2026-12-01 on the 2-core machine; a reproduction writes about 15).
+    per figure (measured on the 2-core machine; a reproduction writes about 15).
     Stopped at exit; when it cannot start, each figure starts its own browser as before."""
     try:
         import atexit

@@ -31,7 +31,7 @@ def test_address_path_against_a_local_head(tmp_path, monkeypatch):
     """`--ray-address` submits to an existing cluster: a head started by `ray start --head`.
 
     The head runs with --block in its own process group, which the test ends itself; `ray
-    stop` would also kill any other Ray session on the machine."""
+    stop` would also kill any other Ray cluster on the machine."""
     import os
     import signal
     import socket
@@ -41,7 +41,7 @@ def test_address_path_against_a_local_head(tmp_path, monkeypatch):
     from pathlib import Path
 
     ray_cli = str(Path(sys.executable).parent / "ray")
-    # a test cluster of its own: no token shared with another Ray session on the machine
+    # a test cluster of its own: no token shared with another Ray cluster on the machine
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

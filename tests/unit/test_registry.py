@@ -69,7 +69,7 @@ SPEC_PINS = {
     "IR-4": ([("saddle_tie_dev_sym", "<=", 0.02, E), ("saddle_tie_dev_raw", "<=", 0.02, E),
               ("pgd_escaped", ">=", 1.0, E)],
              [("negative", "no_swap_tie_dev", "<=", 0.02, E)]),
-    # IR-5 (revised 2026-12-02): an upper bound, with the learned-memory positive control
+    # IR-5: an upper bound, with the learned-memory positive control
     "IR-5": ([("growth_over_bound", "<=", 1.0, E),
               ("polylog_beats_linear_where_grows", ">=", 1.0, E)],
              [("positive", "learned_sees_growth", ">=", 1.0, E),
@@ -78,12 +78,12 @@ SPEC_PINS = {
               ("mass_s3", "<=", 0.05, E), ("ir2_met", ">=", 1.0, E)],
              [("positive", "constructed_rows_met", ">=", 1.0, E),
               ("negative", "large_step_pair_mass_diff", ">=", 0.05, E)]),
-    # IR-7's control: the large-step state must not reach IR-2's swap bound (docs/registry.md,
-    # 2026-12-01; the rows-met control could not fail at K = 3)
+    # IR-7's control: the large-step state must not reach IR-2's swap bound (a rows-met
+    # control cannot fail at K = 3; docs/registry.md)
     "IR-7": ([("within_pair_gap", "<=", 0.02, E), ("mass_s3", "<=", 0.02, E),
               ("solved", ">=", 1.0, E)],
              [("negative", "large_step_swap_expected_acc", ">=", 0.90, E)]),
-    # IR-8 (revised 2026-12-02): decided on the token-dependent model
+    # IR-8: decided on the token-dependent model
     "IR-8": ([("tok_induction_row_step1_acc", "<=", 0.5, E),
               ("tok_learned_row_step1_acc", ">=", 0.99, E),
               ("tok_head_score_minus_baseline", "<=", 0.1, E)],
@@ -204,7 +204,7 @@ def test_profiles_differ_only_where_no_verdict_reads_the_key(target):
 
 def test_every_registered_metric_declares_its_range():
     """Intervals over seeds are reported inside a metric's declared range (docs/registry.md,
-    2026-12-02): every metric a condition or control reads is declared (None = unbounded),
+    change log): every metric a condition or control reads is declared (None = unbounded),
     CR and IR agree on shared names, and a range is (lo, hi) with lo < hi."""
     from mechinterp_icr.claims.cr_registry import CR_METRIC_RANGES
     from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE, IR_METRIC_RANGES

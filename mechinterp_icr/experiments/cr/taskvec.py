@@ -317,8 +317,9 @@ def separation_vs_k(model, task, seed: int, tvc: TaskvecConfig, hook: str
 # --------------------------------------------------------------------------------------------
 def lam_run_config(base: RunConfig, lam: float, tvc: TaskvecConfig) -> RunConfig:
     """The main run's config with ``task.lam`` replaced. ``tvc.lam_model == 'main'``: nothing
-    else changes (SPEC 0: one configuration); ``'small'``: the first build's small model
-    (``tvc.lam_d_model``, ``tvc.lam_d_mlp``, ``tvc.lam_pt_steps`` at ``tvc.lam_pt_lr``)."""
+    else changes (one configuration, as the specification in docs/claims.md asks); ``'small'``:
+    the small lam-sweep model (``tvc.lam_d_model``, ``tvc.lam_d_mlp``, ``tvc.lam_pt_steps`` at
+    ``tvc.lam_pt_lr``)."""
     task_cfg = replace(base.task, lam=float(lam))
     if tvc.lam_model == "main":
         return replace(base, name=f"lam{lam:g}-seed{base.seed}", task=task_cfg)

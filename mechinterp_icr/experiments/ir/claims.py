@@ -296,7 +296,7 @@ def _ir5(make, per, cfg: IRConfig) -> None:
                                               for k, m in per5.items()},
                   "learned_reached_some_n_per_seed": {
                       k: m.get("learned_reached_some_n") for k, m in per5.items()}},
-         notes="upper bound (SPEC 2, revised 2026-12-02): a flat N satisfies it. Random "
+         notes="upper bound: a flat N satisfies it. Random "
                "embeddings of the registered width d(n) (chosen from retrieval alone, "
                "experiments/ir/ir5_dn.py); target {} x the ideal-row expected-accuracy "
                "ceiling at (n, d); {} runs per N of {}; an N never reached is censored and "
@@ -348,8 +348,8 @@ def _ir8(make, per, cfg: IRConfig) -> None:
          not_measurable=ir8_not_measurable(per8, cfg),
          notes=f"decided on the token-dependent model (all of W_Q, W_K trainable, n = "
                f"{cfg.hooked.n}, {cfg.token_model.N} sequences, PGD until solved within "
-               f"{cfg.token_model.steps} small steps; SPEC 2, "
-               "revised 2026-12-02): (a) step-1 argmax accuracy with its own rows vs "
+               f"{cfg.token_model.steps} small steps): "
+               "(a) step-1 argmax accuracy with its own rows vs "
                "induction-style rows (all attention on t-1 or t-2; the larger counts; the "
                "query never occurs earlier in an IR sequence); (b) prefix-matching score on "
                "repeated-token probes of the IR context's length minus one, uniform causal "

@@ -1,4 +1,4 @@
-"""IR-5: sample complexity on random embeddings (SPEC 2, revised 2026-12-02).
+"""IR-5: sample complexity on random embeddings.
 
 The paper's statement is an upper bound (N grows at most polylogarithmically in n; a flat N
 satisfies it), so the claim is decided against a measurement shown able to see growth:

@@ -1,5 +1,5 @@
-"""IR-5's embedding width d(n), chosen from the memory's retrieval alone (SPEC 2, revised
-2026-12-02): no finetuning, no N.
+"""IR-5's embedding width d(n), chosen from the memory's retrieval alone: no finetuning,
+no N.
 
 For each n, d(n) is the smallest width on the grid ``DN_STEP, 2 DN_STEP, ...`` (below n) at
 which the constructed memory over random unit embeddings of that width retrieves at least

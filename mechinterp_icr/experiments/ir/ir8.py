@@ -1,4 +1,4 @@
-"""IR-8 decided on the token-dependent model (SPEC 2, revised 2026-12-02).
+"""IR-8 decided on the token-dependent model.
 
 A position-only head cannot be an induction head by construction (its scores do not depend
 on the tokens), so IR-8 is decided on the same 1-layer IR model with **all of W_Q, W_K

@@ -4,7 +4,7 @@
 - IR-5 (sample complexity on random embeddings) lives in :mod:`.ir5`; its functions are
   re-exported here.
 - IR-6 / IR-7 investigation (:func:`gap_sweep`, used by ``analyses/ir_gap_sweep.py``; the
-  table is in docs/ir.md): does a method choice close the within-pair gap? Within-pair
+  table is in docs/history.md): does a method choice close the within-pair gap? Within-pair
   equality is a flat direction of the loss (SPEC 2), so the converged gap is what the large
   step and the perturbation leave; this sweeps the PGD knobs (``big_lr``, ``sigma``, number
   and size of the small steps) and ``n`` over seeds, with the same data and evaluation draws

@@ -114,7 +114,7 @@ def gap_stop_rule(cfg: IRConfig) -> tuple[set[int], Callable[[dict], bool]]:
     """IR-3's registered stopping rule: after ``steps`` small steps, every ``stop_every``
     steps, stop once the within-pair gap of the step-1 row moved by less than ``stop_tol``
     (either way) since the last check: a gap still growing is not settled (the run's length,
-    ``stop_max`` small steps, bounds it; before 2026-12-01 a growing gap stopped the run).
+    ``stop_max`` small steps, bounds it).
     Returns the record steps at which the rule is checked (record step = small steps + 1) and the
     ``stop_fn`` for :func:`pgd_fast`."""
     checks = set(range(cfg.steps + 1, cfg.stop_max + 2, cfg.stop_every))
