@@ -75,17 +75,9 @@ def settings(config: Any) -> dict[str, Any]:
     from mechinterp_icr.config import to_dict
     from mechinterp_icr.experiments.cr.config import SweepSetting
     from mechinterp_icr.experiments.ir.config import FLAT_KEYS
+    from mechinterp_icr.runner import config_keys
 
-    flat: dict[str, Any] = {}
-
-    def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict) and node and path != "sweep":
-            for k, v in node.items():
-                walk(v, f"{path}.{k}" if path else str(k))
-        else:
-            flat[FLAT_KEYS.get(path, path)] = node
-
-    walk(config or {}, "")
+    flat = {FLAT_KEYS.get(k, k): v for k, v in config_keys(config or {})}
     if isinstance(flat.get("sweep"), list):
         flat["sweep"] = [to_dict(SweepSetting.parse(s)) if isinstance(s, str) else s
                          for s in flat["sweep"]]

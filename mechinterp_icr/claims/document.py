@@ -21,8 +21,9 @@ from typing import Any
 
 from mechinterp_icr.claims.cr_registry import ANALYSIS_CONSTANTS
 from mechinterp_icr.claims.ir_registry import IR_ANALYSIS_CONSTANTS
-from mechinterp_icr.claims.protocol import MIN_SEEDS, ClaimSpec, Condition
+from mechinterp_icr.claims.protocol import MIN_SEEDS, ClaimSpec, Condition, rule_words
 from mechinterp_icr.claims.registry import METRIC_RANGES, NOT_READ, REGISTRY, REPORT_ONLY
+from mechinterp_icr.store.io import write_or_check
 
 __all__ = ["render", "main"]
 
@@ -57,11 +58,8 @@ listed here is a dated entry in the change log of `docs/registry.md`.
   decided on a variant of the task.
 """
 
-_RULE = {"every_seed": "every seed", "mean": "mean over seeds"}
-
-
 def _rule(c: Condition) -> str:
-    return _RULE.get(c.rule) or f"on >= {c.min_fraction:.0%} of seeds"
+    return rule_words(c.rule, c.min_fraction)
 
 
 def _value(v: Any) -> str:
@@ -155,19 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path)
     ap.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
     args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        try:
-            same = args.path.read_text() == text
-        except OSError:
-            same = False
-        if not same:
-            print(f"{args.path} is not the one the registry gives; run python -m "
-                  f"mechinterp_icr.claims.document {args.path}", file=sys.stderr)
-            return 1
-        return 0
-    args.path.write_text(text)
-    return 0
+    return write_or_check(args.path, render(), args.check,
+                          f"{args.path} is not the one the registry gives; run python -m "
+                          f"mechinterp_icr.claims.document {args.path}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ __all__ = [
     "decisive",
     "evaluate_condition",
     "evaluate_control",
+    "rule_words",
 ]
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -75,6 +76,12 @@ def compare(value: Any, op: str, threshold: float) -> bool:
             "<": v < threshold - eps}[op]
 
 
+def rule_words(rule: str, min_fraction: float = 1.0) -> str:
+    """A seed rule in words: ``every seed``, ``mean over seeds``, ``on >= 0.8 of seeds``."""
+    return {"every_seed": "every seed", "mean": "mean over seeds",
+            "fraction": f"on >= {min_fraction:g} of seeds"}[rule]
+
+
 @dataclass(frozen=True)
 class Condition:
     """``metric op threshold`` over seeds, by ``rule`` (see the module docstring)."""
@@ -93,9 +100,8 @@ class Condition:
             raise ValueError(f"condition {self.metric}: rule {self.rule!r} not in {_RULES}")
 
     def describe(self) -> str:
-        rule = {"every_seed": "every seed", "mean": "mean over seeds",
-                "fraction": f"on >= {self.min_fraction:g} of seeds"}[self.rule]
-        base = f"{self.metric} {self.op} {self.threshold:g} ({rule})"
+        base = (f"{self.metric} {self.op} {self.threshold:g} "
+                f"({rule_words(self.rule, self.min_fraction)})")
         return f"{self.text}: {base}" if self.text else base
 
     def fields(self) -> dict[str, Any]:

@@ -16,11 +16,12 @@ import json
 import os
 import re
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_csv",
-           "json_default",
+           "json_default", "write_or_check",
            "UnsafeFileError", "read_regular_file", "stale_temp_files",
            "remove_stale_temp_files", "target_of_temp"]
 
@@ -133,6 +134,22 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_or_check(path: str | Path, text: str, check: bool, stale: str) -> int:
+    """A generated file (docs/claims.md, README's claim table): with ``check``, 0 when
+    ``path`` holds ``text`` and 1 (``stale`` printed to stderr) when it does not or cannot be
+    read; else ``text`` written atomically and 0."""
+    if check:
+        try:
+            same = Path(path).read_text() == text
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            print(stale, file=sys.stderr)
+        return 0 if same else 1
+    atomic_write_text(path, text)
+    return 0
 
 
 def atomic_write_csv(path: str | Path, rows: list[dict], cols: list[str] | None = None,

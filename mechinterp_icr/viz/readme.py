@@ -23,7 +23,9 @@ from typing import Any
 from mechinterp_icr.claims import claim_key
 from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.intervals import interval
+from mechinterp_icr.claims.protocol import rule_words
 from mechinterp_icr.claims.registry import metric_range
+from mechinterp_icr.store.io import write_or_check
 
 __all__ = ["BEGIN", "END", "MAX_WORDS", "claim_row", "claim_table", "replace_table"]
 
@@ -32,7 +34,7 @@ BEGIN, END = "<!-- claim-table:begin -->", "<!-- claim-table:end -->"
 
 MAX_WORDS = 25  # words per cell (tests/unit/test_readme_table.py)
 _OP = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
-_RULE = {"every_seed": "every seed", "all_seeds": "every seed", "mean": "mean over seeds"}
+_EVERY_SEED = ("every_seed", "all_seeds")  # older summaries store "all_seeds"
 
 
 def _cell(text: str) -> str:
@@ -60,7 +62,7 @@ def _num(v: Any) -> str:
 def _worst(e: dict[str, Any]) -> str:
     """Under the every-seed rule, the seed furthest on the failing side of the threshold."""
     vals = {str(k): float(v) for k, v in (e.get("per_seed") or {}).items() if v is not None}
-    if not vals or e.get("rule", "every_seed") not in ("every_seed", "all_seeds"):
+    if not vals or e.get("rule", "every_seed") not in _EVERY_SEED:
         return ""
     high_fails = e.get("op") in ("<=", "<")
     if e.get("kind") == "negative":  # a negative control misbehaves on the meeting side
@@ -81,7 +83,8 @@ def _entry(c: dict[str, Any], kind: str, metric: str | None) -> dict[str, Any] |
 
 def _rule(e: dict[str, Any], kind: str) -> str:
     rule = e.get("rule", "every_seed")
-    words = _RULE.get(rule) or f"on ≥ {float(e.get('min_fraction', 1)):.0%} of seeds"
+    words = rule_words("every_seed" if rule in _EVERY_SEED else rule,
+                       float(e.get("min_fraction", 1.0)))
     test = f"`{e.get('metric')}` {_OP.get(e.get('op'), e.get('op'))} {e.get('threshold'):g}"
     if kind in ("condition", "primary", "seeds", "no_control"):
         return f"{test}, {words}"
@@ -140,15 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.check:
-        if new != readme:
-            print(f"{args.readme}: the claim table is not the one {args.summary} gives; run "
-                  f"python -m mechinterp_icr.viz.readme {args.summary} {args.readme}",
-                  file=sys.stderr)
-            return 1
-        return 0
-    args.readme.write_text(new)
-    return 0
+    return write_or_check(args.readme, new, args.check,
+                          f"{args.readme}: the claim table is not the one {args.summary} "
+                          f"gives; run python -m mechinterp_icr.viz.readme {args.summary} "
+                          f"{args.readme}")
 
 
 if __name__ == "__main__":
