@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from mechinterp_icr.config import ModelConfig, check, check_choice, check_range
 from mechinterp_icr.models.factory import build_model
+from mechinterp_icr.models.ir_units import UnitIndex, relation_block
 from mechinterp_icr.tasks.ir import ANS, REL, SUBJ, IRTask
 
 __all__ = [
@@ -307,11 +308,16 @@ class FastIR(torch.nn.Module):
     ``forward(tokens, positions)`` returns logits (B, P, V) at the given positions (default all)
     in float64. The only parameter is the position block ``B`` (T, T). The constructed memory
     is evaluated by gathers over the triples (no dense d_model x H matrices), a dense memory
-    (pretrained) by block matmuls.
+    (pretrained) by block matmuls in ``dense_dtype``: float64 by default (the equality test
+    against the HookedTransformer); IR-6's finetuning passes float32, the precision its
+    memory was trained in (its weights are float32 values), which halves the cost of the
+    matmuls that are most of a step and moves its rows and accuracies by about 1e-7
+    (tests/integration/test_ir_core.py pins the agreement).
     """
 
     def __init__(self, task: IRTask, spec: IRModelSpec, seed: int = 0,
-                 memory: Memory | None = None, E: torch.Tensor | None = None):
+                 memory: Memory | None = None, E: torch.Tensor | None = None,
+                 dense_dtype: torch.dtype = torch.float64):
         super().__init__()
         spec = resolve_theta(spec, task.cfg.n_pairs)
         self.task, self.spec = task, spec
@@ -339,12 +345,10 @@ class FastIR(torch.nn.Module):
                              "gathers that need E to be the identity; got another E")
         if self.dense:
             L = IRLayout(V, T, E.shape[1])
-            self.register_buffer("W_tok", memory.W_in[L.tok].clone(), persistent=False)
-            self.register_buffer("W_type", memory.W_in[L.type].clone(), persistent=False)
-            self.register_buffer("W_copy", memory.W_in[L.copy].clone(), persistent=False)
-            self.register_buffer("W_posm", memory.W_in[L.pos].clone(), persistent=False)
-            self.register_buffer("b_in", memory.b_in.clone(), persistent=False)
-            self.register_buffer("W_out", memory.W_out.clone(), persistent=False)
+            for name, w in (("W_tok", memory.W_in[L.tok]), ("W_type", memory.W_in[L.type]),
+                            ("W_copy", memory.W_in[L.copy]), ("W_posm", memory.W_in[L.pos]),
+                            ("b_in", memory.b_in), ("W_out", memory.W_out)):
+                self.register_buffer(name, w.to(dense_dtype, copy=True), persistent=False)
         self.B = torch.nn.Parameter(torch.zeros(T, T, dtype=torch.float64))
 
     def attention(self, positions=None) -> torch.Tensor:
@@ -362,8 +366,8 @@ class FastIR(torch.nn.Module):
         Bn = tokens.shape[0]
         cur = tokens[:, pos]  # (B, P)
         if self.dense and self.onehot:  # copy @ W_copy as a gather: sum_t A[p, t] W[tok_t]
-            hc = sum(A[None, :, t, None] * self.W_copy[tokens[:, t]][:, None, :]
-                     for t in range(T) if bool((A[:, t] != 0).any().detach()))
+            ts = torch.nonzero((A != 0).any(0).detach())[:, 0]  # the positions attended
+            hc = torch.matmul(A[:, ts].to(self.W_copy.dtype), self.W_copy[tokens[:, ts]])
             return self._dense_out(hc, cur, pos)
         if self.onehot:
             copy = torch.zeros(Bn, len(pos), V, dtype=A.dtype)
@@ -407,14 +411,16 @@ class FastIR(torch.nn.Module):
             ans_in = copy[:, 1, self.s_tok] + (tokens[:, q1 + 1, None] == self.r_tok).to(A.dtype)
         else:
             copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])
-            rel_in = self.rel_input(copy[:, 0])
             ans_in = self.ans_input(copy[:, 1], self.E[tokens[:, q1 + 1]])
         ty = self.ttype[tokens[:, q1: q1 + 2]].to(A.dtype)
         g_rel = spec.gate * (ty[:, 0] != SUBJ).to(A.dtype)[:, None]
         g_ans = spec.gate * (ty[:, 1] != REL).to(A.dtype)[:, None]
-        rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
+        if self.onehot:
+            rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
+            l1 = torch.zeros(Bn, R, dtype=A.dtype).index_add(1, self.r_tok - n, rel_act)
+        else:
+            l1 = self.relation_block(copy[:, 0], g_rel[:, 0])
         ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
-        l1 = torch.zeros(Bn, R, dtype=A.dtype).index_add(1, self.r_tok - n, rel_act)
         l2 = torch.zeros(Bn, m, dtype=A.dtype).index_add(1, self.a_tok - n - R, ans_act)
         scale = spec.lam2 / self.task.cfg.temperature
         return l1 * scale, l2 * scale
@@ -465,6 +471,19 @@ class FastIR(torch.nn.Module):
         scale = spec.lam2 / task.cfg.temperature
         return l1 * scale, l2 * scale
 
+    def relation_block(self, c: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """Random embeddings: the relation units' activations summed per relation (B, R) for
+        copy blocks ``c`` (B, d_e) and per-sequence gates ``gate`` (B,), unscaled; only the
+        units that can be non-zero are evaluated (:func:`.ir_units.relation_block`, exact)."""
+        n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
+        s_idx, a_idx = self.s_tok, self.a_tok - n - R
+        key = tuple((t.data_ptr(), t._version, t.numel()) for t in (self.s_tok, self.a_tok))
+        if getattr(self, "_unit_index_key", None) != key:  # units changed (learned arm, IR-1)
+            self._unit_index = UnitIndex.build(s_idx, a_idx, n, self.V - n - R)
+            self._unit_index_key = key
+        return relation_block(c, self.E[:n], self.E[n + R:], s_idx, self.r_tok - n, a_idx, R,
+                              self.spec.theta_rel, gate, self._unit_index)
+
     def rel_input(self, c: torch.Tensor) -> torch.Tensor:
         """Random embeddings: every relation unit's input ``c . (E_s + E_a)`` (..., triples),
         from the products with the n subject and m answer embeddings (R times fewer than one
@@ -482,7 +501,7 @@ class FastIR(torch.nn.Module):
         """Dense (pretrained) memory: logits from the copy block's hidden contribution ``hc``
         (..., H), the current token ids ``cur`` and the positions ``pos``."""
         pos = torch.as_tensor(pos)
-        tok = self.W_tok[cur] if self.onehot else self.E[cur] @ self.W_tok
+        tok = self.W_tok[cur] if self.onehot else self.E[cur].to(self.W_tok.dtype) @ self.W_tok
         h = hc + tok + self.W_type[self.ttype[cur]] + self.W_posm[pos] + self.b_in
         return F.relu(h).pow(2) @ self.W_out / self.task.cfg.temperature
 
@@ -493,7 +512,7 @@ class FastIR(torch.nn.Module):
         ty = self.ttype[cur]
         pos = torch.as_tensor(pos)
         if self.dense:
-            return self._dense_out(copy @ self.W_copy, cur, pos)
+            return self._dense_out(copy.to(self.W_copy.dtype) @ self.W_copy, cur, pos)
         if self.onehot:
             rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
             ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)

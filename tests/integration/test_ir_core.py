@@ -194,6 +194,32 @@ def test_fast_path_equals_hooked_transformer(embedding, memory, theta_ans):
     assert torch.allclose(get_pos_block(ht), B, atol=1e-12)
 
 
+def test_pretrained_memory_in_float32_agrees_with_float64():
+    """IR-6 runs the pretrained memory's matmuls in float32 (``dense_dtype``): its logits,
+    and the rows and accuracies of a PGD run on it, agree with float64 to 1e-5 (the IR-6
+    conditions are read at 0.02 and 0.05)."""
+    task = _task(n=24)
+    spec = IRModelSpec(memory="pretrained", pretrain_steps=60, pretrain_batch=128)
+    E = token_embeddings(task, spec, 0)
+    mem = pretrain_memory(task, spec, E, 0)
+    batch = task.sample(np.random.default_rng(1), 96)
+    ev = task.sample(np.random.default_rng(2), 200)
+    pgd = PGDConfig(big_lr=1.0, sigma=0.01, lr=0.25, steps=40)
+    out = {}
+    for dt in (torch.float64, torch.float32):
+        fast = FastIR(task, spec, seed=0, memory=mem, E=E, dense_dtype=dt)
+        assert fast.W_out.dtype == dt and fast.B.dtype == torch.float64
+        recs = pgd_fast(fast, batch, pgd, 3)
+        with torch.no_grad():
+            lg = fast.cot_logits(ev.tokens).double()
+        out[dt] = (lg, recs[-1]["row1"], recs[-1]["row2"], ir_accuracy(lg, ev)["step1_prob"])
+    (l64, a64, b64, p64), (l32, a32, b32, p32) = out[torch.float64], out[torch.float32]
+    assert (l64 - l32).abs().max() < 1e-5 * max(1.0, float(l64.abs().max()))
+    assert np.abs(np.subtract(a64, a32)).max() < 1e-5
+    assert np.abs(np.subtract(b64, b32)).max() < 1e-5
+    assert abs(p64 - p32) < 1e-5
+
+
 # ------------------------------------------------------------------------------ PGD
 def test_pgd_on_tiny_n_reaches_claimed_accuracy():
     task = _task(n=16)

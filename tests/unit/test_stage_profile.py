@@ -20,3 +20,35 @@ def test_stage_table_sorts_stages_and_leaves_bookkeeping_out(tmp_path, monkeypat
     assert mod.main([str(p), "--top", "2"]) == 0
     assert "the heaviest 2: ir IR-5 (60%), cr pretrain (30%)" in capsys.readouterr().out
     assert mod.main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_job_breakdown_files_each_sample_under_its_first_category(monkeypatch):
+    """benchmarks/job_breakdown.py: a stack sample's category, innermost frame first."""
+    mod = load_repo_script("benchmarks/job_breakdown.py", monkeypatch)
+    pkg = "/x/mechinterp_icr"
+    fwd = [(f"{pkg}/models/ir.py", "cot_blocks"), (f"{pkg}/training/pgd.py", "grad_step")]
+    assert mod.classify(fwd) == "forward"
+    assert mod.classify([("/v/torch/autograd/graph.py", "_engine_run_backward"), *fwd]) == \
+        "backward"
+    assert mod.classify([("/v/torch/optim/adam.py", "step")]) == "optimizer"
+    # a forward pass inside an evaluation callback is evaluation
+    assert mod.classify([*fwd, (f"{pkg}/experiments/ir/ir5.py", "step1_expected")]) == \
+        "evaluation"
+    assert mod.classify([(f"{pkg}/experiments/ir/train.py", "fast_metrics")]) == "evaluation"
+    assert mod.classify([("/v/safetensors/torch.py", "save_file")]) == "I/O"
+    assert mod.classify([(f"{pkg}/tasks/ir.py", "sample")]) == "data"
+    # names that merely contain an evaluation word are not evaluations
+    assert mod.classify([(f"{pkg}/training/loop.py", "reevaluated_steps_x")]) == "forward"
+
+
+def test_job_breakdown_selects_the_jobs_with_their_dependencies_first(monkeypatch):
+    mod = load_repo_script("benchmarks/job_breakdown.py", monkeypatch)
+    from mechinterp_icr.jobs import Job
+
+    def fn():
+        return {}
+
+    plan = [Job("a/seed0", fn), Job("b/seed0", fn, after=("c/seed0",)), Job("c/seed0", fn),
+            Job("d/seed0", fn)]
+    jobs, want = mod.select(plan, ["b/*"])
+    assert [t.name for t in jobs] == ["c/seed0", "b/seed0"] and want == {"b/seed0"}

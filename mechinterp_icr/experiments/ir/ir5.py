@@ -135,22 +135,14 @@ def row_N(row: dict) -> float | None:
 def step1_logits(fast: FastIR, tokens: torch.Tensor) -> torch.Tensor:
     """The step-1 logits of the relation tokens (B, R) of a random-embedding FastIR with the
     constructed memory or a subset of its units: the relation block of
-    :meth:`FastIR.cot_blocks`, exactly (a test pins it). With the full table of units (one per
-    (s, r), row s R + r) the sum over subjects is a reshape instead of a scatter."""
+    :meth:`FastIR.cot_blocks`, exactly (a test pins it), from the units that can fire
+    (:meth:`FastIR.relation_block`)."""
     sp, task = fast.spec, fast.task
     q1 = task.step1_pos
-    n, R = task.cfg.n_subjects, task.cfg.n_relations
     A = fast.attention([q1])
     copy = torch.einsum("pt,btd->bpd", A, fast.E[tokens])[:, 0]
-    gate = sp.gate * (fast.ttype[tokens[:, q1]] != SUBJ).to(A.dtype)[:, None]
-    if len(fast.s_tok) == n * R and getattr(fast, "full_table", False):
-        x = ((copy @ fast.E[:n].T)[:, :, None]
-             + (copy @ fast.E[n + R:].T)[:, fast.f_table])  # (B, n, R)
-        act = torch.relu(x - sp.theta_rel - gate[:, :, None]).pow(2).sum(1)
-    else:
-        act = torch.relu(fast.rel_input(copy) - sp.theta_rel - gate).pow(2)
-        act = torch.zeros(len(tokens), R, dtype=A.dtype).index_add(1, fast.r_tok - n, act)
-    return act * (sp.lam2 / task.cfg.temperature)
+    gate = sp.gate * (fast.ttype[tokens[:, q1]] != SUBJ).to(A.dtype)
+    return fast.relation_block(copy, gate) * (sp.lam2 / task.cfg.temperature)
 
 
 def step1_expected(fast: FastIR, batch) -> float:
@@ -172,8 +164,6 @@ class Step1IR(FastIR):
     expected accuracy of the full loss at every step (a test pins it) at about half the cost;
     the step-2 row only keeps its perturbation."""
 
-    full_table = True  # units in the constructed order (s R + r) until learned_memory
-
     def cot_blocks(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b1 = step1_logits(self, tokens)
         return b1, torch.zeros(tokens.shape[0], self.task.cfg.m, dtype=b1.dtype)
@@ -194,7 +184,6 @@ def learned_memory(fast: FastIR, batch) -> int:
     many units it holds."""
     idx = seen_triples(fast.task, batch)
     fast.s_tok, fast.r_tok, fast.a_tok = fast.s_tok[idx], fast.r_tok[idx], fast.a_tok[idx]
-    fast.full_table = False
     return len(idx)
 
 

@@ -443,8 +443,10 @@ def pretrained_records(cfg: IRConfig, seed: int, pre: PretrainedSetting,
     pgd = pretrained_pgd(cfg) if pgd is None else pgd
     if constructed:
         return run_fast(tk, model_spec(cfg), train, ev6, pgd, seed, final_ev=final)[1]
+    # float32: the precision the memory was trained in (its weights are float32 values);
+    # the dense matmuls are most of a step (FastIR's docstring)
     return run_fast(tk, pre.spec, train, ev6, pgd, seed, memory=pre.memory, E=pre.E,
-                    final_ev=final)[1]
+                    final_ev=final, dense_dtype=torch.float32)[1]
 
 
 def pretrained_metrics(cfg: IRConfig, seed: int, pre: PretrainedSetting,

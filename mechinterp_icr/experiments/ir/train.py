@@ -154,7 +154,8 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
              E=None, *, swap=None, extra_eval: set[int] | None = None,
              stop_fn: Callable[[dict], bool] | None = None,
              at_big_step: dict | None = None,
-             escape_at: float | None = None, final_ev=None) -> tuple[FastIR, list[dict]]:
+             escape_at: float | None = None, final_ev=None,
+             dense_dtype: torch.dtype = torch.float64) -> tuple[FastIR, list[dict]]:
     """PGD (or GD) on a fresh FastIR; records carry :func:`fast_metrics` at the eval steps
     (and ``extra_eval``); with a swap-confusing batch ``swap``, ``swap_p`` (expected step-1
     accuracy on it) at every step until it first reaches ``escape_at`` (the registered escape
@@ -163,11 +164,12 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
     of ``at_big_step`` (name -> batch) as ``prob_<name>``. ``stop_fn(record)`` may end the
     run early. With ``final_ev`` (:func:`final_batch`) every accuracy of the final record
     (:func:`ir_accuracy`'s keys, :data:`FINAL_KEYS` among them) is read on it instead, the
-    ``ev`` values kept as ``ev_<key>`` and its size as ``final_eval``."""
+    ``ev`` values kept as ``ev_<key>`` and its size as ``final_eval``. ``dense_dtype``: the
+    precision of a dense (pretrained) memory's matmuls (:class:`FastIR`)."""
     if swap is not None and escape_at is None:
         raise ValueError("run_fast: escape_at (the registered escape threshold) is required "
                          "with a swap batch")
-    fast = FastIR(task, spec, seed=seed, memory=memory, E=E)
+    fast = FastIR(task, spec, seed=seed, memory=memory, E=E, dense_dtype=dense_dtype)
     steps = eval_steps(pgd.steps) | (extra_eval or set())
     escaped = [False]
 
