@@ -17,7 +17,7 @@ and files the sample under the first category whose frames it finds, in this ord
 - evaluation: a function of this package named like an evaluation (eval, metric, accuracy,
   retrieval, probe, score, ceiling, ...), or a TransformerLens cache run inside one;
 - I/O: safetensors, json, the package's store;
-- data: the package's tasks (sampling sequences) and data modules;
+- data: a sampler of the package's tasks (``sample*``: drawing sequences);
 - forward: everything else (the model, the loss, the training loop's own work).
 
 Each job runs with one torch thread, as a reproduction worker does. Timings on these
@@ -54,7 +54,8 @@ def classify(frames: list[tuple[str, str]]) -> str:
     if any("/safetensors/" in f or f.endswith("/json/__init__.py") or "/mechinterp_icr/store/"
            in f for f in files):
         return "I/O"
-    if any("/mechinterp_icr/tasks/" in f for f, _ in ours):
+    if any("/mechinterp_icr/tasks/" in f and fn.lstrip("_").startswith("sample")
+           for f, fn in ours):
         return "data"
     return "forward"
 
@@ -64,18 +65,23 @@ class Sampler:
 
     def __init__(self, thread_id: int, interval: float):
         self.tid, self.interval = thread_id, interval
-        self.counts = dict.fromkeys(CATEGORIES, 0)
+        self.counts = dict.fromkeys(CATEGORIES, 0.0)
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        last = time.perf_counter()
         while not self._stop.wait(self.interval):
             frame = sys._current_frames().get(self.tid)
             stack = []
             while frame is not None:
                 stack.append((frame.f_code.co_filename, frame.f_code.co_name))
                 frame = frame.f_back
-            self.counts[classify(stack)] += 1
+            # weighted by the time since the last sample: while the job runs Python code the
+            # sampler waits for the GIL, and the wait belongs to what it then sees
+            now = time.perf_counter()
+            self.counts[classify(stack)] += now - last
+            last = now
 
     def __enter__(self) -> Sampler:
         self._t.start()
@@ -120,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     from mechinterp_icr.store.io import atomic_write_json
 
     set_threads(1)
+    sys.setswitchinterval(0.001)  # the sampler gets the GIL within a millisecond
     out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="job-breakdown-"))
     plan = runner.pooled_plan([(t, runner.resolve_config(t, a.profile)) for t in ("cr", "ir")],
                               out, [a.seed])

@@ -36,7 +36,11 @@ def test_job_breakdown_files_each_sample_under_its_first_category(monkeypatch):
         "evaluation"
     assert mod.classify([(f"{pkg}/experiments/ir/train.py", "fast_metrics")]) == "evaluation"
     assert mod.classify([("/v/safetensors/torch.py", "save_file")]) == "I/O"
-    assert mod.classify([(f"{pkg}/tasks/ir.py", "sample")]) == "data"
+    assert mod.classify([(f"{pkg}/tasks/cr.py", "_grammar_runs"),
+                         (f"{pkg}/tasks/cr.py", "sample_pt")]) == "data"
+    # a model's forward pass called from a task helper is forward, not data
+    assert mod.classify([("/v/transformer_lens/x.py", "forward"),
+                         (f"{pkg}/tasks/base.py", "target_logits")]) == "forward"
     # names that merely contain an evaluation word are not evaluations
     assert mod.classify([(f"{pkg}/training/loop.py", "reevaluated_steps_x")]) == "forward"
 
