@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from mechinterp_icr.config import ModelConfig, check, check_choice, check_range
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.models.ir_units import UnitIndex, relation_block
+from mechinterp_icr.models.ir_units import UnitIndex, answer_block, relation_block
 from mechinterp_icr.tasks.ir import ANS, REL, SUBJ, IRTask
 
 __all__ = [
@@ -411,17 +411,17 @@ class FastIR(torch.nn.Module):
             ans_in = copy[:, 1, self.s_tok] + (tokens[:, q1 + 1, None] == self.r_tok).to(A.dtype)
         else:
             copy = torch.einsum("pt,btd->bpd", A, self.E[tokens])
-            ans_in = self.ans_input(copy[:, 1], self.E[tokens[:, q1 + 1]])
         ty = self.ttype[tokens[:, q1: q1 + 2]].to(A.dtype)
         g_rel = spec.gate * (ty[:, 0] != SUBJ).to(A.dtype)[:, None]
         g_ans = spec.gate * (ty[:, 1] != REL).to(A.dtype)[:, None]
         if self.onehot:
             rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
             l1 = torch.zeros(Bn, R, dtype=A.dtype).index_add(1, self.r_tok - n, rel_act)
+            ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
+            l2 = torch.zeros(Bn, m, dtype=A.dtype).index_add(1, self.a_tok - n - R, ans_act)
         else:
             l1 = self.relation_block(copy[:, 0], g_rel[:, 0])
-        ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
-        l2 = torch.zeros(Bn, m, dtype=A.dtype).index_add(1, self.a_tok - n - R, ans_act)
+            l2 = self.answer_block(copy[:, 1], self.E[tokens[:, q1 + 1]], g_ans[:, 0])
         scale = spec.lam2 / self.task.cfg.temperature
         return l1 * scale, l2 * scale
 
@@ -477,25 +477,34 @@ class FastIR(torch.nn.Module):
         units that can be non-zero are evaluated (:func:`.ir_units.relation_block`, exact)."""
         n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
         s_idx, a_idx = self.s_tok, self.a_tok - n - R
-        key = tuple((t.data_ptr(), t._version, t.numel()) for t in (self.s_tok, self.a_tok))
-        if getattr(self, "_unit_index_key", None) != key:  # units changed (learned arm, IR-1)
-            self._unit_index = UnitIndex.build(s_idx, a_idx, n, self.V - n - R)
-            self._unit_index_key = key
+        index = self._units()
         return relation_block(c, self.E[:n], self.E[n + R:], s_idx, self.r_tok - n, a_idx, R,
-                              self.spec.theta_rel, gate, self._unit_index)
+                              self.spec.theta_rel, gate, index, self._unit_rows)
 
-    def rel_input(self, c: torch.Tensor) -> torch.Tensor:
-        """Random embeddings: every relation unit's input ``c . (E_s + E_a)`` (..., triples),
-        from the products with the n subject and m answer embeddings (R times fewer than one
-        column per triple; the units follow ``a_tok``, which IR-1's shuffle control permutes)."""
+    def answer_block(self, c: torch.Tensor, x: torch.Tensor, gate: torch.Tensor
+                     ) -> torch.Tensor:
+        """Random embeddings: the answer units' activations summed per answer (B, m) for copy
+        blocks ``c`` (B, d_e), current-token embeddings ``x`` (B, d_e) and gates ``gate``
+        (B,), unscaled; only the units that can be non-zero are evaluated
+        (:func:`.ir_units.answer_block`, exact)."""
         n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
-        return (c @ self.E[:n].T)[..., self.s_tok] + (c @ self.E[n + R:].T)[..., self.a_tok - n - R]
+        return answer_block(c, x, self.E[:n], self.E[n: n + R], self.s_tok, self.r_tok - n,
+                            self.a_tok - n - R, self.V - n - R, self.spec.theta_ans, gate,
+                            self._units())
 
-    def ans_input(self, c: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
-        """Random embeddings: every answer unit's input ``c . E_s + cur . E_r`` (..., triples)
-        for the copy block ``c`` and the current token's embedding ``cur``."""
+    def _units(self) -> UnitIndex:
+        """The unit index of the current units and their relation units' input rows
+        ``E_s + E_a`` (``_unit_rows``), rebuilt when the units or the embeddings change (the
+        learned arm's subset, IR-1's shuffled answers)."""
         n, R = self.task.cfg.n_subjects, self.task.cfg.n_relations
-        return (c @ self.E[:n].T)[..., self.s_tok] + (cur @ self.E[n: n + R].T)[..., self.r_tok - n]
+        key = tuple((t.data_ptr(), t._version, t.numel())
+                    for t in (self.s_tok, self.r_tok, self.a_tok, self.E))
+        if getattr(self, "_unit_index_key", None) != key:
+            self._unit_index = UnitIndex.build(self.s_tok, self.r_tok - n, self.a_tok - n - R,
+                                               n, R, self.V - n - R)
+            self._unit_rows = self.E[self.s_tok] + self.E[self.a_tok]
+            self._unit_index_key = key
+        return self._unit_index
 
     def _dense_out(self, hc: torch.Tensor, cur: torch.Tensor, pos) -> torch.Tensor:
         """Dense (pretrained) memory: logits from the copy block's hidden contribution ``hc``
@@ -513,14 +522,18 @@ class FastIR(torch.nn.Module):
         pos = torch.as_tensor(pos)
         if self.dense:
             return self._dense_out(copy.to(self.W_copy.dtype) @ self.W_copy, cur, pos)
-        if self.onehot:
-            rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
-            ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)
-        else:
-            rel_in = self.rel_input(copy)
-            ans_in = self.ans_input(copy, self.E[cur])
         g_rel = (spec.gate * (ty != SUBJ).to(copy.dtype))[..., None]
         g_ans = (spec.gate * (ty != REL).to(copy.dtype))[..., None]
+        if not self.onehot:  # the two blocks from the units that can fire
+            n, R, d = self.task.cfg.n_subjects, self.task.cfg.n_relations, copy.shape[-1]
+            c2 = copy.reshape(-1, d)
+            logits = torch.zeros(c2.shape[0], self.V, dtype=copy.dtype)
+            logits[:, n: n + R] = self.relation_block(c2, g_rel.reshape(-1))
+            logits[:, n + R:] = self.answer_block(c2, self.E[cur].reshape(-1, d),
+                                                  g_ans.reshape(-1))
+            return logits.view(*cur.shape, self.V) * (spec.lam2 / self.task.cfg.temperature)
+        rel_in = copy[..., self.s_tok] + copy[..., self.a_tok]  # (..., n_triples)
+        ans_in = copy[..., self.s_tok] + (cur[..., None] == self.r_tok).to(copy.dtype)
         rel_act = F.relu(rel_in - spec.theta_rel - g_rel).pow(2)
         ans_act = F.relu(ans_in - spec.theta_ans - g_ans).pow(2)
         logits = torch.zeros(*cur.shape, self.V, dtype=copy.dtype)

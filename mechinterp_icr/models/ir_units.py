@@ -1,4 +1,4 @@
-"""The relation units of the constructed memory over random embeddings, evaluated sparsely.
+"""The units of the constructed memory over random embeddings, evaluated sparsely.
 
 A relation unit ``(s, r, a)`` adds ``relu(c . E_s + c . E_a - theta_rel - gate)^2`` to the
 logit of ``r`` (``c`` the copy block at the step-1 position, ``gate`` 0 or the memory's gate
@@ -10,11 +10,16 @@ of the others pass that test, a few percent of the ``n R`` units at the register
 :func:`relation_block` evaluates those units only. It equals the dense sum over every unit to
 float64 rounding (a test pins it against the dense form, values and gradients).
 
-The test products ``c . E`` over every subject and answer are computed without gradient and in
-float32 (half the cost of float64; the bound on their rounding error is subtracted from the
-test's threshold, so the candidates are a superset of the units that fire); the candidates'
-inputs are recomputed in the input's precision as row-wise dot products, so the backward pass
-costs the candidates only.
+An answer unit ``(s, r, a)`` adds ``relu(c . E_s + x . E_r - theta_ans - gate)^2`` to the logit
+of ``a`` (``x`` the current token's embedding): :func:`answer_block` computes the n products
+``c . E_s`` and the R products ``x . E_r`` and evaluates only the pairs (s, r) whose sum passes
+the threshold (at the step-2 position only the query relation's units of a few subjects).
+
+The test products ``c . E`` are computed without gradient and in float32 (half the cost of
+float64; a dot product of length d errs by at most about ``d u |c| |E|``, ``u = 2^-24``, and
+four times that is subtracted from the test's threshold, so the candidates are a superset of
+the units that fire); the candidates' inputs are recomputed in the input's precision as
+row-wise dot products, so the backward pass costs the candidates only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["SPARSE_MIN_UNITS", "UnitIndex", "relation_block", "relation_block_dense"]
+__all__ = ["SPARSE_MIN_UNITS", "UnitIndex", "answer_block", "answer_block_dense",
+           "relation_block", "relation_block_dense"]
 
 # below this many units the dense form is as fast or faster (its cost is B x units; the sparse
 # one pays for the candidate search): at n = 128 (768 units) dense is faster at every batch
@@ -35,16 +41,20 @@ SPARSE_MIN_UNITS = 2048
 @dataclass(frozen=True)
 class UnitIndex:
     """The units grouped by subject and by answer (CSR): ``by_s[ptr_s[i]: ptr_s[i + 1]]`` are
-    the units of subject ``i`` and ``by_a[ptr_a[j]: ptr_a[j + 1]]`` those of answer ``j``."""
+    the units of subject ``i`` and ``by_a[ptr_a[j]: ptr_a[j + 1]]`` those of answer ``j``;
+    ``table[s, r]`` is the unit of (s, r), -1 where there is none."""
 
     by_s: torch.Tensor
     ptr_s: torch.Tensor
     by_a: torch.Tensor
     ptr_a: torch.Tensor
+    table: torch.Tensor
 
     @classmethod
-    def build(cls, s_idx: torch.Tensor, a_idx: torch.Tensor, n: int, m: int) -> UnitIndex:
-        """From the units' subject indices (0..n-1) and answer indices (0..m-1)."""
+    def build(cls, s_idx: torch.Tensor, r_idx: torch.Tensor, a_idx: torch.Tensor, n: int,
+              R: int, m: int) -> UnitIndex:
+        """From the units' subject (0..n-1), relation (0..R-1) and answer (0..m-1) indices
+        (one unit per (s, r) at most, as the memory stores one answer per pair)."""
         def csr(keys: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
             order = torch.argsort(keys, stable=True)
             ptr = torch.zeros(size + 1, dtype=torch.long)
@@ -52,7 +62,9 @@ class UnitIndex:
             return order, ptr
         by_s, ptr_s = csr(s_idx, n)
         by_a, ptr_a = csr(a_idx, m)
-        return cls(by_s, ptr_s, by_a, ptr_a)
+        table = torch.full((n, R), -1, dtype=torch.long)
+        table[s_idx, r_idx] = torch.arange(len(s_idx))
+        return cls(by_s, ptr_s, by_a, ptr_a, table)
 
 
 def _expand(rows: torch.Tensor, keys: torch.Tensor, order: torch.Tensor, ptr: torch.Tensor
@@ -80,32 +92,76 @@ def relation_block_dense(c: torch.Tensor, E_s: torch.Tensor, E_a: torch.Tensor,
 def relation_block(c: torch.Tensor, E_s: torch.Tensor, E_a: torch.Tensor,
                    s_idx: torch.Tensor, r_idx: torch.Tensor, a_idx: torch.Tensor,
                    R: int, theta: float, gate: torch.Tensor,
-                   index: UnitIndex | None = None) -> torch.Tensor:
+                   index: UnitIndex | None = None, rows: torch.Tensor | None = None
+                   ) -> torch.Tensor:
     """:func:`relation_block_dense`, evaluating only the units that can be non-zero (module
-    docstring); ``index``: :meth:`UnitIndex.build` of the units (built here when None). With
+    docstring); ``index``: :meth:`UnitIndex.build` of the units, ``rows``: each unit's
+    ``E_s + E_a`` (U, d) (both made here when None; a caller evaluating the same units
+    repeatedly keeps them). With
     ``theta <= 0`` or a negative gate no unit can be ruled out, and below
     :data:`SPARSE_MIN_UNITS` units the dense form is cheaper: every unit is evaluated."""
     if len(s_idx) < SPARSE_MIN_UNITS or theta <= 0 or bool((gate < 0).any()):
         return relation_block_dense(c, E_s, E_a, s_idx, r_idx, a_idx, R, theta, gate)
     if index is None:
-        index = UnitIndex.build(s_idx, a_idx, E_s.shape[0], E_a.shape[0])
+        index = UnitIndex.build(s_idx, r_idx, a_idx, E_s.shape[0], R, E_a.shape[0])
     B = c.shape[0]
     with torch.no_grad():
-        c32 = c.detach().float()
-        # the test runs in float32 with its rounding error bound subtracted (a dot product of
-        # length d errs by at most ~d u |c| |E|, u = 2^-24; four times that), so every unit
-        # above half of the threshold in float64 passes it
-        scale = c.detach().norm(dim=1) * max(float(E_s.norm(dim=1).max()),
-                                             float(E_a.norm(dim=1).max()))
-        half = ((theta + gate) / 2 - 4 * (c.shape[1] + 2) * 2.0 ** -24 * scale)[:, None]
-        bs, ss = torch.nonzero(c32 @ E_s.float().T > half, as_tuple=True)
-        ba, aa = torch.nonzero(c32 @ E_a.float().T > half, as_tuple=True)
+        half = (theta + gate) / 2
+        bs, ss = _float32_above(c.detach(), E_s, half)
+        ba, aa = _float32_above(c.detach(), E_a, half)
     b1, u1 = _expand(bs, ss, index.by_s, index.ptr_s)
     b2, u2 = _expand(ba, aa, index.by_a, index.ptr_a)
     U = len(s_idx)
     key = torch.unique(torch.cat([b1 * U + u1, b2 * U + u2]))  # sorted: by row, then unit
     b, u = key // U, key % U
-    cb = c[b]
-    x = (cb * E_s[s_idx[u]]).sum(-1) + (cb * E_a[a_idx[u]]).sum(-1)
+    if rows is None:
+        rows = E_s[s_idx] + E_a[a_idx]
+    x = (c[b] * rows[u]).sum(-1)  # c . (E_s + E_a), one gather per candidate
     act = F.relu(x - theta - gate[b]).pow(2)
     return torch.zeros(B * R, dtype=c.dtype).index_add(0, b * R + r_idx[u], act).view(B, R)
+
+
+def _float32_above(c: torch.Tensor, E: torch.Tensor, thr: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) pairs with ``c . E_j > thr[row]`` for every pair that passes in float64:
+    the products in float32 against the threshold less their rounding-error bound."""
+    scale = c.norm(dim=1) * float(E.norm(dim=1).max())
+    low = (thr - 4 * (c.shape[1] + 2) * 2.0 ** -24 * scale)[:, None]
+    return torch.nonzero(c.float() @ E.float().T > low, as_tuple=True)
+
+
+def answer_block_dense(c: torch.Tensor, x: torch.Tensor, E_s: torch.Tensor,
+                       E_r: torch.Tensor, s_idx: torch.Tensor, r_idx: torch.Tensor,
+                       a_idx: torch.Tensor, m: int, theta: float, gate: torch.Tensor
+                       ) -> torch.Tensor:
+    """Every unit evaluated: ``(B, m)``, the sum over units of answer a of
+    ``relu(c . E_s + x . E_r - theta - gate)^2`` (``x`` (B, d) the current tokens'
+    embeddings, ``E_r`` (R, d) the relations')."""
+    y = (c @ E_s.T)[:, s_idx] + (x @ E_r.T)[:, r_idx]
+    act = F.relu(y - theta - gate[:, None]).pow(2)
+    return torch.zeros(c.shape[0], m, dtype=c.dtype).index_add(1, a_idx, act)
+
+
+def answer_block(c: torch.Tensor, x: torch.Tensor, E_s: torch.Tensor, E_r: torch.Tensor,
+                 s_idx: torch.Tensor, r_idx: torch.Tensor, a_idx: torch.Tensor, m: int,
+                 theta: float, gate: torch.Tensor, index: UnitIndex | None = None
+                 ) -> torch.Tensor:
+    """:func:`answer_block_dense`, evaluating only the units that can fire: (s, r) with
+    ``c . E_s > theta + gate - x . E_r`` (the products are the dense form's, so each unit's
+    value is the dense form's exactly; the test has a 1e-9 margin for their rounding). Below
+    :data:`SPARSE_MIN_UNITS` units every unit is evaluated."""
+    if len(s_idx) < SPARSE_MIN_UNITS:
+        return answer_block_dense(c, x, E_s, E_r, s_idx, r_idx, a_idx, m, theta, gate)
+    R = E_r.shape[0]
+    if index is None:
+        index = UnitIndex.build(s_idx, r_idx, a_idx, E_s.shape[0], R, m)
+    B = c.shape[0]
+    P, xr = c @ E_s.T, x @ E_r.T  # (B, n), (B, R)
+    with torch.no_grad():
+        low = theta + gate[:, None] - xr.detach() - 1e-9  # (B, R)
+        b, s, r = torch.nonzero(P.detach()[:, :, None] > low[:, None, :], as_tuple=True)
+        u = index.table[s, r]
+        keep = u >= 0  # a pair the memory holds
+        b, s, r, u = b[keep], s[keep], r[keep], u[keep]
+    act = F.relu(P[b, s] + xr[b, r] - theta - gate[b]).pow(2)
+    return torch.zeros(B * m, dtype=c.dtype).index_add(0, b * m + a_idx[u], act).view(B, m)

@@ -156,14 +156,20 @@ def test_ir1_constructed_memory_retrieval_is_perfect():
 
 
 # ------------------------------------------------------------------------------ fast == HT
-@pytest.mark.parametrize("embedding,memory,theta_ans", [("onehot", "constructed", 1.1),
-                                                        ("onehot", "constructed", 0.9),
-                                                        ("random", "constructed", 1.1),
-                                                        ("onehot", "pretrained", 1.1)])
-def test_fast_path_equals_hooked_transformer(embedding, memory, theta_ans):
+@pytest.mark.parametrize("embedding,memory,theta_ans,sparse_units", [
+    ("onehot", "constructed", 1.1, False), ("onehot", "constructed", 0.9, False),
+    ("random", "constructed", 1.1, False), ("random", "constructed", 1.1, True),
+    ("onehot", "pretrained", 1.1, False)])
+def test_fast_path_equals_hooked_transformer(embedding, memory, theta_ans, sparse_units,
+                                             monkeypatch):
     """Logits and the CoT loss's gradient (fast_loss: block cross-entropy for the constructed
-    memory, through the sparse one-hot path at theta_ans >= 1 and the gathered one below it)
-    equal the HookedTransformer's."""
+    memory, through the sparse one-hot path at theta_ans >= 1 and the gathered one below it;
+    random embeddings through every unit and, ``sparse_units``, through the units that can
+    fire, models/ir_units.py) equal the HookedTransformer's."""
+    from mechinterp_icr.models import ir_units
+
+    if sparse_units:
+        monkeypatch.setattr(ir_units, "SPARSE_MIN_UNITS", 0)
     task = _task(n=12)
     spec = IRModelSpec(embedding=embedding, d_embed=10, memory=memory, pretrain_steps=20,
                        pretrain_batch=64, theta_ans=theta_ans)
