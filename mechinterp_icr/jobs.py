@@ -41,7 +41,8 @@ from mechinterp_icr.store.provenance import code_state
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
 __all__ = ["Job", "JobFailed", "Progress", "Record", "RecordError", "expected_seconds",
-           "fingerprint", "job_kind", "record_field", "record_path", "run_jobs", "set_threads"]
+           "fingerprint", "job_kind", "job_twin", "record_field", "record_path", "run_jobs",
+           "set_threads"]
 
 
 @dataclass(frozen=True)
@@ -324,21 +325,31 @@ DEFAULT_JOB_SECONDS = 60.0  # the estimate of a job nothing is known about
 
 def job_kind(name: str) -> str:
     """A job name with its numbers replaced by ``#`` (``ir/sample/n128/seed3`` ->
-    ``ir/sample/n#/seed#``): jobs of one kind take about as long as each other."""
+    ``ir/sample/n#/seed#``): jobs of one kind take roughly as long as each other."""
     return re.sub(r"\d+(\.\d+)?", "#", name)
+
+
+def job_twin(name: str) -> str:
+    """A job name with its seed replaced by ``#`` (``ir/sample/n128/seed3`` ->
+    ``ir/sample/n128/seed#``): the same job on another seed, which takes about as long
+    (IR-5 at n = 4096 takes 30 times its n = 128 job, so the kind alone misleads)."""
+    return re.sub(r"seed\d+", "seed#", name)
 
 
 def expected_seconds(jobs: list[Job], known: dict[str, float]) -> dict[str, float]:
     """Each job's expected duration: ``known[name]`` (the seconds its stored record took in
     an earlier run, even under other inputs; :func:`run_jobs` reads them with the records),
-    else the mean of the known jobs of its kind (:func:`job_kind`), else of every known
-    job, else :data:`DEFAULT_JOB_SECONDS`."""
+    else the mean of the known jobs that differ from it only in the seed (:func:`job_twin`),
+    else of the known jobs of its kind (:func:`job_kind`), else of every known job, else
+    :data:`DEFAULT_JOB_SECONDS`."""
+    by_twin: dict[str, list[float]] = {}
     by_kind: dict[str, list[float]] = {}
     for name, secs in known.items():
+        by_twin.setdefault(job_twin(name), []).append(secs)
         by_kind.setdefault(job_kind(name), []).append(secs)
     overall = (sum(known.values()) / len(known)) if known else DEFAULT_JOB_SECONDS
-    return {t.name: known.get(t.name, _mean(by_kind.get(job_kind(t.name)), overall))
-            for t in jobs}
+    return {t.name: known.get(t.name, _mean(by_twin.get(job_twin(t.name)), _mean(
+        by_kind.get(job_kind(t.name)), overall))) for t in jobs}
 
 
 def _mean(values: list[float] | None, default: float) -> float:
@@ -378,12 +389,15 @@ class Progress:
     def finish(self, name: str, seconds: float) -> None:
         self.running.pop(name, None)
         self.n_done += 1
-        kind = job_kind(name)
+        twin, kind = job_twin(name), job_kind(name)
+        self.took.setdefault(twin, []).append(float(seconds))
         self.took.setdefault(kind, []).append(float(seconds))
-        mean = _mean(self.took[kind], DEFAULT_JOB_SECONDS)
-        for other in self.pending:  # what this run measured beats an estimate
-            if job_kind(other) == kind:
-                self.expected[other] = mean
+        for other in self.pending:  # what this run measured beats an estimate: the same
+            # job on other seeds first, else the kind while none of its twins has finished
+            if job_twin(other) == twin:
+                self.expected[other] = _mean(self.took[twin], DEFAULT_JOB_SECONDS)
+            elif job_kind(other) == kind and job_twin(other) not in self.took:
+                self.expected[other] = _mean(self.took[kind], DEFAULT_JOB_SECONDS)
         self._clear()
 
     def eta(self) -> float:

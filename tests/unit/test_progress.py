@@ -4,7 +4,15 @@ jobs' expected durations (an earlier run's records, else estimates by kind)."""
 import io
 import json
 
-from mechinterp_icr.jobs import Job, Progress, expected_seconds, job_kind, record_path, run_jobs
+from mechinterp_icr.jobs import (
+    Job,
+    Progress,
+    expected_seconds,
+    job_kind,
+    job_twin,
+    record_path,
+    run_jobs,
+)
 
 
 def _job(name):
@@ -18,8 +26,28 @@ def _quick() -> dict:
 def test_expected_durations_come_from_earlier_records_then_the_kind():
     assert job_kind("ir/sample/n128/seed3") == "ir/sample/n#/seed#"
     assert job_kind("cr/cr4-lam/0.3/seed1") == "cr/cr#-lam/#/seed#"
+    assert job_twin("ir/sample/n128/seed3") == "ir/sample/n128/seed#"
     jobs = [_job(n) for n in ("a/seed0", "a/seed1", "b/seed0")]
     assert set(expected_seconds(jobs, {}).values()) == {60.0}  # defaults
+    # the same job on another seed first, then the kind (any size)
+    sizes = [_job(f"ir/sample/n{n}/seed1") for n in (128, 4096, 512)]
+    exp = expected_seconds(sizes, {"ir/sample/n128/seed0": 5.0, "ir/sample/n4096/seed0": 200.0})
+    assert exp == {"ir/sample/n128/seed1": 5.0, "ir/sample/n4096/seed1": 200.0,
+                   "ir/sample/n512/seed1": 102.5}
+
+
+def test_a_finished_job_updates_its_twins_before_its_kind():
+    names = ["s/n128/seed0", "s/n4096/seed0", "s/n128/seed1", "s/n4096/seed1", "s/n512/seed1"]
+    p = Progress([_job(n) for n in names], dict.fromkeys(names, 60.0), 1, io.StringIO(),
+                 lambda: 0.0)
+    p.start("s/n128/seed0")
+    p.finish("s/n128/seed0", 4.0)
+    assert p.expected["s/n128/seed1"] == 4.0  # its twin
+    assert p.expected["s/n4096/seed1"] == 4.0  # the kind, while no twin has finished
+    p.start("s/n4096/seed0")
+    p.finish("s/n4096/seed0", 300.0)
+    assert p.expected["s/n4096/seed1"] == 300.0 and p.expected["s/n128/seed1"] == 4.0
+    assert p.expected["s/n512/seed1"] == 152.0  # the kind's mean
 
 
 def test_expected_durations_read_stored_records(tmp_path):
