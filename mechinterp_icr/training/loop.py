@@ -24,9 +24,8 @@ import fnmatch
 import math
 import time
 import zlib
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -213,31 +212,14 @@ def train_phase(
         loss = metrics.get("train_loss")
         loss_v = float(loss) if isinstance(loss, (int, float)) else float("nan")
     if end > res.start:
-        with flush_denormals():
-            loss_v, metrics = _train_steps(model, sample, cfg, seed, io, names, masks,
-                                           ck_steps, res.start, end)
+        loss_v, metrics = _train_steps(model, sample, cfg, seed, io, names, masks, ck_steps,
+                                       res.start, end)
     model.eval()
     for n, p in model.named_parameters():
         p.requires_grad_(prev[n])
     torch.use_deterministic_algorithms(prev_det, warn_only=True)
     return PhaseResult(phase, end, loss_v, metrics, io.saved, res.resumed_from,
                        time.perf_counter() - t_start, res.skipped, finished, res.removed)
-
-
-@contextmanager
-def flush_denormals() -> Iterator[None]:
-    """Subnormal floats (below 1.2e-38 in float32) flushed to zero on CPU while a phase trains:
-    on x86 each operation on a subnormal takes a slow path, and training runs produce them
-    (activations and gradients decaying towards 0). In the CR model's pretraining step ReLU's
-    forward and backward took about half as long as all its matmuls with them and a tenth
-    without (``torch.profiler`` over ten steps); the step is about 15% faster. A value that
-    small moves no metric this package reports. Set back to the default (off) afterwards."""
-    ok = torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if ok:
-            torch.set_flush_denormal(False)
 
 
 def _trainable(model: torch.nn.Module, cfg: TrainConfig,
