@@ -15,11 +15,11 @@ of ``a`` (``x`` the current token's embedding): :func:`answer_block` computes th
 ``c . E_s`` and the R products ``x . E_r`` and evaluates only the pairs (s, r) whose sum passes
 the threshold (at the step-2 position only the query relation's units of a few subjects).
 
-The test products ``c . E`` are computed without gradient and in float32 (half the cost of
-float64; a dot product of length d errs by at most about ``d u |c| |E|``, ``u = 2^-24``, and
-four times that is subtracted from the test's threshold, so the candidates are a superset of
-the units that fire); the candidates' inputs are recomputed in the input's precision as
-row-wise dot products, so the backward pass costs the candidates only.
+The relation block's test products ``c . E`` are computed without gradient and in float32
+(half the cost of float64; a dot product of length d errs by at most about ``d u |c| |E|``,
+``u = 2^-24``, and four times that is subtracted from the test's threshold, so the candidates
+are a superset of the units that fire); the candidates' inputs are recomputed in the input's
+precision as row-wise dot products, so the backward pass costs the candidates only.
 """
 
 from __future__ import annotations
