@@ -10,13 +10,15 @@ profile); a selected job's dependencies run first (reported too, marked ``dep``)
 to a temporary folder (``--out`` keeps them, e.g. to compare two code versions' records). A
 sampler thread reads the job's Python stack every ``--interval`` seconds (torch releases
 the GIL inside its kernels, so a sample lands in the Python frame that called the kernel)
-and files the sample under the first category whose frames it finds, in this order:
+and files the sample under a category (:func:`classify`):
 
 - backward: torch.autograd (``loss.backward()``);
 - optimizer: torch.optim (``opt.step()``, the schedulers);
-- evaluation: a function of this package named like an evaluation (eval, metric, accuracy,
-  retrieval, probe, score, ceiling, ...), or a TransformerLens cache run inside one;
 - I/O: safetensors, json, the package's store;
+- evaluation: a function of this package named like an evaluation (eval, metric, accuracy,
+  retrieval, probe, score, ceiling, ...) below the innermost training loop, or a
+  TransformerLens cache run inside one (a stage named like an evaluation that trains first
+  does not make its training steps evaluation);
 - data: a sampler of the package's tasks (``sample*``: drawing sequences);
 - forward: everything else (the model, the loss, the training loop's own work).
 
@@ -40,23 +42,36 @@ CATEGORIES = ("forward", "backward", "optimizer", "evaluation", "data", "I/O")
 _EVAL = re.compile(r"(^|_)(eval\w*|evaluate|metrics?|accuracy|accuracies|retrieval|probes?|"
                    r"scores?|ceiling|expected|heldout|held_out)($|_)")
 
+# the training loops of mechinterp_icr/training/: what they run between evaluations is training
+_LOOPS = frozenset({"train_phase", "_train_steps", "pgd_fast", "pgd_hooked"})
+
 
 def classify(frames: list[tuple[str, str]]) -> str:
-    """The category of one stack sample, ``frames`` = (filename, function) innermost first."""
+    """The category of one stack sample, ``frames`` = (filename, function) innermost first.
+
+    Backward and optimizer anywhere in the stack win, then safetensors / json (I/O). Otherwise
+    the package's frames are read from the innermost out, up to the first frame of a training
+    loop (:data:`_LOOPS` in ``mechinterp_icr/training/``: a training step's own work is
+    forward, whatever called the loop): an evaluation-named function there is evaluation (a
+    model run inside an evaluation callback), a task sampler data, the store I/O. A function
+    named like an evaluation *above* the training loop (a stage ``..._metrics`` that trains
+    and then reads numbers) does not make its training evaluation."""
     files = [f.replace("\\", "/") for f, _ in frames]
     if any("/torch/autograd/" in f for f in files):
         return "backward"
     if any("/torch/optim/" in f for f in files):
         return "optimizer"
-    ours = [(f, fn) for f, fn in zip(files, (fn for _, fn in frames)) if "mechinterp_icr" in f]
-    if any(_EVAL.search(fn) for _, fn in ours):
-        return "evaluation"
-    if any("/safetensors/" in f or f.endswith("/json/__init__.py") or "/mechinterp_icr/store/"
-           in f for f in files):
+    if any("/safetensors/" in f or f.endswith("/json/__init__.py") for f in files):
         return "I/O"
-    if any("/mechinterp_icr/tasks/" in f and fn.lstrip("_").startswith("sample")
-           for f, fn in ours):
-        return "data"
+    for f, fn in ((f, fn) for f, (_, fn) in zip(files, frames) if "/mechinterp_icr/" in f):
+        if _EVAL.search(fn):
+            return "evaluation"
+        if "/mechinterp_icr/tasks/" in f and fn.lstrip("_").startswith("sample"):
+            return "data"
+        if "/mechinterp_icr/store/" in f:
+            return "I/O"
+        if "/mechinterp_icr/training/" in f and fn in _LOOPS:
+            break
     return "forward"
 
 

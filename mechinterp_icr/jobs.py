@@ -7,7 +7,9 @@ the names of the jobs whose outputs (run directories) it reads. It returns a JSO
 - ``workers=1`` runs them one after another in this process, without Ray;
 - ``workers>1`` starts a local Ray with that many CPUs (or joins ``ray_address``) and runs
   each job as a Ray task with ``num_cpus=1``; every worker sets its own torch threads
-  (``threads``, 1 by default), so the machine is never oversubscribed.
+  (``threads``, 1 by default), so the machine is never oversubscribed. Where Ray has GPUs,
+  each task also asks for an equal share of them (:func:`gpu_share`): Ray hides every GPU
+  from a task that asks for none, so without a share the jobs would run on the CPU.
 
 Each finished job's record is written atomically to ``<records>/<name>.json`` with a
 fingerprint of its function and inputs; a rerun of the same command skips the jobs whose
@@ -41,8 +43,8 @@ from mechinterp_icr.store.provenance import code_state
 _code_state = functools.lru_cache(maxsize=1)(code_state)
 
 __all__ = ["Job", "JobFailed", "Progress", "Record", "RecordError", "expected_seconds",
-           "fingerprint", "job_kind", "job_twin", "record_field", "record_path", "run_jobs",
-           "set_threads"]
+           "fingerprint", "gpu_share", "job_kind", "job_twin", "record_field", "record_path",
+           "run_jobs", "set_threads"]
 
 
 @dataclass(frozen=True)
@@ -270,18 +272,30 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
     return True
 
 
+def gpu_share(n_gpus: float, slots: int) -> float:
+    """The GPUs each of ``slots`` concurrent Ray tasks asks for so that all of them fit on
+    ``n_gpus`` at once: ``n_gpus / slots``, at most one whole GPU (a job uses one device),
+    rounded down to Ray's resource precision (1e-4); 0 without GPUs. One GPU and two
+    workers: 0.5 each, both jobs on the GPU at once."""
+    if n_gpus <= 0 or slots <= 0:
+        return 0.0
+    return min(1.0, int(n_gpus / slots * 10_000) / 10_000)
+
+
 def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log,
              progress: Progress) -> None:
     ray = _import_ray()
     started = _start_ray(workers, ray_address)
-    remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
     try:
         pending = list(todo)
         running: dict[Any, Job] = {}
         # at most as many jobs in flight as there are CPUs to run them: the rest wait here
         # in plan order (the longest first), and "running" on the progress line is true
+        resources = ray.cluster_resources()
         slots = workers if ray_address is None else max(
-            1, int(ray.cluster_resources().get("CPU", workers)))
+            1, int(resources.get("CPU", workers)))
+        remote = ray.remote(num_cpus=1, num_gpus=gpu_share(resources.get("GPU", 0), slots),
+                            max_retries=0)(_execute)
         while pending or running:
             for t in list(pending):
                 if len(running) >= slots:

@@ -129,7 +129,12 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
                   row=1, col=2)
     fig.update_xaxes(type="log", title_text="n (subjects)", tickvals=ns,
                      ticktext=[str(n) for n in ns])
-    fig.update_yaxes(type="log", title_text="N (finetuning sequences)", row=1, col=1)
+    # powers of two up to the largest N measured, and the censored row: a log axis's own minor
+    # tick labels ("2" for 2000) cannot be read
+    top = max(got) if got else 1024
+    yt = [2 ** k for k in range(int(np.log2(max(top, 1))) + 1)] + [cap]
+    fig.update_yaxes(type="log", title_text="N (finetuning sequences)", tickvals=yt,
+                     ticktext=[f"{v:g}" for v in yt[:-1]] + ["not reached"], row=1, col=1)
     fig.update_yaxes(title_text="peak fitted accuracy / ceiling", row=1, col=2)
     shown = sorted({r["seed"] for r in rows})
     fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
@@ -144,8 +149,11 @@ def _sample_complexity_arm(fig, go, rr, color, label, arm, cap, fits) -> None:
     ns = sorted({r["n"] for r in rr})
     for s in sorted({r["seed"] for r in rr}):
         pts = sorted((r for r in rr if r["seed"] == s), key=lambda r: r["n"])
+        # censored markers of the two arms sit side by side on the "not reached" row
+        shift = {"memory": 0.94, "learned": 1.06}.get(arm, 1.0)
         fig.add_trace(go.Scatter(
-            x=[r["n"] for r in pts], y=[r["N"] if _finite(r["N"]) else cap for r in pts],
+            x=[r["n"] if _finite(r["N"]) else r["n"] * shift for r in pts],
+            y=[r["N"] if _finite(r["N"]) else cap for r in pts],
             mode="markers", marker={"color": color, "size": 6, "opacity": 0.4,
                                     "symbol": ["circle" if _finite(r["N"]) else "x"
                                                for r in pts]},
@@ -167,7 +175,8 @@ def _sample_complexity_arm(fig, go, rr, color, label, arm, cap, fits) -> None:
     if len(mn) < 3 or not fits:
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", legendgroup=arm,
                                  marker={"color": color, "symbol": "x"},
-                                 name=f"{label}: N measured at {len(mn)} n, no fit"),
+                                 name=f"{label}: N reached at {len(mn)} of {len(ns)} n, "
+                                      + ("too few for a fit" if len(mn) < 3 else "no fit")),
                       row=1, col=1)
         return
     xs = np.geomspace(min(mn), max(mn), 50)

@@ -193,3 +193,22 @@ def test_the_other_figures_title_their_axes():
             "roles": roles_figure(roles),
             "checkpoints": checkpoint_figure(rows, {"accuracy": "acc"}, "t", "accuracy")}
     assert {k: untitled_axes(f) for k, f in figs.items() if untitled_axes(f)} == {}
+
+
+def test_ir5_figure_labels_n_in_powers_of_two_and_names_the_censored_row():
+    """IR-5's left panel: a log axis with its own minor tick labels shows "2" for 2000, so
+    the ticks are the powers of two up to the largest N, and the censored markers' row reads
+    "not reached"; the two arms' censored markers do not cover each other."""
+    from mechinterp_icr.viz import ir_figures as irf
+
+    rows = [{"seed": 0, "n": n, "d_embed": 64, "arm": arm, "N": N}
+            for n, arm, N in ((128, "memory", 32.0), (256, "memory", None),
+                              (128, "learned", None), (256, "learned", None))]
+    fig = irf.sample_complexity_figure(rows)
+    y = fig.layout.yaxis
+    assert list(y.tickvals) == [1, 2, 4, 8, 16, 32, 64.0]
+    assert list(y.ticktext) == ["1", "2", "4", "8", "16", "32", "not reached"]
+    xs = {t.marker.color: list(t.x) for t in fig.data
+          if t.mode == "markers" and t.x and t.x[0] is not None and t.xaxis == "x"}
+    censored = [x for x in xs["#1f77b4"] if x != 128] + xs["#d62728"]
+    assert len(set(censored)) == len(censored) == 3

@@ -152,3 +152,17 @@ def test_a_cluster_run_keeps_the_output_folder_as_given(tmp_path, monkeypatch):
             runner.run_targets([("ir", cfg)], tmp_path / "out", [0], "quick",
                                ray_address=address)
     assert seen == [Path("out") / "jobs", tmp_path / "out" / "jobs"]
+
+
+def test_gpu_share_fits_every_concurrent_job_on_the_gpus():
+    """Ray hides the GPUs from a task that asks for none: with GPUs, each of the concurrent
+    jobs asks for an equal share, all of them fit at once, and no job asks for more than one
+    GPU or for a quantity finer than Ray's 1e-4."""
+    from mechinterp_icr.jobs import gpu_share
+
+    assert gpu_share(0, 2) == 0.0 and gpu_share(1, 0) == 0.0
+    assert gpu_share(1, 1) == 1.0 and gpu_share(1, 2) == 0.5 and gpu_share(4, 2) == 1.0
+    for n_gpus, slots in ((1, 3), (1, 7), (2, 3), (1, 16)):
+        share = gpu_share(n_gpus, slots)
+        assert 0 < share <= n_gpus / slots and share * slots <= n_gpus
+        assert abs(share * 10_000 - round(share * 10_000)) < 1e-6

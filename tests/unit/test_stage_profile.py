@@ -43,6 +43,19 @@ def test_job_breakdown_files_each_sample_under_its_first_category(monkeypatch):
                          (f"{pkg}/tasks/base.py", "target_logits")]) == "forward"
     # names that merely contain an evaluation word are not evaluations
     assert mod.classify([(f"{pkg}/training/loop.py", "reevaluated_steps_x")]) == "forward"
+    # a stage named like an evaluation that trains first: its training steps are forward
+    stage = (f"{pkg}/experiments/ir/stages.py", "pretrained_metrics")
+    loop = (f"{pkg}/training/pgd.py", "pgd_fast")
+    assert mod.classify([(f"{pkg}/models/ir.py", "cot_blocks"), loop, stage]) == "forward"
+    assert mod.classify([("/v/torch/autograd/graph.py", "_engine_run_backward"), loop,
+                         stage]) == "backward"
+    # ... while the evaluation callback the loop calls is evaluation
+    assert mod.classify([(f"{pkg}/models/ir.py", "cot_blocks"),
+                         (f"{pkg}/experiments/ir/train.py", "evaluate"), loop, stage]) == \
+        "evaluation"
+    # a checkpoint written by the training loop is I/O
+    assert mod.classify([(f"{pkg}/store/checkpoint.py", "save_checkpoint"),
+                         (f"{pkg}/training/loop.py", "_train_steps")]) == "I/O"
 
 
 def test_job_breakdown_selects_the_jobs_with_their_dependencies_first(monkeypatch):
@@ -56,3 +69,16 @@ def test_job_breakdown_selects_the_jobs_with_their_dependencies_first(monkeypatc
             Job("d/seed0", fn)]
     jobs, want = mod.select(plan, ["b/*"])
     assert [t.name for t in jobs] == ["c/seed0", "b/seed0"] and want == {"b/seed0"}
+
+
+def test_train_step_ops_splits_a_registered_step_into_shares(monkeypatch):
+    """benchmarks/train_step_ops.py: the registered models train through the project's loop,
+    and a step's operator time is split into matmul / optimizer / other shares that add to 1."""
+    mod = load_repo_script("benchmarks/train_step_ops.py", monkeypatch)
+    labels = []
+    for label, build, sample, tc in mod.models():
+        ms, share = mod.op_shares(build, sample, tc, steps=2)
+        labels.append(label)
+        assert ms > 0 and set(share) == {"matmul", "optimizer", "other operators"}
+        assert abs(sum(share.values()) - 1) < 1e-9 and share["matmul"] > 0.1
+    assert labels == ["CR main model", "CR-5/CR-7 mechanism model"]

@@ -276,5 +276,6 @@ def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
              f"at lr {ccfg.pt_lr:g} (weight decay {ccfg.pt_weight_decay:g}), finetuned "
              f"'{ccfg.ft_trainable}' for {ccfg.ft_steps} steps "
              f"at each lr {[lr_name(x) for x in ccfg.ft_lrs]} from the same PT state, {arms}; "
-             f"probes every {ccfg.checkpoint_every} steps.")
+             f"probes at every step up to {ccfg.dense_until}, then log-spaced and "
+             f"every {ccfg.checkpoint_every} steps.")
     return cr7_claim_from_metrics(per, notes, figure, details)

@@ -229,13 +229,13 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
                 fast.B.zero_()
             last = [0.0]
 
-            def ev_fn(f, t, last=last):
+            def evaluate(f, t, last=last):
                 if t not in checks:
                     return {}
                 last[0] = step1_expected(f, ev)
                 return {"p": last[0]}
 
-            pgd_fast(fast, train, pgd, seed * 1000 + r, eval_fn=ev_fn, record_rows=False,
+            pgd_fast(fast, train, pgd, seed * 1000 + r, eval_fn=evaluate, record_rows=False,
                      stop_fn=lambda rec: rec.get("p", 0.0) >= target)
             run = {"N": N, "run": r, "expected_acc": last[0],
                    "reached": float(last[0] >= target)}

@@ -173,7 +173,7 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
     steps = eval_steps(pgd.steps) | (extra_eval or set())
     escaped = [False]
 
-    def ev_fn(f, t):
+    def evaluate(f, t):
         out = fast_metrics(f, ev) if t in steps else {}
         if swap is not None and (not escaped[0] or t in steps):  # every step until escape
             out["swap_p"] = ir_accuracy(f.cot_logits(swap.tokens), swap)["step1_prob"]
@@ -183,7 +183,7 @@ def run_fast(task, spec: IRModelSpec, train, ev, pgd: PGDConfig, seed: int, memo
                 out[f"prob_{name}"] = ir_accuracy(f.cot_logits(b.tokens), b)["step1_prob"]
         return out
 
-    recs = pgd_fast(fast, train, pgd, seed, eval_fn=ev_fn, stop_fn=stop_fn)
+    recs = pgd_fast(fast, train, pgd, seed, eval_fn=evaluate, stop_fn=stop_fn)
     if final_ev is not None:  # every accuracy of the final record from the one big batch
         last = final_record(recs)
         acc = batch_accuracy(fast, final_ev)
