@@ -373,8 +373,13 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    "instead of starting a local one.")
 @click.option("--threads", type=int, default=1, show_default=True,
               help="Torch intra-op threads per job (never more workers x threads than cores).")
+@click.option("--eta-from", "eta_from", default=None, metavar="FILE",
+              help="Expected job durations for the progress line's ETA where OUT/jobs holds no "
+                   "record of a job: a job_seconds.json of a published reproduction "
+                   "(`make reproduce` passes figures/job_seconds.json). Only the ETA uses it.")
 def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[str, ...],
-              workers: int | None, ray_address: str | None, threads: int) -> None:
+              workers: int | None, ray_address: str | None, threads: int,
+              eta_from: str | None) -> None:
     """Reproduce the claims of a paper (cr, ir) or of both (all); writes OUT/summary.json
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
     and prints the claim table. `icr config TARGET` lists every setting.
@@ -384,6 +389,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     a kill skips what finished."""
     from mechinterp_icr.config import check_range
     from mechinterp_icr.runner import default_workers
+    from mechinterp_icr.store.job_seconds import read_job_seconds
 
     try:
         seed_list = _seeds(seeds)
@@ -391,6 +397,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
         workers = default_workers() if workers is None else workers
         check_range("--workers", workers, 1, 1024, integer=True)
         check_range("--threads", threads, 1, 1024, integer=True)
+        prior = read_job_seconds(eta_from) if eta_from else None
     except ConfigError as e:
         _fail(str(e))
     from mechinterp_icr.claims import format_claim_table
@@ -404,7 +411,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     t0 = time.perf_counter()
     try:
         run_targets(resolved, out_dir, seed_list, profile, workers=workers,
-                    ray_address=ray_address, threads=threads)
+                    ray_address=ray_address, threads=threads, prior=prior)
     except JobFailed as e:
         _fail(f"{e} -- finished jobs are kept in {out_dir / 'jobs'}; rerun the same "
               "command to run only the rest")

@@ -165,9 +165,13 @@ def _stored_seconds(data: dict[str, Any] | None) -> float | None:
 
 def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
              ray_address: str | None = None, threads: int = 1,
-             log: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+             log: Callable[[str], None] | None = None,
+             prior: dict[str, float] | None = None) -> dict[str, dict[str, Any]]:
     """Run ``jobs`` (skipping those with a stored record); return ``{name: record}`` in plan
-    order. Raises :class:`JobFailed` after every runnable job has run when any failed."""
+    order. Raises :class:`JobFailed` after every runnable job has run when any failed.
+    ``prior``: expected seconds of jobs from a reference run
+    (``store.job_seconds.read_job_seconds``), used for the progress line's ETA where
+    ``records_dir`` holds no record of a job."""
     check_range("--workers", workers, 1, 1024, integer=True)
     check_range("threads", threads, 0, 1024, integer=True)
     _check_plan(jobs)
@@ -187,8 +191,11 @@ def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
     failures: dict[str, str] = {}
     if todo:
         runner = _run_local if workers == 1 and ray_address is None else _run_ray
-        # the stored seconds of the jobs to run (an earlier run's, under other inputs)
-        known = {t.name: s for t in todo if (s := _stored_seconds(stored[t.name])) is not None}
+        # the stored seconds of the jobs to run (an earlier run's, under other inputs), else
+        # the reference run's
+        known = {t.name: float((prior or {})[t.name]) for t in todo if t.name in (prior or {})}
+        known.update({t.name: s for t in todo
+                      if (s := _stored_seconds(stored[t.name])) is not None})
         progress = Progress(todo, expected_seconds(todo, known),
                             1 if runner is _run_local else workers)
         runner(todo, done, failures, records_dir, workers, ray_address, threads, log, progress)

@@ -125,18 +125,19 @@ def canonical_out(out_dir: str | Path) -> Path:
 
 
 def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int], profile: str,
-                workers: int = 1, ray_address: str | None = None, threads: int = 1
-                ) -> dict[str, Summary]:
+                workers: int = 1, ray_address: str | None = None, threads: int = 1,
+                prior: dict[str, float] | None = None) -> dict[str, Summary]:
     """Run the jobs of every ``(target, config)`` in one pool (:func:`pooled_plan`; jobs
     with a stored record are skipped), then summarise each target from its records with a
     fresh summary and write it (merging with the claims of other targets already in
-    ``out_dir/summary.json``). Raises ``JobFailed`` when a job failed."""
+    ``out_dir/summary.json``). Raises ``JobFailed`` when a job failed. ``prior``: expected
+    job seconds for the ETA (``jobs.run_jobs``)."""
     # on a cluster the folder is used as given: it must be a path every node sees
     out_dir = Path(out_dir) if ray_address else canonical_out(out_dir)
     seeds = list(seeds)
     t0 = time.perf_counter()
     records = run_jobs(pooled_plan(targets, out_dir, seeds), out_dir / "jobs", workers,
-                       ray_address, threads)
+                       ray_address, threads, prior=prior)
     wall = time.perf_counter() - t0
     summaries = {}
     for target, cfg in targets:

@@ -1,4 +1,5 @@
-"""Copy the default reproduction's report, summary and PNG figures into ``figures/``.
+"""Copy the default reproduction's report, summary and PNG figures into ``figures/``, with
+``job_seconds.json`` (each job's seconds, which the next fresh run's ETA starts from).
 
     python -m mechinterp_icr.viz.publish out figures     (what `make figures` runs)
     python -m mechinterp_icr.viz.publish figures figures (re-render the published report)
@@ -33,6 +34,7 @@ __all__ = ["publish", "main"]
 
 def publish(out_dir: Path, dest: Path, allow_dirty: bool = False) -> list[Path]:
     """Publish ``out_dir`` into ``dest`` (see the module docstring); the paths written."""
+    from mechinterp_icr.store.job_seconds import write_job_seconds
     from mechinterp_icr.viz.report import provenance_problems, write_report
 
     out_dir, dest = Path(out_dir), Path(dest)
@@ -58,6 +60,9 @@ def publish(out_dir: Path, dest: Path, allow_dirty: bool = False) -> list[Path]:
             old.unlink()
         shutil.copy2(out_dir / "summary.json", dest / "summary.json")
         copied.append(dest / "summary.json")
+        # every job's seconds: the next fresh run's ETA (`icr reproduce --eta-from`)
+        copied.append(write_job_seconds(out_dir / "jobs", dest / "job_seconds.json",
+                                        source=summary.get("code_state")))
         # the figures folder's PNGs and those of its subfolders (the shared-token variant's)
         for png in sorted((out_dir / "figures").glob("*.png")) + sorted(
                 (out_dir / "figures").glob("*/*.png")):

@@ -99,3 +99,59 @@ def test_progress_draws_one_line_on_a_terminal():
     p.finish("a/seed0", 1.0)
     p.close()
     assert stream.getvalue().endswith("\r")  # the line is cleared before the job's log line
+
+
+def test_a_reference_runs_seconds_start_the_eta_of_a_fresh_folder(tmp_path):
+    """`icr reproduce --eta-from`: where the output folder holds no record of a job, the
+    reference run's seconds are its expected duration; a stored record still wins."""
+    lines = []
+    jobs = [Job("a/seed0", _quick, {}), Job("b/seed0", _quick, {})]
+    run_jobs(jobs, tmp_path / "r1", log=lines.append, prior={"b/seed0": 100.0})
+    # after a/seed0 finished, b/seed0 (not run yet) is expected to take its 100 s
+    assert "(1/2 done, 0 running, ETA 1m40s)" in lines[0]
+    # a stored record of b/seed0 (under other inputs) beats the reference run
+    rec = record_path(tmp_path / "r2", "b/seed0")
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps({"name": "b/seed0", "seconds": 10.0, "fingerprint": "old"}))
+    lines.clear()
+    run_jobs(jobs, tmp_path / "r2", log=lines.append, prior={"b/seed0": 100.0})
+    assert "(1/2 done, 0 running, ETA 0m10s)" in lines[0]
+
+
+def test_job_seconds_files_round_trip_and_bad_ones_are_named(tmp_path):
+    import pytest
+
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.store.job_seconds import job_seconds, read_job_seconds, write_job_seconds
+
+    recs = tmp_path / "jobs"
+    run_jobs([Job("cr/seed0/train", _quick, {}), Job("ir/seed0/ir6", _quick, {})], recs,
+             log=lambda m: None)
+    (recs / "cr" / "damaged.json").write_text("{")  # a damaged file is left out
+    secs = job_seconds(recs)
+    assert set(secs) == {"cr/seed0/train", "ir/seed0/ir6"}
+    f = write_job_seconds(recs, tmp_path / "job_seconds.json", source="abc")
+    assert json.loads(f.read_text())["source"] == "abc" and read_job_seconds(f) == secs
+    bad = tmp_path / "bad.json"
+    for text, says in (("{", "not a readable JSON file"),
+                       ('{"seconds": {"a": -1}}', "field 'seconds' must map job names"),
+                       ('{"seconds": [1]}', "field 'seconds' must map job names")):
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=says) as e:
+            read_job_seconds(bad)
+        assert "--eta-from" in str(e.value) and "bad.json" in str(e.value)
+    with pytest.raises(ConfigError, match="not a readable JSON file"):
+        read_job_seconds(tmp_path / "missing.json")
+
+
+def test_reproduce_refuses_a_bad_eta_file_before_running_anything(tmp_path):
+    from click.testing import CliRunner
+
+    from mechinterp_icr.cli import main
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["reproduce", "ir", "--out", str(out), "--eta-from",
+                                  str(tmp_path / "missing.json")])
+    assert r.exit_code == 2 and "--eta-from" in r.output and "missing.json" in r.output
+    assert "Traceback" not in r.output
+    assert not out.exists()

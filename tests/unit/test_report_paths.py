@@ -91,6 +91,8 @@ def test_published_report_links_nothing_outside_its_folder(tmp_path, monkeypatch
         assert (dest / href).resolve().is_relative_to(dest.resolve()), href
         assert (dest / href).exists(), href
     assert "not copied here" in text  # interactive figures and views are named instead
+    # each job's seconds for the next fresh run's ETA (here: no job records, an empty map)
+    assert json.loads((dest / "job_seconds.json").read_text())["seconds"] == {}
     assert re.search(r'<meta name="git-revision" content="[^"]+">', text)
     # in the output directory itself the interactive files are linked
     own = write_report(out).read_text()
