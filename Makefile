@@ -31,7 +31,7 @@ chromium:
 	  else echo "warning: chromium missing and not installable here; PNG export skipped"; fi; }
 
 reproduce: $(STAMP) chromium
-	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS) $(if $(WORKERS),--workers $(WORKERS)) $(if $(wildcard figures/job_seconds.json),--eta-from figures/job_seconds.json)
+	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS) $(if $(WORKERS),--workers $(WORKERS)) $(if $(and $(wildcard figures/job_seconds.json),$(filter quick,$(PROFILE))),--eta-from figures/job_seconds.json)
 
 test: $(STAMP) chromium
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc

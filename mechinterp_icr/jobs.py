@@ -7,9 +7,10 @@ the names of the jobs whose outputs (run directories) it reads. It returns a JSO
 - ``workers=1`` runs them one after another in this process, without Ray;
 - ``workers>1`` starts a local Ray with that many CPUs (or joins ``ray_address``) and runs
   each job as a Ray task with ``num_cpus=1``; every worker sets its own torch threads
-  (``threads``, 1 by default), so the machine is never oversubscribed. Where Ray has GPUs,
-  each task also asks for an equal share of them (:func:`gpu_share`): Ray hides every GPU
-  from a task that asks for none, so without a share the jobs would run on the CPU.
+  (``threads``, 1 by default), so the machine is never oversubscribed. Where the local Ray
+  has GPUs, each task also asks for an equal share of them (:func:`gpu_share`): Ray hides
+  every GPU from a task that asks for none, so without a share the jobs would run on the CPU.
+  On a cluster (``ray_address``) no GPU is asked for.
 
 Each finished job's record is written atomically to ``<records>/<name>.json`` with a
 fingerprint of its function and inputs; a rerun of the same command skips the jobs whose
@@ -192,12 +193,13 @@ def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
     if todo:
         runner = _run_local if workers == 1 and ray_address is None else _run_ray
         # the stored seconds of the jobs to run (an earlier run's, under other inputs), else
-        # the reference run's
-        known = {t.name: float((prior or {})[t.name]) for t in todo if t.name in (prior or {})}
+        # the reference run's (all of its jobs: other seeds' inform the twins and kinds)
+        known = {str(k): float(v) for k, v in (prior or {}).items()}
         known.update({t.name: s for t in todo
                       if (s := _stored_seconds(stored[t.name])) is not None})
         progress = Progress(todo, expected_seconds(todo, known),
-                            1 if runner is _run_local else workers)
+                            1 if runner is _run_local else workers,
+                            measured={t.name for t in todo if t.name in known})
         runner(todo, done, failures, records_dir, workers, ray_address, threads, log, progress)
     if failures:
         raise JobFailed(failures)
@@ -281,12 +283,15 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
 
 def gpu_share(n_gpus: float, slots: int) -> float:
     """The GPUs each of ``slots`` concurrent Ray tasks asks for so that all of them fit on
-    ``n_gpus`` at once: ``n_gpus / slots``, at most one whole GPU (a job uses one device),
-    rounded down to Ray's resource precision (1e-4); 0 without GPUs. One GPU and two
-    workers: 0.5 each, both jobs on the GPU at once."""
-    if n_gpus <= 0 or slots <= 0:
+    ``n_gpus`` whole GPUs at once: Ray serves a fractional request from one GPU, so each GPU
+    takes ``ceil(slots / n_gpus)`` tasks, each asking ``1 / ceil(slots / n_gpus)`` (rounded
+    down to Ray's resource precision, 1e-4; at most one whole GPU: a job uses one device);
+    0 without GPUs. One GPU and two workers: 0.5 each; two GPUs and three workers: 0.5."""
+    gpus = int(n_gpus)
+    if gpus <= 0 or slots <= 0:
         return 0.0
-    return min(1.0, int(n_gpus / slots * 10_000) / 10_000)
+    per_gpu = -(-int(slots) // gpus)  # ceil
+    return int(10_000 / per_gpu) / 10_000
 
 
 def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, log,
@@ -301,8 +306,10 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
         resources = ray.cluster_resources()
         slots = workers if ray_address is None else max(
             1, int(resources.get("CPU", workers)))
-        remote = ray.remote(num_cpus=1, num_gpus=gpu_share(resources.get("GPU", 0), slots),
-                            max_retries=0)(_execute)
+        # the local Ray's GPUs are shared by the workers; on a cluster none are asked for (a
+        # GPU share would keep every job off the nodes without a GPU)
+        share = gpu_share(resources.get("GPU", 0), slots) if ray_address is None else 0.0
+        remote = ray.remote(num_cpus=1, num_gpus=share, max_retries=0)(_execute)
         while pending or running:
             for t in list(pending):
                 if len(running) >= slots:
@@ -390,7 +397,8 @@ class Progress:
     terminal one line updates in place; elsewhere the status rides on each job's log line."""
 
     def __init__(self, todo: list[Job], expected: dict[str, float], workers: int,
-                 stream=None, clock: Callable[[], float] = time.monotonic):
+                 stream=None, clock: Callable[[], float] = time.monotonic,
+                 measured: set[str] | frozenset[str] = frozenset()):
         self.stream = sys.stderr if stream is None else stream
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.clock, self.workers = clock, max(1, int(workers))
@@ -399,6 +407,9 @@ class Progress:
         self.total, self.n_done = len(todo), 0
         self.running: dict[str, float] = {}
         self.took: dict[str, list[float]] = {}
+        # jobs whose expected duration is their own measurement (a stored record, the
+        # reference run): only the same job finishing on another seed in this run updates it
+        self.measured = frozenset(measured)
         self._width = 0
 
     def start(self, name: str) -> None:
@@ -417,7 +428,8 @@ class Progress:
             # job on other seeds first, else the kind while none of its twins has finished
             if job_twin(other) == twin:
                 self.expected[other] = _mean(self.took[twin], DEFAULT_JOB_SECONDS)
-            elif job_kind(other) == kind and job_twin(other) not in self.took:
+            elif (job_kind(other) == kind and job_twin(other) not in self.took
+                  and other not in self.measured):
                 self.expected[other] = _mean(self.took[kind], DEFAULT_JOB_SECONDS)
         self._clear()
 

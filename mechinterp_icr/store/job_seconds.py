@@ -10,6 +10,7 @@ durations instead of a default. Only the ETA reads it.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from mechinterp_icr.config import ConfigError
@@ -28,7 +29,7 @@ def job_seconds(records_dir: str | Path) -> dict[str, float]:
             name, secs = data["name"], float(data["seconds"])
         except (OSError, ValueError, TypeError, KeyError):
             continue
-        if isinstance(name, str) and secs >= 0:
+        if isinstance(name, str) and math.isfinite(secs) and secs >= 0:
             out[name] = secs
     return out
 
@@ -47,7 +48,7 @@ def read_job_seconds(path: str | Path) -> dict[str, float]:
     file and what is wrong otherwise."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
         raise ConfigError(f"--eta-from = {str(path)!r} is not allowed: it is not a readable "
                           f"JSON file ({type(e).__name__}); expected a job_seconds.json "
                           "written by publishing a reproduction (figures/job_seconds.json)"
@@ -55,9 +56,9 @@ def read_job_seconds(path: str | Path) -> dict[str, float]:
     secs = data.get("seconds") if isinstance(data, dict) else None
     ok = isinstance(secs, dict) and all(
         isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
-        and v >= 0 for k, v in secs.items())
+        and math.isfinite(v) and v >= 0 for k, v in secs.items())
     if not ok:
         raise ConfigError(f"--eta-from = {str(path)!r} is not allowed: its field 'seconds' "
-                          "must map job names to non-negative seconds "
+                          "must map job names to finite non-negative seconds "
                           "({\"cr/seed0/train\": 120.5, ...})")
     return {k: float(v) for k, v in secs.items()}

@@ -156,13 +156,17 @@ def test_a_cluster_run_keeps_the_output_folder_as_given(tmp_path, monkeypatch):
 
 def test_gpu_share_fits_every_concurrent_job_on_the_gpus():
     """Ray hides the GPUs from a task that asks for none: with GPUs, each of the concurrent
-    jobs asks for an equal share, all of them fit at once, and no job asks for more than one
-    GPU or for a quantity finer than Ray's 1e-4."""
+    jobs asks for a share such that all of them fit at once on whole GPUs (Ray serves a
+    fractional request from one GPU), never more than one GPU, in Ray's 1e-4 steps."""
+    import math
+
     from mechinterp_icr.jobs import gpu_share
 
-    assert gpu_share(0, 2) == 0.0 and gpu_share(1, 0) == 0.0
+    assert gpu_share(0, 2) == 0.0 and gpu_share(1, 0) == 0.0 and gpu_share(0.5, 2) == 0.0
     assert gpu_share(1, 1) == 1.0 and gpu_share(1, 2) == 0.5 and gpu_share(4, 2) == 1.0
-    for n_gpus, slots in ((1, 3), (1, 7), (2, 3), (1, 16)):
+    assert gpu_share(2, 3) == 0.5  # not 2/3: two tasks of 0.67 would not share one GPU
+    for n_gpus, slots in ((1, 3), (1, 7), (2, 3), (3, 8), (1, 16), (8, 2)):
         share = gpu_share(n_gpus, slots)
-        assert 0 < share <= n_gpus / slots and share * slots <= n_gpus
+        fit_per_gpu = math.floor(1 / share + 1e-9)  # tasks one GPU holds at this share
+        assert fit_per_gpu * n_gpus >= slots and 0 < share <= 1
         assert abs(share * 10_000 - round(share * 10_000)) < 1e-6

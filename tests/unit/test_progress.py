@@ -118,6 +118,31 @@ def test_a_reference_runs_seconds_start_the_eta_of_a_fresh_folder(tmp_path):
     assert "(1/2 done, 0 running, ETA 0m10s)" in lines[0]
 
 
+def test_a_measured_expectation_is_not_replaced_by_its_kinds_mean():
+    """A job whose expected duration is its own measurement (a stored record or the
+    reference run) keeps it when a job of the same kind but another size finishes; a job
+    with no measurement takes the kind's mean; the same job finishing on another seed
+    updates both."""
+    names = ["s/n128/seed0", "s/n4096/seed1", "s/n512/seed1"]
+    p = Progress([_job(n) for n in names], {"s/n128/seed0": 5.0, "s/n4096/seed1": 200.0,
+                                           "s/n512/seed1": 60.0}, 1, io.StringIO(),
+                 lambda: 0.0, measured={"s/n128/seed0", "s/n4096/seed1"})
+    p.start("s/n128/seed0")
+    p.finish("s/n128/seed0", 4.0)
+    assert p.expected["s/n4096/seed1"] == 200.0  # measured: kept
+    assert p.expected["s/n512/seed1"] == 4.0  # an estimate: the kind's mean replaces it
+
+
+def test_a_reference_run_of_other_seeds_informs_the_twins(tmp_path):
+    """--eta-from with the published seeds 0-4 and a run on seed 7: the same job on the
+    reference run's seeds gives seed 7's expectation."""
+    lines = []
+    jobs = [Job("a/seed7", _quick, {}), Job("b/n4096/seed7", _quick, {})]
+    run_jobs(jobs, tmp_path / "r", log=lines.append,
+             prior={"b/n4096/seed0": 90.0, "b/n4096/seed1": 110.0, "b/n128/seed0": 1.0})
+    assert "(1/2 done, 0 running, ETA 1m40s)" in lines[0]
+
+
 def test_job_seconds_files_round_trip_and_bad_ones_are_named(tmp_path):
     import pytest
 
@@ -134,9 +159,14 @@ def test_job_seconds_files_round_trip_and_bad_ones_are_named(tmp_path):
     assert json.loads(f.read_text())["source"] == "abc" and read_job_seconds(f) == secs
     bad = tmp_path / "bad.json"
     for text, says in (("{", "not a readable JSON file"),
+                       (b"\xff\xfe\x00", "not a readable JSON file"),
                        ('{"seconds": {"a": -1}}', "field 'seconds' must map job names"),
+                       ('{"seconds": {"a": 1e999}}', "field 'seconds' must map job names"),
                        ('{"seconds": [1]}', "field 'seconds' must map job names")):
-        bad.write_text(text)
+        if isinstance(text, bytes):
+            bad.write_bytes(text)
+        else:
+            bad.write_text(text)
         with pytest.raises(ConfigError, match=says) as e:
             read_job_seconds(bad)
         assert "--eta-from" in str(e.value) and "bad.json" in str(e.value)

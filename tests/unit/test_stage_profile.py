@@ -79,6 +79,6 @@ def test_train_step_ops_splits_a_registered_step_into_shares(monkeypatch):
     for label, build, sample, tc in mod.models():
         ms, share = mod.op_shares(build, sample, tc, steps=2)
         labels.append(label)
-        assert ms > 0 and set(share) == {"matmul", "optimizer", "other operators"}
+        assert ms > 0 and set(share) == {"matmul", "optimizer", "other"}
         assert abs(sum(share.values()) - 1) < 1e-9 and share["matmul"] > 0.1
     assert labels == ["CR main model", "CR-5/CR-7 mechanism model"]
