@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from mechinterp_icr.config import ConfigError, check, check_range
 from mechinterp_icr.store.io import atomic_write_json, json_default
+from mechinterp_icr.store.job_seconds import record_seconds
 from mechinterp_icr.store.provenance import code_state
 
 _code_state = functools.lru_cache(maxsize=1)(code_state)
@@ -157,13 +158,6 @@ def _read_stored(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _stored_seconds(data: dict[str, Any] | None) -> float | None:
-    try:
-        return float(data["seconds"])  # type: ignore[index]
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
              ray_address: str | None = None, threads: int = 1,
              log: Callable[[str], None] | None = None,
@@ -194,9 +188,9 @@ def run_jobs(jobs: list[Job], records_dir: str | Path, workers: int = 1,
         runner = _run_local if workers == 1 and ray_address is None else _run_ray
         # the stored seconds of the jobs to run (an earlier run's, under other inputs), else
         # the reference run's (all of its jobs: other seeds' inform the twins and kinds)
-        known = {str(k): float(v) for k, v in (prior or {}).items()}
+        known = dict(prior or {})
         known.update({t.name: s for t in todo
-                      if (s := _stored_seconds(stored[t.name])) is not None})
+                      if (s := record_seconds(stored[t.name])) is not None})
         progress = Progress(todo, expected_seconds(todo, known),
                             1 if runner is _run_local else workers,
                             measured={t.name for t in todo if t.name in known})

@@ -12,11 +12,22 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from mechinterp_icr.config import ConfigError
 from mechinterp_icr.store.io import atomic_write_json
 
-__all__ = ["job_seconds", "read_job_seconds", "write_job_seconds"]
+__all__ = ["job_seconds", "read_job_seconds", "record_seconds", "write_job_seconds"]
+
+
+def record_seconds(data: Any) -> float | None:
+    """The ``seconds`` a job record (``jobs.run_jobs`` writes them) took: a finite,
+    non-negative float, else None (no record, a damaged one, or no such field)."""
+    try:
+        secs = float(data["seconds"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return secs if math.isfinite(secs) and secs >= 0 else None
 
 
 def job_seconds(records_dir: str | Path) -> dict[str, float]:
@@ -26,11 +37,11 @@ def job_seconds(records_dir: str | Path) -> dict[str, float]:
     for path in sorted(Path(records_dir).rglob("*.json")):
         try:
             data = json.loads(path.read_text())
-            name, secs = data["name"], float(data["seconds"])
-        except (OSError, ValueError, TypeError, KeyError):
+        except (OSError, ValueError):
             continue
-        if isinstance(name, str) and math.isfinite(secs) and secs >= 0:
-            out[name] = secs
+        secs = record_seconds(data)
+        if secs is not None and isinstance(data.get("name"), str):
+            out[data["name"]] = secs
     return out
 
 
