@@ -529,5 +529,38 @@ def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
     click.echo(str(path))
 
 
+@main.command()
+@click.argument("out", type=click.Path())
+@click.option("--check", is_flag=True,
+              help="Write nothing; exit 1 when a stored decision (or, with --readme, the README's "
+                   "claim table) is not what the registered specs give.")
+@click.option("--readme", default=None, type=click.Path(dir_okay=False),
+              help="Also rewrite (with --check: check) this README's claim table.")
+def redecide(out: str, check: bool, readme: str | None) -> None:
+    """Recompute every verdict, headline, interval, verdict figure and the report of the
+    reproduction in OUT (a folder with summary.json, or the file) from the measurements it
+    stored, under the registered claim specs, without training. A rule change is an edit of the
+    registry and this command; a rerun is needed only when what is measured changes.
+    Prints each verdict that changes; exits 0, or 1 with --check when anything is stale."""
+    from mechinterp_icr.viz.redecide import redecide_outputs
+
+    res = redecide_outputs(out, check=check, readme=readme)
+    for cid, missing in res.unmeasured.items():
+        click.echo(f"warning: {cid}: not measured in this run (a rerun is needed): "
+                   + ", ".join(missing), err=True)
+    for cid, (old, new) in res.changed.items():
+        click.echo(f"{cid}: {old} -> {new}")
+    if check:
+        for line in res.problems:
+            click.echo(line)
+        click.echo(f"{len(res.problems)} stale decisions over {len(res.after)} claims in "
+                   f"{res.summary}")
+        if res.problems:
+            raise SystemExit(1)
+        return
+    click.echo(f"{len(res.after)} claims redecided ({len(res.changed)} verdicts changed); "
+               f"wrote " + ", ".join(str(p) for p in res.written))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

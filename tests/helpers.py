@@ -1,6 +1,8 @@
 """Test builders (SAELens style: ``build_*(**overrides)``) and tiny configurations shared by
 several test files. Tests import from here, never from each other."""
 
+import json
+
 
 def build_model_cfg(**overrides):
     from mechinterp_icr.config import ModelConfig
@@ -106,3 +108,33 @@ def load_repo_script(rel: str, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _side(cond, meet: bool, i: int) -> float:
+    """A value of ``cond``'s metric on seed ``i`` that meets (or fails) ``metric op threshold``
+    with a margin, a little different on every seed."""
+    thr, step = cond.threshold, 0.05 * max(1.0, abs(cond.threshold))
+    up = cond.op in (">=", ">")
+    sign = 1.0 if up == meet else -1.0
+    return thr + sign * (step + 0.001 * i)
+
+
+def registry_summary(seeds=(0, 1, 2, 3, 4), registry=None) -> dict:
+    """A summary.json of every registered claim built from synthetic measurements: every
+    condition met and every control as expected on every seed (so every claim holds), through
+    the same Claim / Summary code a reproduction uses. For tests that need a whole summary
+    without reading committed results."""
+    from mechinterp_icr.claims import Claim, Summary, evaluate_control
+    from mechinterp_icr.claims.registry import REGISTRY
+
+    registry = REGISTRY if registry is None else registry
+    summary = Summary("cr,ir", "quick", list(seeds))
+    summary.echo = False
+    for spec in registry.values():
+        per_seed = {str(s): {c.metric: _side(c, True, i) for c in spec.conditions}
+                    for i, s in enumerate(seeds)}
+        controls = [evaluate_control(cs, {str(s): _side(cs.condition, cs.kind == "positive", i)
+                                          for i, s in enumerate(seeds)})
+                    for cs in spec.controls]
+        summary.add(Claim.from_spec(spec, per_seed, controls=controls))
+    return json.loads(json.dumps(summary.to_dict()))

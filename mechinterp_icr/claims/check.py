@@ -20,18 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
-from mechinterp_icr.claims.registry import REGISTRY
+from mechinterp_icr.claims.registry import REGISTRY, registered_id
 
 __all__ = ["VERDICTS", "check_summary", "registered_id"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive")
-
-
-def registered_id(claim_id: str) -> str | None:
-    """The registry id a summary claim id names (``"CR-2 (shared tokens)"`` -> ``"CR-2"``),
-    None when it names none."""
-    base = str(claim_id).split(" (")[0]
-    return base if base in REGISTRY else None
 
 
 def _protocol(cid: str, c: Mapping[str, Any], min_seeds: int) -> list[str]:

@@ -10,11 +10,14 @@ entry in ``docs/registry.md`` with its reason, the old verdict kept visible ther
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mechinterp_icr.claims.cr_registry import CR_METRIC_RANGES, CR_SPECS
 from mechinterp_icr.claims.ir_registry import IR_METRIC_RANGES, IR_SPECS
 from mechinterp_icr.claims.protocol import ClaimSpec
 
-__all__ = ["METRIC_RANGES", "NOT_READ", "REGISTRY", "REPORT_ONLY", "metric_range", "spec"]
+__all__ = ["METRIC_RANGES", "NOT_READ", "REGISTRY", "REPORT_ONLY", "metric_range",
+           "registered_id", "setting", "spec", "threshold"]
 
 REGISTRY: dict[str, ClaimSpec] = {s.id: s for s in (*CR_SPECS, *IR_SPECS)}
 
@@ -70,6 +73,32 @@ NOT_READ: dict[str, dict[str, str]] = {
     },
     "ir": {},
 }
+
+
+def registered_id(claim_id: str, registry: Mapping[str, ClaimSpec] | None = None) -> str | None:
+    """The registry id a summary claim id names (``"CR-2 (shared tokens)"`` -> ``"CR-2"``),
+    None when it names none."""
+    base = str(claim_id).split(" (")[0]
+    return base if base in (REGISTRY if registry is None else registry) else None
+
+
+def threshold(claim_id: str, metric: str, control: bool = False) -> float:
+    """The registered threshold of ``claim_id``'s condition on ``metric`` (with ``control``,
+    of its control on ``metric``): what a figure draws its threshold line at, so that the line
+    moves with the spec."""
+    s = spec(claim_id)
+    pool = [c.condition for c in s.controls] if control else list(s.conditions)
+    for c in pool:
+        if c.metric == metric:
+            return c.threshold
+    kind = "control" if control else "condition"
+    raise KeyError(f"{claim_id} has no registered {kind} on {metric!r}")
+
+
+def setting(claim_id: str, key: str):
+    """A registered setting (hyperparameter) of ``claim_id``, e.g.
+    ``setting("IR-5", "sample_complexity.target_frac")``."""
+    return spec(claim_id).hyperparameters[key]
 
 
 def spec(claim_id: str) -> ClaimSpec:

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims import Claim
 from mechinterp_icr.claims.protocol import compare, evaluate_condition
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
@@ -46,15 +46,14 @@ def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, An
                        "threshold": c.threshold, "rule": c.rule, "kind": "condition",
                        "ok": ev["met"],
                        "values": {s: _num(v) for s, v in ev["per_seed"].items()}})
-    registered = {c.name: c for c in spec(claim.id).controls} if claim.registered else {}
     for cr in claim.controls:
-        cs = registered.get(cr.name)
+        cs = cr.spec  # the registered condition the control was evaluated against
         if cs is None:
             continue
         vals = {s: None for s in want}
         vals.update({str(s): _num(v) for s, v in cr.per_seed.items()})
-        panels.append({"title": cr.name, "metric": cs.condition.metric, "op": cs.condition.op,
-                       "threshold": cs.condition.threshold, "rule": cs.condition.rule,
+        panels.append({"title": cr.name, "metric": cs.metric, "op": cs.op,
+                       "threshold": cs.threshold, "rule": cs.rule,
                        "kind": f"{cr.kind} control",
                        "ok": None if cr.meets_rule is None else cr.ok, "values": vals})
     return panels

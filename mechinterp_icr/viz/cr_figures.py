@@ -18,6 +18,7 @@ import numpy as np
 
 from mechinterp_icr.claims import ci95
 from mechinterp_icr.claims.protocol import UNIT
+from mechinterp_icr.claims.registry import threshold
 from mechinterp_icr.viz.cr_mech_figures import (  # CR-5 .. CR-7, re-exported
     write_cr5_figure,
     write_cr6_figure,
@@ -74,8 +75,10 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
                                  line={"dash": "dot" if control else "solid"},
                                  error_y={"type": "data", "symmetric": False,
                                           "array": his, "arrayminus": los}))
-    fig.add_hline(y=0.9, line_dash="dot", annotation_text="CR-2 0.90")
-    fig.add_hline(y=0.5, line_dash="dot", annotation_text="CR-2 controls <= 0.5")
+    cr2 = threshold("CR-2", "heldout_icl_exact")
+    cr2_ctrl = threshold("CR-2", "pt_heldout_icl_exact", control=True)
+    fig.add_hline(y=cr2, line_dash="dot", annotation_text=f"CR-2 {cr2:.2f}")
+    fig.add_hline(y=cr2_ctrl, line_dash="dot", annotation_text=f"CR-2 controls <= {cr2_ctrl:g}")
     over = seeds_caption(seeds) if seeds else f"{n_seeds} seeds"
     fig.update_layout(title="CR: held-out plain-ICL exact accuracy by number of demos K "
                             f"(mean, 95% CI over {over})",
@@ -139,15 +142,16 @@ def _sweep_figure(sweep: list[dict], stem, claim_seeds: list | None = None) -> d
     title = ("CR-3 sweep: ICL+Grm finetuning, held-out accuracy (bars: mean; dots: seeds)"
              + sub)
     acc = {"title": "exact accuracy", "range": [-0.02, 1.05]}
+    cr3 = threshold("CR-3", "heldout_icl_exact")
     if flip:
-        fig.add_vline(x=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80",
+        fig.add_vline(x=cr3, line_dash="dot", annotation_text=f"CR-3 threshold {cr3:.2f}",
                       annotation_position="bottom left")
         fig.update_layout(title=title, barmode="group", scattermode="group", xaxis=acc,
                           yaxis={"autorange": "reversed", "automargin": True,
                                  "title": "ICL+Grm finetuning setting"},
                           legend={"orientation": "h", "y": -0.08})
         return save_figure(fig, stem, width=1100, height=160 + 46 * len(labels))
-    fig.add_hline(y=0.8, line_dash="dot", annotation_text="CR-3 threshold 0.80")
+    fig.add_hline(y=cr3, line_dash="dot", annotation_text=f"CR-3 threshold {cr3:.2f}")
     fig.update_layout(title=title, barmode="group", scattermode="group", yaxis=acc,
                       xaxis_title="ICL+Grm finetuning setting")
     return save_figure(fig, stem, width=1100)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mechinterp_icr.claims.registry import threshold
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = ["write_cr5_figure", "write_cr6_figure", "write_cr7_figure"]
@@ -45,11 +46,14 @@ def write_cr5_figure(per_seed: dict, out_dir: Path) -> str | None:
                       ("two_layer_subject_moved", "2-layer model: Subject moved (beside)")):
         fig.add_bar(name=name, x=[f"seed {s}" for s in seeds],
                     y=[per_seed[s].get(key) for s in seeds])
-    fig.add_hline(y=0.5, line_dash="dash")
-    fig.add_hline(y=0.2, line_dash="dot")
+    role = threshold("CR-5", "relation_role")
+    pt_role = threshold("CR-5", "pt_relation_role", control=True)
+    fig.add_hline(y=role, line_dash="dash")
+    fig.add_hline(y=pt_role, line_dash="dot")
     fig.update_layout(barmode="group", title="CR-5: head roles, 1-layer 2-head attention-only "
                       "model<br><sub>share of prompts moved to the target (chance-corrected); "
-                      f"dashed 0.5, dotted 0.2; {seeds_caption(seeds)}</sub>", xaxis_title="seed",
+                      f"dashed {role:g} (roles), dotted {pt_role:g} (PT-only control); "
+                      f"{seeds_caption(seeds)}</sub>", xaxis_title="seed",
                       yaxis_title="role score", yaxis_range=[-0.1, 1.05])
     return _save_quietly(fig, out_dir, "cr5_head_roles")
 
@@ -65,7 +69,7 @@ def write_cr6_figure(cr6: dict, out_dir: Path) -> str | None:
     for s, r in cr6.items():
         fig.add_bar(name=f"seed {s}", x=[k.replace("_", " ") for k in keys],
                     y=[r.get(k) for k in keys])
-    fig.add_hline(y=0.99, line_dash="dash")
+    fig.add_hline(y=threshold("CR-6", "own_format_min"), line_dash="dash")
     fig.update_layout(barmode="group", title="CR-6: constructed models, exact accuracy"
                       f"<br><sub>{seeds_caption(list(cr6))}</sub>",
                       xaxis_title="model and format", yaxis_title="exact accuracy",

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from mechinterp_icr.claims.registry import setting, threshold
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = [
@@ -83,7 +84,7 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
         rr = [r for r in gap_rows if r["seed"] == s]
         fig.add_trace(go.Scatter(x=[r["n"] for r in rr], y=[r["within_pair_gap"] for r in rr],
                                  mode="lines+markers", name=f"seed {s}"))
-    _log_threshold(fig, 0.02)
+    _log_threshold(fig, threshold("IR-3", "within_pair_gap"))
     fig.update_xaxes(type="log", title_text="n (subjects)")
     fig.update_yaxes(type="log", title_text="within-pair gap")
     fig.update_layout(title="IR-3: within-pair gap of the converged step-1 row vs n<br><sub>"
@@ -96,7 +97,7 @@ def _finite(v) -> bool:
 
 
 def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None,
-                             n_cap: float | None = None, target_frac: float = 0.99,
+                             n_cap: float | None = None, target_frac: float | None = None,
                              fits: dict[str, dict[str, Any] | None] | None = None):
     """IR-5, two panels. Left: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm``
     ("memory" or "learned"; missing = memory) and the fitted ``N`` (None: not reached, drawn
@@ -110,6 +111,8 @@ def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = No
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    if target_frac is None:  # the registered target
+        target_frac = setting("IR-5", "sample_complexity.target_frac")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
         "N reaching the target (x: censored)",
         f"best fitted accuracy / ceiling (target {target_frac:g})"))
@@ -247,7 +250,7 @@ def gap_decay_figure(traces: dict[str, list[list[float]]], n: int, seeds: list |
     for s, tr in traces.items():
         fig.add_trace(go.Scatter(x=[max(t[0], 0.5) for t in tr], y=[t[1] for t in tr],
                                  mode="lines+markers", name=f"seed {s}"))
-    _log_threshold(fig, 0.02)
+    _log_threshold(fig, threshold("IR-3", "within_pair_gap"))
     fig.update_xaxes(type="log", title_text="step (1 = after the large step + perturbation)")
     fig.update_yaxes(type="log", title_text="within-pair gap")
     fig.update_layout(title=f"IR-3: decay of the within-pair gap until the stopping rule "

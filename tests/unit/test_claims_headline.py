@@ -5,12 +5,13 @@ of bounded metrics stay inside their declared range without changing any verdict
 import json
 from pathlib import Path
 
-import pytest
+from helpers import registry_summary
 
 from mechinterp_icr.claims import Claim, evaluate_control, format_claim_table, spec
 from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.intervals import ci95, interval
 from mechinterp_icr.claims.protocol import HOLDS, INCONCLUSIVE, NOT_HOLD, UNIT
+from mechinterp_icr.claims.redecide import redecide_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2, 3, 4]
@@ -119,12 +120,19 @@ def test_the_claim_table_shows_the_headline():
     assert "0.01" not in table.splitlines()[2]  # the mean is not the headline
 
 
-@pytest.mark.parametrize("folder", ["figures", "figures/paper"])
-def test_every_committed_headline_agrees_with_its_verdict(folder):
-    path = ROOT / folder / "summary.json"
-    if not path.exists():
-        pytest.skip(f"{folder}/summary.json not committed")
-    claims = json.loads(path.read_text())["claims"]
+def test_every_headline_agrees_with_its_verdict():
+    """On a summary of every registered claim with each kind of verdict (built here: a failing
+    condition, a misbehaving control, a quantity not measurable, the rest holding)."""
+    s = registry_summary()
+    ir7 = s["claims"]["IR-7"]
+    for m in ir7["per_seed"].values():
+        m["within_pair_gap"] = 0.5
+    ctrl = s["claims"]["CR-5"]["controls"][0]
+    ctrl["per_seed"] = {k: 0.9 for k in ctrl["per_seed"]}
+    s["claims"]["IR-5"]["not_measurable"] = "N censored"
+    claims = redecide_summary(s)[0]["claims"]
+    assert {claims[c]["verdict"] for c in ("IR-7", "CR-5", "IR-5", "CR-1")} == {
+        NOT_HOLD, INCONCLUSIVE, HOLDS}
     for cid, c in claims.items():
         h = claim_headline(cid, c)
         assert h.agrees and h.verdict == c["verdict"], (cid, h)

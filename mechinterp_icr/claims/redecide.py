@@ -1,0 +1,163 @@
+"""Measure once, decide many times: every verdict recomputed from the measurements a
+reproduction stored, under the registered specs, without training (``icr redecide``).
+
+A claim in ``summary.json`` keeps what was *measured*: its per-seed metrics (``per_seed``),
+each control's per-seed values (``controls[].per_seed``), the measurement-side checks
+(``extra_checks``: enough values of K or lam were measured) and, where the quantity could not
+be measured at all, the reason (``not_measurable``). Everything *decided* (each condition's
+``met``, each control's ``meets_rule`` / ``as_expected``, the verdict, its reason, the headline,
+the mean and interval of the headline metric) is a pure function of those measurements and the
+claim's spec in the registry (:mod:`.registry`), and this module recomputes it.
+
+So a rule change (a threshold, an operator, a seed rule, a control added or dropped) is one
+edit of the registry and ``icr redecide OUT``: the conditions and controls are the registry's,
+evaluated on the stored values. A condition or control on a metric the run did not store is
+evaluated as missing (no number, no evidence: the claim cannot hold) and
+:func:`redecide_summary` lists it in ``unmeasured``, so a new metric says plainly that it needs
+a rerun. What a rule change cannot reach without a rerun: a registered *setting* inside a
+measurement (a sample size, a training budget, a target a metric is computed against); those
+change what is measured.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any, Mapping
+
+from mechinterp_icr.claims.protocol import MIN_SEEDS, ClaimSpec, evaluate_control
+from mechinterp_icr.claims.registry import REGISTRY, registered_id
+from mechinterp_icr.claims.summary import Claim, claim_key
+
+__all__ = ["DECIDED", "differences", "rebuild_claim", "redecide_claim", "redecide_summary"]
+
+# what a claim entry holds that is decided (recomputed here) rather than measured
+DECIDED = ("verdict", "holds", "verdict_reason", "headline", "conditions", "controls", "mean",
+           "ci95", "ci95_clipped", "metric", "metric_range", "threshold", "registered")
+
+# the reason evaluate_control appends to a control's note when it has no value on some seed;
+# stripped before the control is evaluated again so the note is not repeated
+_WHY = re.compile(r"(?:; )?(?:not measured in this run|no value on seeds \[[^\]]*\])$")
+
+
+def _controls(spec: ClaimSpec, stored: Mapping[str, Any]):
+    """The spec's controls evaluated on the stored per-seed values of the control of the same
+    name (a control the run did not measure is evaluated on no values: not measured)."""
+    by_name = {k.get("name"): k for k in stored.get("controls") or [] if isinstance(k, dict)}
+    out = []
+    for cs in spec.controls:
+        k = by_name.get(cs.name) or {}
+        note = _WHY.sub("", str(k.get("note") or ""))
+        per_seed = k.get("per_seed") if isinstance(k.get("per_seed"), Mapping) else {}
+        if k and k.get("metric") not in (None, cs.condition.metric):
+            per_seed = {}  # the stored values are of another metric: not this control's
+        out.append(evaluate_control(cs, per_seed, note))
+    return out
+
+
+def rebuild_claim(claim_id: str, stored: Mapping[str, Any],
+                  registry: Mapping[str, ClaimSpec] = REGISTRY) -> Claim | None:
+    """The :class:`Claim` of the stored entry under ``registry``: its measurements with the
+    spec's conditions and controls (None for an unregistered claim)."""
+    rid = registered_id(claim_id, registry)
+    if rid is None:
+        return None
+    spec = registry[rid]
+    per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
+    claim = Claim.from_spec(
+        spec, copy.deepcopy(dict(per_seed)), controls=_controls(spec, stored),
+        extra_checks={str(k): bool(v) for k, v in (stored.get("extra_checks") or {}).items()},
+        statement=str(stored.get("statement") or spec.statement),
+        notes=str(stored.get("notes") or ""), figure=stored.get("figure"),
+        details=copy.deepcopy(stored.get("details") or {}),
+        not_measurable=str(stored.get("not_measurable") or ""),
+        min_seeds=int(stored.get("min_seeds") or MIN_SEEDS))
+    claim.id = str(claim_id)
+    return claim
+
+
+def redecide_claim(claim_id: str, stored: Mapping[str, Any], seeds,
+                   registry: Mapping[str, ClaimSpec] = REGISTRY) -> dict[str, Any]:
+    """The claim entry ``stored`` with everything decided recomputed under ``registry`` from
+    its measurements over ``seeds`` (the run's seeds). An unregistered claim is returned
+    unchanged."""
+    claim = rebuild_claim(claim_id, stored, registry)
+    if claim is None:
+        return dict(stored)
+    return {**stored, **claim.to_dict(seeds)}
+
+
+def _unmeasured(claim_id: str, stored: Mapping[str, Any],
+                registry: Mapping[str, ClaimSpec]) -> list[str]:
+    """The registered metrics of ``claim_id`` that its stored measurements do not have on any
+    seed (a rule on a new metric: it needs a rerun)."""
+    rid = registered_id(claim_id, registry)
+    if rid is None:
+        return []
+    spec = registry[rid]
+    per_seed = stored.get("per_seed") or {}
+    have = {m for v in per_seed.values() if isinstance(v, Mapping) for m in v}
+    out = [c.metric for c in spec.conditions if c.metric not in have]
+    stored_ctrls = {k.get("name"): k for k in stored.get("controls") or [] if isinstance(k, dict)}
+    for cs in spec.controls:
+        k = stored_ctrls.get(cs.name)
+        if k is None or k.get("metric") not in (None, cs.condition.metric):
+            out.append(f"control {cs.name!r} ({cs.condition.metric})")
+    return out
+
+
+def redecide_summary(summary: Mapping[str, Any], registry: Mapping[str, ClaimSpec] = REGISTRY
+                     ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """(the summary with every registered claim redecided, {claim id: registered metrics or
+    controls the stored run did not measure}). The measurements, tables, configs, timings and
+    provenance are kept as stored."""
+    seeds = [str(s) for s in summary.get("seeds") or []]
+    claims = summary.get("claims") or {}
+    new_claims, unmeasured = {}, {}
+    for cid, c in sorted(claims.items(), key=claim_key):
+        if not isinstance(c, Mapping):
+            new_claims[cid] = c
+            continue
+        new_claims[cid] = redecide_claim(cid, c, seeds or None, registry)
+        missing = _unmeasured(cid, c, registry)
+        if missing:
+            unmeasured[cid] = missing
+    return {**summary, "claims": new_claims}, unmeasured
+
+
+def _same(a: Any, b: Any, tol: float) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        fa, fb = float(a), float(b)
+        if math.isnan(fa) and math.isnan(fb):
+            return True
+        return math.isclose(fa, fb, rel_tol=tol, abs_tol=tol)
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+    return a == b
+
+
+def differences(stored: Mapping[str, Any], redecided: Mapping[str, Any],
+                tol: float = 1e-12) -> list[str]:
+    """One line per decided field of a claim whose stored value is not the redecided one
+    (``icr redecide --check``); numbers compare within ``tol``."""
+    out = []
+    old, new = stored.get("claims") or {}, redecided.get("claims") or {}
+    for cid in sorted(set(old) | set(new), key=lambda c: claim_key((c,))):
+        a, b = old.get(cid), new.get(cid)
+        if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+            if a != b:
+                out.append(f"{cid}: not a claim entry")
+            continue
+        for key in DECIDED:
+            if not _same(a.get(key), b.get(key), tol):
+                if key in ("verdict", "holds", "headline", "verdict_reason"):
+                    out.append(f"{cid}: {key} stored {a.get(key)!r}, the specs give "
+                               f"{b.get(key)!r}")
+                else:
+                    out.append(f"{cid}: {key} differs from what the specs give")
+    return out

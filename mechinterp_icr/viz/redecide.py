@@ -1,0 +1,148 @@
+"""``icr redecide OUT``: a reproduction's verdicts, headlines, intervals, verdict figures,
+report and (optionally) README claim table recomputed from the measurements stored in
+``OUT/summary.json`` under the registered specs, without training
+(:mod:`mechinterp_icr.claims.redecide` decides; this module writes what the decisions feed).
+
+- ``redecide_outputs(OUT)`` rewrites ``OUT/summary.json`` (atomically), redraws the verdict
+  figure of every claim whose figure is one (``figures/<id>_verdict``) and re-renders
+  ``OUT/report.html``; with ``readme`` it rewrites that README's claim table.
+- ``redecide_outputs(OUT, check=True)`` writes nothing and lists every stored decision that
+  is not what the specs give (and, with ``readme``, a stale README table): ``icr redecide
+  figures --check --readme README.md`` is how CI checks that the committed results agree with
+  the specs.
+
+The experiment figures that draw a threshold read it from the registry when they are drawn,
+so after a rule change they show the new line only when the stage that draws them runs again;
+the verdict figures, the report and the tables are redrawn here.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from mechinterp_icr.claims.protocol import ClaimSpec
+from mechinterp_icr.claims.redecide import differences, rebuild_claim, redecide_summary
+from mechinterp_icr.claims.registry import REGISTRY
+from mechinterp_icr.config import ConfigError
+from mechinterp_icr.store.io import atomic_write_bytes, atomic_write_json, write_or_check
+
+__all__ = ["Redecided", "redecide_outputs", "summary_path"]
+
+
+@dataclass
+class Redecided:
+    """What :func:`redecide_outputs` found: the summary file, the verdicts before and after by
+    claim id, the stored decisions that differ from the specs' (``problems``), the registered
+    metrics the stored run did not measure, and the files written."""
+
+    summary: Path
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    unmeasured: dict[str, list[str]] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)
+
+    @property
+    def changed(self) -> dict[str, tuple[str, str]]:
+        return {c: (self.before.get(c, ""), v) for c, v in self.after.items()
+                if self.before.get(c) != v}
+
+
+def summary_path(out: str | Path) -> Path:
+    """``OUT/summary.json`` for a reproduction folder, or OUT itself when it names a file."""
+    p = Path(out)
+    return p / "summary.json" if p.is_dir() else p
+
+
+def _verdicts(summary: Mapping[str, Any]) -> dict[str, str]:
+    return {str(c): str(e.get("verdict")) for c, e in (summary.get("claims") or {}).items()
+            if isinstance(e, Mapping)}
+
+
+def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
+                            registry: Mapping[str, ClaimSpec]) -> list[Path]:
+    """Redraw the verdict figure of every claim whose stored figure is one."""
+    from mechinterp_icr.viz.claim_figures import verdict_figure
+    from mechinterp_icr.viz.figures import save_figure
+
+    seeds = [str(s) for s in summary.get("seeds") or []] or None
+    written = []
+    for cid, c in (summary.get("claims") or {}).items():
+        fig_path = str(c.get("figure") or "") if isinstance(c, Mapping) else ""
+        if not fig_path.endswith("_verdict.html"):
+            continue
+        claim = rebuild_claim(cid, c, registry)
+        if claim is None:
+            continue
+        fig = verdict_figure(claim, seeds=seeds)
+        if fig is None:
+            continue
+        stem = (out_dir / fig_path).with_suffix("")
+        if stem.parent.is_dir():
+            save_figure(fig, stem, width=1200, height=fig.layout.height)
+            written.append(stem.with_suffix(".html"))
+            continue
+        # a published folder (figures/) keeps only the PNG, beside the summary
+        with tempfile.TemporaryDirectory() as tmp:
+            got = save_figure(fig, Path(tmp) / stem.name, width=1200, height=fig.layout.height)
+            if "png" in got:
+                dest = out_dir / f"{stem.name}.png"
+                atomic_write_bytes(dest, Path(got["png"]).read_bytes())
+                written.append(dest)
+    return written
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    expected = "expected the summary.json that `icr reproduce` writes"
+    if not path.is_file():
+        raise ConfigError(f"summary {path} is not a regular file; {expected}")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(f"summary {path} cannot be read as JSON ({type(e).__name__}); "
+                          f"{expected}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"summary {path} is not a JSON object; {expected}")
+    return data
+
+
+def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | None = None,
+                     registry: Mapping[str, ClaimSpec] = REGISTRY, report: bool = True,
+                     figures: bool = True) -> Redecided:
+    """Redecide the reproduction in ``out`` (a folder with ``summary.json`` or the file);
+    see the module docstring. Raises ``ConfigError`` when the summary cannot be read."""
+    from mechinterp_icr.viz.readme import claim_table, replace_table
+
+    path = summary_path(out)
+    stored = _read_summary(path)
+    if not isinstance(stored.get("claims"), dict):
+        raise ConfigError(f"summary {path} has no 'claims' object; expected the summary.json "
+                          "that `icr reproduce` writes")
+    new, unmeasured = redecide_summary(stored, registry)
+    res = Redecided(path, _verdicts(stored), _verdicts(new), unmeasured=unmeasured)
+    if check:
+        res.problems = differences(stored, new)
+        if readme is not None:
+            text = Path(readme).read_text()
+            if replace_table(text, claim_table(new)) != text:
+                res.problems.append(f"{readme}: the claim table is not the one the specs give "
+                                    f"on {path}")
+        return res
+    atomic_write_json(path, new)
+    res.written.append(path)
+    out_dir = path.parent
+    if figures:
+        res.written += _redraw_verdict_figures(new, out_dir, registry)
+    if report:
+        from mechinterp_icr.viz.report import write_report
+
+        res.written.append(write_report(out_dir))
+    if readme is not None:
+        text = Path(readme).read_text()
+        write_or_check(readme, replace_table(text, claim_table(new)), False, "")
+        res.written.append(Path(readme))
+    return res

@@ -1,0 +1,151 @@
+"""``icr redecide``: verdicts are a pure function of the stored measurements and the registered
+specs. A rule change is one edit of the specs and a redecide, no training; ``--check`` finds a
+stored decision the specs do not give. Every summary here is built by the test."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+from helpers import registry_summary
+
+from mechinterp_icr.claims.protocol import HOLDS, NOT_HOLD
+from mechinterp_icr.claims.redecide import differences, redecide_summary
+from mechinterp_icr.claims.registry import REGISTRY
+from mechinterp_icr.cli import main
+from mechinterp_icr.viz import readme as rd
+
+
+def _cr2_at(summary: dict, value: float) -> dict:
+    """``summary`` with CR-2's held-out ICL accuracy at ``value`` on every seed, decided under
+    the registered specs (a stored run whose CR-2 mean sits between 0.85 and 0.9)."""
+    s = copy.deepcopy(summary)
+    for m in s["claims"]["CR-2"]["per_seed"].values():
+        m["heldout_icl_exact"] = value
+    return redecide_summary(s)[0]
+
+
+def _write(tmp_path, summary: dict):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps(summary))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{rd.BEGIN}\n{rd.claim_table(summary)}\n{rd.END}\n")
+    return out, readme
+
+
+def _cr2_row(readme) -> str:
+    return next(line for line in readme.read_text().splitlines() if line.startswith("| CR-2 |"))
+
+
+def test_redeciding_a_reproduction_changes_nothing():
+    s = registry_summary()
+    new, unmeasured = redecide_summary(s)
+    assert differences(s, new) == [] and unmeasured == {}
+    assert new == s
+
+
+def test_the_cr2_threshold_change_is_one_spec_edit_and_a_redecide(tmp_path, monkeypatch):
+    """CR-2's 0.9 moved to 0.85 in the specs: the stored run's verdict, headline and README row
+    change, without training; --check first finds the stale decisions, then none."""
+    stored = _cr2_at(registry_summary(), 0.87)
+    assert stored["claims"]["CR-2"]["verdict"] == NOT_HOLD
+    out, readme = _write(tmp_path, stored)
+    old_row = _cr2_row(readme)
+    assert "≥ 0.9," in old_row
+
+    cr2 = REGISTRY["CR-2"]
+    monkeypatch.setitem(REGISTRY, "CR-2", replace(
+        cr2, conditions=(replace(cr2.conditions[0], threshold=0.85), *cr2.conditions[1:])))
+
+    r = CliRunner().invoke(main, ["redecide", str(out), "--check", "--readme", str(readme)])
+    assert r.exit_code == 1, r.output
+    assert "CR-2: verdict stored 'does not hold', the specs give 'holds'" in r.output
+    assert "claim table is not the one the specs give" in r.output
+
+    r = CliRunner().invoke(main, ["redecide", str(out), "--readme", str(readme)])
+    assert r.exit_code == 0, r.output
+    assert "CR-2: does not hold -> holds" in r.output
+    new = json.loads((out / "summary.json").read_text())["claims"]["CR-2"]
+    assert new["verdict"] == HOLDS and new["holds"] is True
+    assert new["conditions"][0]["threshold"] == 0.85 and new["conditions"][0]["met"]
+    assert new["headline"] != stored["claims"]["CR-2"]["headline"]
+    assert ">= 0.85" in new["headline"]
+    row = _cr2_row(readme)
+    assert row != old_row and "| holds |" in row and "≥ 0.85," in row
+    assert (out / "report.html").exists()
+    others = {c: e["verdict"] for c, e in stored["claims"].items() if c != "CR-2"}
+    after = json.loads((out / "summary.json").read_text())["claims"]
+    assert {c: after[c]["verdict"] for c in others} == others
+
+    r = CliRunner().invoke(main, ["redecide", str(out), "--check", "--readme", str(readme)])
+    assert r.exit_code == 0, r.output
+    assert "0 stale decisions over 17 claims" in r.output
+
+
+def test_a_stored_verdict_the_specs_do_not_give_is_found(tmp_path):
+    s = registry_summary()
+    s["claims"]["IR-3"]["verdict"] = NOT_HOLD
+    s["claims"]["CR-4"]["controls"][0]["meets_rule"] = True
+    problems = differences(s, redecide_summary(s)[0])
+    assert any(p.startswith("IR-3: verdict stored 'does not hold'") for p in problems)
+    assert "CR-4: controls differs from what the specs give" in problems
+    out, _ = _write(tmp_path, s)
+    r = CliRunner().invoke(main, ["redecide", str(out / "summary.json"), "--check"])
+    assert r.exit_code == 1 and "IR-3: verdict" in r.output
+
+
+def test_a_rule_on_a_metric_the_run_did_not_measure_cannot_hold(monkeypatch):
+    """A new condition or control on a metric the stored run lacks: no number, no evidence; the
+    claim does not hold (condition) or is inconclusive (control) and the metric is named."""
+    s = registry_summary()
+    ir1 = REGISTRY["IR-1"]
+    new_cond = replace(ir1.conditions[0], metric="new_metric")
+    monkeypatch.setitem(REGISTRY, "IR-1", replace(ir1, conditions=(*ir1.conditions, new_cond)))
+    cr6 = REGISTRY["CR-6"]
+    new_ctrl = replace(cr6.controls[0], name="a control never measured")
+    monkeypatch.setitem(REGISTRY, "CR-6", replace(cr6, controls=(*cr6.controls, new_ctrl)))
+    new, unmeasured = redecide_summary(s)
+    assert new["claims"]["IR-1"]["verdict"] == NOT_HOLD
+    assert "no value on seeds" in new["claims"]["IR-1"]["verdict_reason"]
+    assert new["claims"]["CR-6"]["verdict"] == "inconclusive"
+    assert unmeasured == {"IR-1": ["new_metric"],
+                          "CR-6": ["control 'a control never measured' "
+                                   "(zeroed_relation_ov_icl_exact)"]}
+
+
+def test_a_failing_measurement_never_holds_under_any_threshold_it_does_not_meet():
+    """A null run (the effect absent: CR-2's accuracy at chance) stays 'does not hold' under the
+    registered rule, and a negative control that meets its condition keeps a claim from
+    holding after a redecide."""
+    s = _cr2_at(registry_summary(), 0.25)
+    assert s["claims"]["CR-2"]["verdict"] == NOT_HOLD
+    ctrl = s["claims"]["CR-5"]["controls"][0]  # a negative control
+    ctrl["per_seed"] = {k: ctrl["threshold"] + 0.5 for k in ctrl["per_seed"]}
+    new = redecide_summary(s)[0]["claims"]
+    assert new["CR-5"]["verdict"] == "inconclusive" and not new["CR-5"]["holds"]
+    assert new["CR-2"]["verdict"] == NOT_HOLD
+
+
+def test_a_not_measurable_reason_and_extra_checks_are_measurements_kept():
+    s = registry_summary()
+    s["claims"]["IR-5"]["not_measurable"] = "N censored at every n"
+    s["claims"]["CR-8"]["extra_checks"] = {"measured over >= 6 values of K": False}
+    new = redecide_summary(s)[0]["claims"]
+    assert new["IR-5"]["verdict"] == "inconclusive"
+    assert new["IR-5"]["verdict_reason"] == "not measurable: N censored at every n"
+    assert new["CR-8"]["verdict"] == NOT_HOLD
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"claims": 5}'])
+def test_an_unreadable_summary_is_one_line_and_exit_2(tmp_path, content):
+    f = tmp_path / "summary.json"
+    f.write_text(content)
+    r = CliRunner().invoke(main, ["redecide", str(f)])
+    assert r.exit_code == 2 and r.output.startswith("error: summary")
+    assert "Traceback" not in r.output and f.read_text() == content
+    r = CliRunner().invoke(main, ["redecide", str(tmp_path / "missing")])
+    assert r.exit_code == 2 and "not a regular file" in r.output
