@@ -12,7 +12,7 @@ PROFILE ?= quick
 SEEDS ?= 0,1,2,3,4
 WORKERS ?=
 
-.PHONY: reproduce paper test test-slow chromium figures lint clean-venv
+.PHONY: reproduce paper test test-slow chromium figures redecide lint clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,11 @@ chromium:
 reproduce: $(STAMP) chromium
 	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT) --seeds $(SEEDS) $(if $(WORKERS),--workers $(WORKERS)) $(if $(and $(wildcard figures/job_seconds.json),$(filter quick,$(PROFILE))),--eta-from figures/job_seconds.json)
 
+# The committed figures/ and README's claim table must be what the registered specs give on the
+# committed measurements (icr redecide --check: seconds, no training); then the default suite,
+# which builds its own measurements and never reads figures/.
 test: $(STAMP) chromium
+	$(VENV)/bin/icr redecide figures --check --readme README.md
 	$(PY) -m pytest -q; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
 
 test-slow: $(STAMP) chromium
@@ -45,7 +49,15 @@ test-slow: $(STAMP) chromium
 # with the report marked (mechinterp_icr/viz/publish.py).
 figures: reproduce
 	$(PY) -m mechinterp_icr.viz.publish $(OUT) figures $(if $(ALLOW_DIRTY),--allow-dirty)
-	$(PY) -m mechinterp_icr.viz.readme figures/summary.json README.md
+	$(VENV)/bin/icr redecide figures --readme README.md
+
+# After a rule change in the claim specs (claims/cr_registry.py, claims/ir_registry.py; commit it
+# first: the report names the commit it is written at): every
+# verdict, headline, verdict figure, the report and README's claim table from the committed
+# measurements, without training. A rerun (make figures) is needed only when what is measured
+# changes.
+redecide: $(STAMP)
+	$(VENV)/bin/icr redecide figures --readme README.md
 
 # The paper profile end to end (about half an hour on 2 idle cores; run it in the background:
 # `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished jobs.

@@ -2,6 +2,8 @@
 rule and for its controls is registered, with its comparison. A change here is a change of the
 pre-registration and needs a dated entry in docs/registry.md."""
 
+import dataclasses
+
 import pytest
 
 from mechinterp_icr.claims import REGISTRY
@@ -220,3 +222,33 @@ def test_every_registered_metric_declares_its_range():
         assert r is None or (len(r) == 2 and r[0] < r[1]), m
     assert metric_range("heldout_icl_exact") == (0.0, 1.0)
     assert metric_range("relation_margin") is None and metric_range("no such metric") is None
+
+
+@pytest.mark.parametrize("target", ["cr", "ir"])
+def test_default_configs_are_the_registered_ones(target):
+    """One source of truth per setting: a config built in Python with the dataclass defaults
+    (CRConfig(), IRConfig(), and each of the experiment's own sections: CascadeConfig(),
+    TaskvecConfig(), ...) is the registered quick-profile config the claims are about, not a
+    smaller or older one. The library's generic sections (task, model, train) keep the
+    library's defaults; the experiment config sets them explicitly."""
+    from mechinterp_icr.experiments.cr.config import CRConfig
+    from mechinterp_icr.experiments.ir.config import IRConfig
+    from mechinterp_icr.runner import TARGETS, config_keys
+
+    default = CRConfig() if target == "cr" else IRConfig()
+    quick = TARGETS[target].profile("quick")
+    assert default == quick
+    for f in dataclasses.fields(default):
+        section = getattr(default, f.name)
+        if dataclasses.is_dataclass(section) and \
+                type(section).__module__.startswith("mechinterp_icr.experiments."):
+            fresh = type(section)()
+            assert fresh == section, f"{target}: {type(section).__name__}() is not the " \
+                                     f"registered {f.name}"
+    values = dict(config_keys(default))
+    for cid, s in REGISTRY.items():
+        if cid.startswith(target.upper() + "-"):
+            for key, value in s.hyperparameters.items():
+                want = list(value) if isinstance(value, tuple) else value
+                got = values[key]
+                assert (list(got) if isinstance(got, tuple) else got) == want, (cid, key)

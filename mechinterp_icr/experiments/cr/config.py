@@ -164,9 +164,9 @@ class TaskvecConfig:
     # CR-4 necessity: the random-subspace control's draws of (L-1)-dim random subspaces
     n_random_subspaces: int = 8
     # CR-9: the retraining noise band delta (2 x the std of eta^2 over retrainings at the
-    # default lam on seeds outside the decision seeds, scripts/cr9_noise.py); -1: not
-    # measured, CR-9 is then inconclusive
-    lam_delta: float = -1.0
+    # default lam on seeds 200-207, outside the decision seeds: scripts/cr9_noise.py; the
+    # change log in docs/registry.md); -1: not measured, CR-9 is then inconclusive
+    lam_delta: float = 0.1234
 
     def __post_init__(self) -> None:
         for name in ("n_heldout", "n_finetune", "n_subject_split", "n_per_k"):
@@ -227,18 +227,18 @@ class CascadeConfig:
     ``learned``; see ``experiments.cr.cascade``."""
 
     d_model: int = 64
-    d_head: int = 32
+    d_head: int = 64
     embedding: CascadeEmbedding = "orthonormal"  # construction-matched: d_model = 2 d_vocab, frozen
     out_scale: float = 8.0  # scale of the frozen unembedding
-    pt_steps: int = 1500
+    pt_steps: int = 2400
     pt_batch: int = 64
-    pt_lr: float = 3e-3
-    pt_weight_decay: float = 0.0  # AdamW weight decay of the PT (the finetunes have none)
+    pt_lr: float = 6e-3
+    pt_weight_decay: float = 0.1  # AdamW weight decay of the PT (the finetunes have none)
     ft_steps: int = 300
     ft_batch: int = 128
     ft_lr: float = 3e-3  # the finetune whose head roles CR-5 reads
     ft_lrs: tuple = (3e-3, 6e-3)  # CR-7: the cascade at each of these
-    ft_trainable: str = "attention"
+    ft_trainable: str = "all"
     dense_until: int = 40  # probes at every finetuning step up to this one, then log-spaced
     checkpoint_every: int = 10  # ... and every this-many steps
     probe_batch: int = 128
@@ -298,26 +298,37 @@ class CRConfig:
     The top-level fields are the CR-1..3 pipeline's (``task.*``, ``model.*``, ``pretrain.*``,
     ``finetune.*``, evaluation sizes, the CR-3 ``sweep``); ``taskvec``, ``mechanism`` and
     ``cascade`` are the sections of the CR-4, CR-5 and CR-7 stages.
+
+    Every default is the registered value (the quick profile: ``CRConfig() == quick()``,
+    tested), so a model built in Python with the defaults is the one the claims are about; the
+    paper profile is :func:`paper`'s short list of differences.
     """
 
-    task: CRTaskConfig = field(default_factory=CRTaskConfig)
-    model: ModelConfig = field(default_factory=lambda: CRTaskConfig().default_model())
-    pretrain: TrainConfig = field(default_factory=TrainConfig)
-    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(trainable="attention"))
+    # bare ICL+Grm query (s1 g.. a1 [SEP] ... sq -> a): docs/cr.md, docs/registry.md
+    task: CRTaskConfig = field(default_factory=lambda: CRTaskConfig(iclgrm_query_grammar=False))
+    model: ModelConfig = field(default_factory=lambda: _registered_model())
+    pretrain: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=2000, batch_size=64, lr=2e-3, optimizer="adamw", eval_every=0,
+        checkpoint_schedule="linear", checkpoint_every=500, progress=False))
+    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(
+        steps=200, batch_size=128, lr=1e-3, trainable="attention", eval_every=0,
+        checkpoint_schedule="log", checkpoint_dense_until=10, checkpoint_every=50,
+        progress=False))
     allweights_arm: bool = True  # also run the all-weights arm of the ICL branch (CR-2)
-    allweights_iclgrm: bool = True  # ... and of the ICL+Grm branch (CR-3)
+    allweights_iclgrm: bool = False  # ... and of the ICL+Grm branch (reported beside CR-3)
     allweights_trainable: str = "all"
     mixed_controls: bool = True  # the mixed-type-demo control branches (CR-2, CR-3)
     eval_n: int = 512  # sequences per evaluation cell at the end of each phase
     eval_n_by_k: int = 2048  # ... held-out ICL at every K (nested prompts; CR-2's K condition)
     eval_ks: tuple = (1, 2, 3, 4, 5, 6, 7, 8)  # K of held-out ICL at the end (CR-2 by K)
-    ckpt_eval_n: int = 256  # sequences per evaluation at each checkpoint
-    sweep: tuple[SweepSetting, ...] = ()  # CR-3 sweep settings (strings are parsed)
+    ckpt_eval_n: int = 128  # sequences per evaluation at each checkpoint
+    # CR-3 sweep settings (strings are parsed); the paper profile runs PAPER_SWEEP
+    sweep: tuple[SweepSetting, ...] = field(default_factory=lambda: QUICK_SWEEP)
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
     # the shared-token variant (CR-8; CR-1..CR-4 reported in it): its task.attr_share, the
-    # sharing rate chosen from the ideal reader before training (scripts/cr_shared_rate.py);
-    # 0: the variant is not run
-    shared_variant_share: float = 0.0
+    # sharing rate chosen from the ideal reader on task seeds 100-119 before training
+    # (scripts/cr_shared_rate.py); 0: the variant is not run
+    shared_variant_share: float = 0.8
     taskvec: TaskvecConfig = field(default_factory=TaskvecConfig)
     mechanism: MechanismConfig = field(default_factory=MechanismConfig)
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
@@ -437,56 +448,24 @@ PAPER_SWEEP = QUICK_SWEEP + (
     "lam 0.5|task.lam=0.5",
 )
 
-# the CR-5 / CR-7 mechanism model, the same in every profile (claims.cr_registry.MECH_MODEL)
-MECH_CASCADE = CascadeConfig(d_head=64, embedding="orthonormal", out_scale=8.0, pt_steps=2400,
-                             pt_batch=64, pt_lr=6e-3, pt_weight_decay=0.1, ft_steps=300,
-                             ft_batch=128, ft_lr=3e-3,
-                             ft_lrs=(3e-3, 6e-3), ft_trainable="all", dense_until=40,
-                             checkpoint_every=10, probe_batch=128)
-
-
-# CR-9's retraining noise band, measured on seeds 200-207 before the decision run
-# (scripts/cr9_noise.py; docs/registry.md, change log), and the shared-token variant's sharing
-# rate, chosen from the ideal reader on task seeds 100-119 (scripts/cr_shared_rate.py)
-LAM_DELTA = 0.1234
-SHARED_VARIANT_SHARE = 0.8
-
-
-def _base(ft_steps: int, pt_steps: int, pt_lr: float, **kw) -> CRConfig:
-    # bare ICL+Grm query (s1 g.. a1 [SEP] ... sq -> a): docs/cr.md, docs/registry.md
-    task = CRTaskConfig(iclgrm_query_grammar=False)
-    model = replace(task.default_model(), n_ctx=64)  # headroom for longer sweep formats
-    pretrain = TrainConfig(steps=pt_steps, batch_size=64, lr=pt_lr, optimizer="adamw",
-                           eval_every=0, checkpoint_schedule="linear",
-                           checkpoint_every=max(1, pt_steps // 4), progress=False)
-    finetune = TrainConfig(steps=ft_steps, batch_size=128, lr=1e-3, trainable="attention",
-                           eval_every=0, checkpoint_schedule="log", checkpoint_dense_until=10,
-                           checkpoint_every=max(1, ft_steps // 4), progress=False)
-    # torch threads are not a CR setting: the job engine sets them per worker (1 by default;
-    # for models this small intra-op threading costs more CPU than it saves)
-    return CRConfig(task=task, model=model, pretrain=pretrain, finetune=finetune, **kw)
+def _registered_model() -> ModelConfig:
+    # n_ctx 64: headroom for the longer formats of the sweep settings
+    return replace(CRTaskConfig(iclgrm_query_grammar=False).default_model(), n_ctx=64)
 
 
 def quick() -> CRConfig:
-    """Three seeds in minutes on two CPU cores."""
-    return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=QUICK_SWEEP, eval_n=512,
-                 ckpt_eval_n=128, sweep_seeds=3, allweights_iclgrm=False,
-                 shared_variant_share=SHARED_VARIANT_SHARE,
-                 taskvec=TaskvecConfig(lam_delta=LAM_DELTA), mechanism=MechanismConfig(n_pairs=64,
-                                                                    role_checkpoints=4),
-                 cascade=MECH_CASCADE)
+    """The registered configuration: every default of :class:`CRConfig`."""
+    return CRConfig()
 
 
 def paper() -> CRConfig:
-    """A larger sweep and more reported-only detail. Every step budget, lr and n a CR-4..7
+    """A larger sweep and more reported-only detail (registry.REPORT_ONLY). Every setting a
     verdict depends on is quick's (one configuration, as the specification in docs/claims.md
-    asks; docs/registry.md): PT 2000 steps at 2e-3, finetuning 200 steps, the taskvec sample
-    sizes, 64 patching pairs."""
-    return _base(ft_steps=200, pt_steps=2000, pt_lr=2e-3, sweep=PAPER_SWEEP, eval_n=512,
-                 sweep_seeds=3, shared_variant_share=SHARED_VARIANT_SHARE,
-                 taskvec=TaskvecConfig(curve_max_checkpoints=16, lam_delta=LAM_DELTA),
-                 mechanism=MechanismConfig(n_pairs=64, role_checkpoints=12),
-                 cascade=MECH_CASCADE)
+    asks; docs/registry.md)."""
+    q = quick()
+    return replace(q, sweep=PAPER_SWEEP, allweights_iclgrm=True, ckpt_eval_n=256,
+                   taskvec=replace(q.taskvec, curve_max_checkpoints=16),
+                   mechanism=replace(q.mechanism, role_checkpoints=12))
 
 
 def profile(name: str) -> CRConfig:
