@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import mechinterp_icr.tasks  # noqa: F401  (registers every task kind that read_config may meet)
-from mechinterp_icr.config import ConfigError, RunConfig, from_dict, show, to_dict
+from mechinterp_icr.config import (
+    ConfigError,
+    RunConfig,
+    check_buildable,
+    from_dict,
+    show,
+    to_dict,
+)
 from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
 from mechinterp_icr.store.io import (
     UnsafeFileError,
@@ -165,8 +172,10 @@ class RunDir:
         except (ValueError, RecursionError) as e:  # JSON and UTF-8 errors, deep nesting
             raise RunError(f"run directory {self.path}: config.json is not valid JSON "
                            f"(empty, truncated or edited): {str(e)[:200]}") from None
-        try:
-            return from_dict(RunConfig, data)
+        try:  # an edited config.json cannot make a reader build a task or model that is
+            cfg = from_dict(RunConfig, data)  # too big for its resources.max_gib
+            check_buildable(cfg)
+            return cfg
         except ConfigError as e:
             raise ConfigError(f"run directory {self.path}: config.json: {e}") from None
 
