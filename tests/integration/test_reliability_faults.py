@@ -253,6 +253,96 @@ def test_a_bug_still_shows_its_traceback(tmp_path, monkeypatch):
     assert code == 1 and isinstance(exc, KeyError)
 
 
+# ---- sidecars checked against their weights and names (issue 41) ---------------------------
+def _rewrite(run: Path, name: str, edit_meta=None, edit_tensors=None) -> None:
+    """Damage a checkpoint consistently: the sidecar's sha256, n_bytes and shapes are updated
+    to the edited weights, so only the validator can tell."""
+    import hashlib
+
+    from safetensors.torch import save
+
+    stem = run / "checkpoints" / name
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    tensors = weights(run, name)
+    if edit_tensors:
+        tensors = edit_tensors(tensors)
+    if edit_meta:
+        edit_meta(meta)
+    blob = save(tensors)
+    stem.with_suffix(".safetensors").write_bytes(blob)
+    meta.update(sha256=hashlib.sha256(blob).hexdigest(), n_bytes=len(blob))
+    stem.with_suffix(".json").write_text(json.dumps(meta))
+
+
+def _group(key, value):
+    return lambda m: m["optimizer"]["param_groups"][0].__setitem__(key, value)
+
+
+SIDECAR_DAMAGE = {
+    "amsgrad true": (_group("amsgrad", True), None),
+    "betas xy": (_group("betas", "xy"), None),
+    "params permuted same length": (
+        lambda m: m["optimizer"]["param_groups"][0]["params"].reverse(), None),
+    "params repeated same length": (
+        lambda m: m["optimizer"]["param_groups"][0].__setitem__(
+            "params", [0] * len(m["optimizer"]["param_groups"][0]["params"])), None),
+    "optimizer tensor wrong shape": (None, lambda t: {
+        **t, "optim.0.exp_avg": torch.zeros(3, 3)}),
+    "optimizer tensors removed": (None, lambda t: {
+        k: v for k, v in t.items() if not k.startswith("optim.")}),
+    "one parameter's optimizer state removed": (None, lambda t: {
+        k: v for k, v in t.items() if not k.startswith("optim.1.")}),
+    "optimizer tensor int64": (None, lambda t: {
+        **t, "optim.0.exp_avg": t["optim.0.exp_avg"].long()}),
+    "weights float16": (None, lambda t: {
+        k: v.half() if k.startswith("model.") and v.is_floating_point() else v
+        for k, v in t.items()}),
+    "weights int64": (None, lambda t: {
+        k: v.long() if k.startswith("model.") and v.is_floating_point() else v
+        for k, v in t.items()}),
+}
+
+
+@pytest.fixture(scope="module")
+def extended_reference(tiny_run, tmp_path_factory):
+    """The tiny run extended cleanly from 6 to 8 steps: what every repaired run must equal."""
+    ref = tmp_path_factory.mktemp("ref") / "run"
+    shutil.copytree(tiny_run, ref)
+    code, out, bug = icr("train", "--out", ref, *TINY, "--set", "train.steps=8")
+    assert code == 0, (out, bug)
+    return weights(ref, "train-0000008")
+
+
+@pytest.mark.parametrize("kind", list(SIDECAR_DAMAGE))
+def test_damaged_sidecar_with_matching_sha_is_reported_by_verify_and_skipped_on_resume(
+        run, kind, extended_reference):
+    edit_meta, edit_tensors = SIDECAR_DAMAGE[kind]
+    _rewrite(run, "train-0000006", edit_meta, edit_tensors)
+    code, out, bug = icr("checkpoints", run)  # the quick listing still works
+    assert code == 0 and bug is None, out
+    code, out, bug = icr("checkpoints", run, "--verify")
+    line = next(ln for ln in out.splitlines() if ln.startswith("train-0000006"))
+    assert code == 0 and bug is None and "DAMAGED" in line, out
+    code, out, bug = icr("train", "--out", run, *TINY, "--set", "train.steps=8")
+    assert code == 0 and bug is None and "Traceback" not in out, (kind, out, bug)
+    assert "skipped damaged checkpoint train-0000006" in out and "resumed from step 4" in out
+    assert same_weights(weights(run, "train-0000008"), extended_reference)  # nothing wrong kept
+
+
+def test_copy_named_train_99999999999_is_damaged_and_the_extension_runs(run,
+                                                                       extended_reference):
+    ck = run / "checkpoints"
+    for ext in (".json", ".safetensors"):
+        shutil.copy(ck / f"train-0000006{ext}", ck / f"train-99999999999{ext}")
+    code, out, bug = icr("checkpoints", run)
+    assert code == 0 and "DAMAGED" in out and "sidecar says step 6" in out, out
+    code, out, bug = icr("train", "--out", run, *TINY, "--set", "train.steps=8")
+    assert code == 0 and bug is None, out
+    assert "already finished" not in out and "resumed from step 6" in out
+    assert "skipped damaged checkpoint train-99999999999" in out
+    assert same_weights(weights(run, "train-0000008"), extended_reference)
+
+
 # ================================= slow: the full fault matrix ==============================
 def report(capsys, line):
     with capsys.disabled():
