@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mechinterp_icr.config import ConfigError, check, check_range
-from mechinterp_icr.store.io import atomic_write_json, json_default
+from mechinterp_icr.store.io import JSONFileError, atomic_write_json, json_default, read_json_file
 from mechinterp_icr.store.job_seconds import record_seconds
 from mechinterp_icr.store.provenance import code_state
 
@@ -151,9 +151,9 @@ def fingerprint(t: Job) -> str:
 
 def _read_stored(path: Path) -> dict[str, Any] | None:
     """A stored record file's JSON, or None when it is absent or damaged."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    try:  # never a FIFO or a device, bounded size and depth
+        data = read_json_file(path)
+    except JSONFileError:
         return None
     return data if isinstance(data, dict) else None
 
