@@ -21,9 +21,11 @@ from mechinterp_icr.config.overrides import apply_overrides, parse_init, parse_o
 from mechinterp_icr.config.registry import register_task, task_config_class
 from mechinterp_icr.config.resources import (
     GIB,
+    MAX_PROMPTS,
     ResourceEstimate,
     check_buildable,
     check_model_size,
+    check_prompt_batch,
     check_resources,
     check_task_size,
     count_params,
@@ -49,6 +51,8 @@ __all__ = [
     "check_resources",
     "check_task_size",
     "check_buildable",
+    "check_prompt_batch",
+    "MAX_PROMPTS",
     "check_model_size",
     "task_build_bytes",
     "count_params",

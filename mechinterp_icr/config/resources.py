@@ -184,3 +184,26 @@ def check_buildable(cfg: RunConfig) -> int:
     if m.d_vocab and m.n_ctx:
         check_model_size(m, cfg.resources, nbytes)
     return nbytes
+
+
+MAX_PROMPTS = 1_000_000  # the most prompts an analysis takes per checkpoint (--n and kin)
+
+
+def check_prompt_batch(model: ModelConfig, n: int, resources: ResourceConfig,
+                       flag: str = "--n") -> int:
+    """Refuse ``n`` prompts (``flag``) of an analysis on ``model`` (``d_vocab`` and ``n_ctx``
+    filled in) when a cached forward pass over all of them at once (every layer's
+    activations and the logits, float32, twice: cache and working copies) exceeds
+    ``resources.max_gib``, before anything is allocated. Returns the estimated bytes."""
+    m = model
+    mlp = 0 if m.attn_only else 3 * m.d_mlp
+    per_layer = 7 * m.d_model + 4 * m.n_heads * m.d_head + 2 * m.n_heads * m.n_ctx + mlp
+    per_token = m.n_layers * per_layer + 4 * m.d_vocab + 2 * m.d_model
+    nbytes = 2 * _F32 * int(n) * m.n_ctx * per_token + 8 * int(n) * m.n_ctx
+    if nbytes > resources.max_gib * GIB:
+        fit = max(1, int(n * resources.max_gib * GIB / nbytes))
+        raise ConfigError(
+            f"{flag} = {n} is not allowed: {n:,} prompts need an estimated {gib(nbytes)} GiB "
+            f"of memory, more than the run's resources.max_gib = {resources.max_gib:g}; use "
+            f"{flag} {fit} or fewer")
+    return nbytes
