@@ -299,5 +299,6 @@ def write_guarded_table(run, name: str, rows: list[dict], labels: dict[str, str]
 def print_figures(paths: dict[str, str]) -> None:
     """One line naming the figure files ``viz.figures.save_figure`` wrote (and why there is
     no PNG, when kaleido failed)."""
-    print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths)
-          + (f" (no PNG: {paths['png_error']})" if "png_error" in paths else ""))
+    print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths))
+    if "png_error" in paths:  # named, never silent
+        print(f"warning: {paths['png_error']}", file=sys.stderr)

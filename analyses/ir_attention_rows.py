@@ -19,6 +19,7 @@ from _common import (
     add_csv,
     checkpoints,
     open_run,
+    print_figures,
     run_main,
     write_table,
 )
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
                             "attention from s_q", y_range=(0, 1.02))
     paths = save_figure(fig, run.analyses_dir / "ir_attention_rows")
     write_table(run, "ir_attention_rows", rows, list(COLUMNS), csv=args.csv, labels=COLUMNS)
-    print(f"figure: {paths.get('png') or paths['html']}")
+    print_figures(paths)
     return 0
 
 

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_csv",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "ensure_file", "atomic_write_json",
+           "atomic_write_csv",
            "json_default", "write_or_check",
            "UnsafeFileError", "read_regular_file", "JSONFileError", "read_json_file",
            "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "json_depth", "stale_temp_files",
@@ -190,6 +191,24 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def ensure_file(path: str | Path, text: str) -> bool:
+    """Make ``path`` hold exactly ``text`` (a shared asset such as ``plotly.min.js`` beside a
+    page): an existing file is reused only when it is a regular file (not a symlink, FIFO or
+    device) of the same size and content; anything else, a stale or truncated copy included,
+    is replaced atomically. True when it was (re)written."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    try:
+        st = os.lstat(path)
+        same = (stat.S_ISREG(st.st_mode) and st.st_size == len(data)
+                and read_regular_file(path, len(data)) == data)
+    except OSError:
+        same = False
+    if not same:
+        atomic_write_bytes(path, data)
+    return not same
 
 
 def write_or_check(path: str | Path, text: str, check: bool, stale: str) -> int:
