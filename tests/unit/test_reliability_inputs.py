@@ -107,3 +107,75 @@ def test_job_records_that_are_special_files_are_ignored(tmp_path):
     assert _read_stored(tmp_path / "fifo.json") is None
     assert _read_stored(tmp_path / "zero.json") is None
     assert job_seconds(tmp_path) == {"ok": 1.5}
+
+
+# ---- a Ray job killed by Ray's memory monitor (issue 41) -------------------------------------
+def _double(x: int) -> dict:
+    return {"y": 2 * x}
+
+
+class _Ref:
+    def __init__(self, kind, fn, kwargs):
+        self.kind, self.fn, self.kwargs = kind, fn, kwargs
+
+
+class _FakeRay:
+    """Just enough of Ray for jobs._run_ray: the first ``kills`` tasks are killed by the
+    memory monitor."""
+
+    class OutOfMemoryError(Exception):
+        __module__ = "ray.exceptions"
+
+    def __init__(self, kills):
+        self.kills, self.submitted = kills, 0
+
+    def is_initialized(self):
+        return True
+
+    def cluster_resources(self):
+        return {"CPU": 1}
+
+    def remote(self, **_):
+        fake = self
+
+        class Remote:
+            @staticmethod
+            def remote(fn, kwargs, threads):
+                fake.submitted += 1
+                return _Ref("oom" if fake.submitted <= fake.kills else "ok", fn, kwargs)
+
+        return lambda fn: Remote
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        return refs[:1], refs[1:]
+
+    def get(self, ref):
+        kind, fn, kwargs = ref.kind, ref.fn, ref.kwargs
+        if kind == "oom":
+            raise self.OutOfMemoryError("Task was killed due to the node running low on "
+                                        "memory.\nMemory on the node ...\nmany lines")
+        return fn(**kwargs), None, 0.1
+
+
+@pytest.mark.parametrize("kills", [1, 2])
+def test_ray_job_killed_by_the_memory_monitor_is_retried_once_then_one_line(tmp_path,
+                                                                            monkeypatch,
+                                                                            kills):
+    from mechinterp_icr import jobs
+
+    fake = _FakeRay(kills)
+    monkeypatch.setattr(jobs, "_import_ray", lambda: fake)
+    logs = []
+    job = jobs.Job("cr/seed0", _double, {"x": 3})
+    if kills == 1:
+        out = jobs.run_jobs([job], tmp_path, workers=2, log=logs.append)
+        assert out == {"cr/seed0": {"y": 6}} and fake.submitted == 2
+        assert any("cr/seed0: killed by Ray's memory monitor; retrying it once" in ln
+                   for ln in logs)
+        return
+    with pytest.raises(jobs.JobFailed) as e:
+        jobs.run_jobs([job], tmp_path, workers=2, log=logs.append)
+    assert fake.submitted == 2
+    err = e.value.failures["cr/seed0"]
+    assert len(err.splitlines()) == 1 and "again after one retry" in err
+    assert "fewer --workers" in err
