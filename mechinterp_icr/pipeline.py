@@ -273,6 +273,7 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
         state, init_from = init_state(init, model)
         model.load_state_dict(state)
     existed = out.exists()
+    RunDir.check_new_or_run(out)  # no run's files among a user's own
     # a finetuning phase (phase_train) never extends the run's config.json: that records the
     # pretraining, which only its own phase extends
     extended = _extension(out, cfg) if existed and phase_train is None else None

@@ -415,6 +415,7 @@ def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
                           "resources are fixed by its sizes)")
     cfg = apply_overrides(ir_profile(profile), ov)
     out = Path(out).resolve() if str(out) in ("", ".") else Path(out)
+    RunDir.check_new_or_run(out)  # no run's files among a user's own
     before = out.exists()
     try:
         with RunDir(out, create=True).writer_lock():  # one process trains a run at a time

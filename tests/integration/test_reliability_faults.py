@@ -29,7 +29,7 @@ from helpers import build_model_cfg, build_train_cfg
 
 from mechinterp_icr.cli import main
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.store.rundir import RunDir, RunError
 from mechinterp_icr.training.loop import train_phase
 
 pytestmark = pytest.mark.timeout(600)
@@ -341,6 +341,37 @@ def test_copy_named_train_99999999999_is_damaged_and_the_extension_runs(run,
     assert "already finished" not in out and "resumed from step 6" in out
     assert "skipped damaged checkpoint train-99999999999" in out
     assert same_weights(weights(run, "train-0000008"), extended_reference)
+
+
+# ---- low items of issue 41 -------------------------------------------------------------------
+def test_init_run_colon_with_an_empty_checkpoint_is_refused_not_last(run, tmp_path):
+    code, out, bug = icr("train", "--out", tmp_path / "new", *TINY, "--set", "train.steps=2",
+                         "--init", f"{run}:")
+    assert one_error_line(code, out, bug) and "empty" in out, out
+    assert not (tmp_path / "new").exists()
+
+
+def test_lock_symlink_is_not_followed(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    outside = tmp_path / "outside"
+    (run.path / ".lock").symlink_to(outside)
+    with pytest.raises(RunError, match="symbolic link"):
+        with run.writer_lock():
+            pass
+    assert not outside.exists()
+
+
+def test_train_out_into_a_non_empty_folder_that_holds_no_run_is_refused(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my notes")
+    code, out, bug = icr("train", "--out", folder, *TINY, "--set", "train.steps=2")
+    assert one_error_line(code, out, bug) and "no run" in out, out
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, bug = icr("train", "--out", empty, *TINY, "--set", "train.steps=2")
+    assert code == 0, (out, bug)
 
 
 # ================================= slow: the full fault matrix ==============================
