@@ -26,15 +26,71 @@ SELECTION_HELP = ("all | last | first | phase:NAME | phase:NAME:last | steps:A-B
                   "or several joined by commas (last/first: the main phase's)")
 
 
+MAX_PROMPTS = 1_000_000  # mechinterp_icr.config.MAX_PROMPTS (not imported: --help stays fast)
+PROMPT_FLAGS = ("n", "n_eval", "n_each")  # the flags that count prompts per checkpoint
+_parsed: list = []  # the namespace the last Parser parsed (open_run checks its prompt counts)
+
+
+class Parser(argparse.ArgumentParser):
+    """``argparse`` whose errors are one line (``error: ...``) and exit code 2, like every
+    other refusal of the scripts, and which remembers what it parsed (:func:`open_run` checks
+    the prompt counts against the run's memory ceiling)."""
+
+    def error(self, message: str):
+        fail(f"{Path(sys.argv[0]).name}: {message}")
+
+    def parse_args(self, *args, **kwargs):
+        ns = super().parse_args(*args, **kwargs)
+        _parsed[:] = [ns]
+        return ns
+
+
+def bounded_int(lo: int, hi: int):
+    """An argparse ``type``: an integer in [lo, hi] (a negative, zero or huge count or seed is
+    refused in one line before anything is loaded)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is not allowed; expected an integer in "
+                                             f"[{lo}, {hi:,}]")
+        return v
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: a finite number."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return v
+
+
+COUNT = bounded_int(1, MAX_PROMPTS)  # prompts per checkpoint
+SEED = bounded_int(0, 2**31 - 1)
+THREADS = bounded_int(1, 1024)
+
+
 def parser(doc: str) -> argparse.ArgumentParser:
     """The common flags: the run directory, ``--checkpoints``, ``--n``, ``--seed``,
     ``--threads``, ``--csv``."""
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap = Parser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("run", help="run directory (e.g. out/runs/cr/seed0)")
     ap.add_argument("--checkpoints", default="last", help=SELECTION_HELP)
-    ap.add_argument("--n", type=int, default=128, help="prompts per checkpoint")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the prompts")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--n", type=COUNT, default=128,
+                    help=f"prompts per checkpoint (1 to {MAX_PROMPTS:,}, and within the run's "
+                         "resources.max_gib)")
+    ap.add_argument("--seed", type=SEED, default=0, help="seed of the prompts")
+    ap.add_argument("--threads", type=THREADS, default=1, help="torch threads")
     add_csv(ap)
     return ap
 
@@ -94,9 +150,25 @@ def open_run(path, kinds: tuple[str, ...], selection: str | None = None):
         if selection is not None:
             run.select(resolve_selection(run, selection))
         cfg, task, _ = load_run_model(run)
+        _check_prompt_counts(cfg, task)
     except (RunError, ConfigError, ValueError) as e:
         fail(str(e))
     return run, cfg, task
+
+
+def _check_prompt_counts(cfg, task) -> None:
+    """Refuse a prompt count (``--n``, ``--n-eval``, ``--n-each``) whose forward pass would
+    not fit the run's ``resources.max_gib``, before anything is allocated."""
+    from dataclasses import replace
+
+    from mechinterp_icr.config import check_prompt_batch
+
+    model = replace(cfg.model, d_vocab=cfg.model.d_vocab or task.d_vocab,
+                    n_ctx=cfg.model.n_ctx or task.n_ctx)
+    for name in PROMPT_FLAGS:
+        n = getattr(_parsed[0], name, None) if _parsed else None
+        if isinstance(n, int):
+            check_prompt_batch(model, n, cfg.resources, "--" + name.replace("_", "-"))
 
 
 def checkpoints(run, selection: str, desc: str | None = None) -> list[str]:
@@ -126,8 +198,27 @@ def save_json(run, name: str, rows: list[dict]) -> Path:
 
     run = run if hasattr(run, "analyses_dir") else RunDir(run)
     out = run.analyses_dir / f"{name}.json"
-    atomic_write_text(out, json.dumps(rows, indent=2, default=str))
+    if not rows:  # never replace a result by an empty one
+        fail(f"nothing to write: no rows for {out}; the previous file is unchanged")
+    atomic_write_text(out, json.dumps(strict_json(rows), indent=2, default=str,
+                                      allow_nan=False))
     return out
+
+
+def strict_json(x):
+    """``x`` with every NaN or infinite float replaced by None (null), so what is written is
+    strict JSON (no bare ``NaN``), whatever reads it."""
+    import math
+
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: strict_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [strict_json(v) for v in x]
+    if hasattr(x, "item") and getattr(x, "ndim", 1) == 0:  # numpy / torch scalars
+        return strict_json(x.item())
+    return x
 
 
 def print_table(rows: list[dict], cols: list[str], labels: dict[str, str] | None = None,
@@ -173,10 +264,10 @@ def checkpoint_rows(run, selection: str, fn) -> list[dict]:
 def add_heatmap_args(ap: argparse.ArgumentParser) -> None:
     """``--min-gap`` (the smallest clean - corrupted metric gap a recovery is shown for) and
     ``--max-panels`` (how many checkpoints the PNG of a per-checkpoint heatmap stacks)."""
-    ap.add_argument("--min-gap", type=float, default=0.5,
+    ap.add_argument("--min-gap", type=finite_float, default=0.5,
                     help="smallest clean - corrupted logit difference for which recoveries "
                          "are shown (default 0.5)")
-    ap.add_argument("--max-panels", type=int, default=6,
+    ap.add_argument("--max-panels", type=bounded_int(1, 100), default=6,
                     help="checkpoints shown in the PNG (evenly chosen, first and last "
                          "included; the HTML has a slider over all); default 6")
 
@@ -208,5 +299,6 @@ def write_guarded_table(run, name: str, rows: list[dict], labels: dict[str, str]
 def print_figures(paths: dict[str, str]) -> None:
     """One line naming the figure files ``viz.figures.save_figure`` wrote (and why there is
     no PNG, when kaleido failed)."""
-    print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths)
-          + (f" (no PNG: {paths['png_error']})" if "png_error" in paths else ""))
+    print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths))
+    if "png_error" in paths:  # named, never silent
+        print(f"warning: {paths['png_error']}", file=sys.stderr)

@@ -7,7 +7,7 @@ Writes RUN/analyses/attention_roles.json (and --csv PATH) and a figure of the ma
 the training step.
 """
 
-from _common import CR, checkpoints, open_run, parser, run_main, setup, write_table
+from _common import CR, checkpoints, open_run, parser, print_figures, run_main, setup, write_table
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
                             "attention mass (mean over prompts)", group="head_name",
                             y_range=(0, 1.02))
     paths = save_figure(fig, run.analyses_dir / "attention_roles")
-    print(f"figure: {paths.get('png') or paths['html']}")
+    print_figures(paths)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,10 @@ import argparse
 
 from _common import (
     CR,
+    SEED,
     SELECTION_HELP,
+    THREADS,
+    Parser,
     add_csv,
     checkpoints,
     open_run,
@@ -41,13 +44,13 @@ MEANING = {
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("run", help="CR run directory (e.g. out/runs/cr/seed0)")
     ap.add_argument("--checkpoints", default=None,
                     help="also compare these checkpoints with the construction: "
                          + SELECTION_HELP)
-    ap.add_argument("--seed", type=int, default=0, help="seed of the evaluation prompts")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=SEED, default=0, help="seed of the evaluation prompts")
+    ap.add_argument("--threads", type=THREADS, default=1)
     add_csv(ap)
     a = ap.parse_args(argv)
     setup(a)

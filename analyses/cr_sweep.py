@@ -11,11 +11,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from _common import add_csv, print_table, run_main
+from _common import THREADS, Parser, add_csv, print_table, run_main
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap = Parser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", required=True, help="output root (runs under OUT/runs/cr/)")
     ap.add_argument("--profile", default="paper", choices=("quick", "paper"))
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
@@ -24,7 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--setting", action="append", default=[],
                     help="'label|task.key=v,finetune.key=v' (default: the profile's sweep)")
     ap.add_argument("--log", default=None, help="append one JSON row per (setting, seed)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=THREADS, default=1)
     add_csv(ap)
     a = ap.parse_args(argv)
     import torch  # imported after parsing: --help stays fast

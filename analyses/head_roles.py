@@ -9,7 +9,17 @@ negative (the source prompt does not prefer its own answer), the recovery is pri
 (the JSON keeps the raw number and the gap; --csv holds the printed table).
 """
 
-from _common import CR, checkpoints, open_run, parser, print_table, run_main, save_json, setup
+from _common import (
+    CR,
+    checkpoints,
+    finite_float,
+    open_run,
+    parser,
+    print_table,
+    run_main,
+    save_json,
+    setup,
+)
 
 COLUMNS = {"checkpoint": "checkpoint", "step": "step",
            "relation_head": "Relation head", "relation_recovery": "Relation recovery",
@@ -21,7 +31,7 @@ COLUMNS = {"checkpoint": "checkpoint", "step": "step",
 
 def main() -> None:
     ap = parser(__doc__)
-    ap.add_argument("--min-gap", type=float, default=0.5,
+    ap.add_argument("--min-gap", type=finite_float, default=0.5,
                     help="smallest source - base logit difference for which a recovery is "
                          "shown (default 0.5)")
     a = ap.parse_args()

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 import argparse
 
-from _common import IR, SELECTION_HELP, add_csv, checkpoints, open_run, run_main, write_table
+from _common import (
+    COUNT,
+    IR,
+    SELECTION_HELP,
+    Parser,
+    add_csv,
+    checkpoints,
+    open_run,
+    print_figures,
+    run_main,
+    write_table,
+)
 
 COLUMNS = {"checkpoint": "checkpoint", "step": "step", "step1_acc": "step-1 accuracy",
            "step2_acc": "step-2 accuracy", "step1_acc_swap": "step-1 accuracy (swap)",
@@ -20,11 +31,11 @@ COLUMNS = {"checkpoint": "checkpoint", "step": "step", "step1_acc": "step-1 accu
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="IR run directory")
     ap.add_argument("--checkpoints", default="all", help=SELECTION_HELP)
-    ap.add_argument("--n-eval", type=int, default=256, help="sequences per checkpoint")
+    ap.add_argument("--n-eval", type=COUNT, default=256, help="sequences per checkpoint")
     add_csv(ap)
     args = ap.parse_args(argv)
     run, _, _ = open_run(args.run, IR, args.checkpoints)
@@ -45,7 +56,7 @@ def main(argv=None) -> int:
                             "attention from s_q", y_range=(0, 1.02))
     paths = save_figure(fig, run.analyses_dir / "ir_attention_rows")
     write_table(run, "ir_attention_rows", rows, list(COLUMNS), csv=args.csv, labels=COLUMNS)
-    print(f"figure: {paths.get('png') or paths['html']}")
+    print_figures(paths)
     return 0
 
 

@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 
-from _common import run_main
+from _common import Parser, run_main
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("claim", choices=["IR-6", "IR-7"])
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     ap.add_argument("--out", required=True, help="JSONL file the rows are appended to")

@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 
 from _common import (
+    COUNT,
     IR,
     SELECTION_HELP,
+    Parser,
     add_csv,
     checkpoints,
     fail,
@@ -27,11 +29,11 @@ from _common import (
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Parser(description=__doc__,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="IR run directory (K = 2)")
     ap.add_argument("--checkpoints", default="all", help=SELECTION_HELP)
-    ap.add_argument("--n-each", type=int, default=128, help="sequences per kind")
+    ap.add_argument("--n-each", type=COUNT, default=128, help="sequences per kind")
     ap.add_argument("--deltas", default="0.02,0.05,0.1",
                     help="half within-pair gaps of the unequal rows")
     add_csv(ap)

@@ -9,14 +9,23 @@ Where the clean-minus-corrupted logit difference is below --min-gap (the checkpo
 tell the prompts apart) the recoveries are printed as n/a; the JSON keeps the raw numbers.
 """
 
-from _common import checkpoints, open_run, parser, print_table, run_main, save_json, setup
+from _common import (
+    checkpoints,
+    finite_float,
+    open_run,
+    parser,
+    print_table,
+    run_main,
+    save_json,
+    setup,
+)
 
 KINDS = ("cr", "induction", "ir")
 
 
 def main() -> None:
     ap = parser(__doc__)
-    ap.add_argument("--min-gap", type=float, default=0.5,
+    ap.add_argument("--min-gap", type=finite_float, default=0.5,
                     help="smallest clean - corrupted logit difference for which recoveries "
                          "are shown (default 0.5)")
     a = ap.parse_args()

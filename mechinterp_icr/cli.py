@@ -464,15 +464,21 @@ def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
     controls, seeds, and no `holds` beside a failing control; and against the registry:
     every registered condition and control present with its registered rule, and each stored
     `met` what the rule gives on the stored per-seed values. Prints one line per problem and
-    a count; exits 0 when there is none, 1 otherwise."""
-    p = Path(summary)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(f"summary {p} cannot be read as JSON ({type(e).__name__}); expected "
-                          "the summary.json that `icr reproduce` writes") from None
-    from mechinterp_icr.claims.check import check_summary
+    a count; exits 0 when there is none, 1 when there are problems, 2 when SUMMARY cannot be
+    read as a summary (not a regular file, too big, not JSON, nested too deep, or fields of
+    the wrong type)."""
+    from mechinterp_icr.claims.check import check_summary, summary_shape_problem
+    from mechinterp_icr.store.io import JSONFileError, read_json_file
 
+    p = Path(summary)
+    expected = "expected the summary.json that `icr reproduce` writes"
+    try:
+        data = read_json_file(p)
+    except JSONFileError as e:
+        raise ConfigError(f"summary {e}; {expected}") from None
+    shape = summary_shape_problem(data)
+    if shape:
+        raise ConfigError(f"summary {p} cannot be checked: {shape}; {expected}")
     problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
     for line in problems:
         click.echo(line)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mechinterp_icr.config import ConfigError, check, check_range
-from mechinterp_icr.store.io import atomic_write_json, json_default
+from mechinterp_icr.store.io import JSONFileError, atomic_write_json, json_default, read_json_file
 from mechinterp_icr.store.job_seconds import record_seconds
 from mechinterp_icr.store.provenance import code_state
 
@@ -151,9 +151,9 @@ def fingerprint(t: Job) -> str:
 
 def _read_stored(path: Path) -> dict[str, Any] | None:
     """A stored record file's JSON, or None when it is absent or damaged."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+    try:  # never a FIFO or a device, bounded size and depth
+        data = read_json_file(path)
+    except JSONFileError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -275,6 +275,22 @@ def _start_ray(workers: int, ray_address: str | None) -> bool:
     return True
 
 
+def _killed_for_memory(e: BaseException) -> bool:
+    """A Ray task ended by Ray's memory monitor (``ray.exceptions.OutOfMemoryError``)."""
+    return any(c.__name__ == "OutOfMemoryError" and "ray" in c.__module__
+               for c in type(e).__mro__)
+
+
+def _ray_error_line(name: str, e: BaseException, retried: bool) -> str:
+    """One line for a job that Ray could not finish (its messages span many lines)."""
+    if _killed_for_memory(e):
+        again = " again after one retry" if retried else ""
+        return (f"job {name} was killed by Ray's memory monitor{again} (the machine ran out "
+                "of memory); rerun with fewer --workers")
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {first[:300]}"
+
+
 def gpu_share(n_gpus: float, slots: int) -> float:
     """The GPUs each of ``slots`` concurrent Ray tasks asks for so that all of them fit on
     ``n_gpus`` whole GPUs at once: Ray serves a fractional request from one GPU, so each GPU
@@ -304,6 +320,7 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
         # GPU share would keep every job off the nodes without a GPU)
         share = gpu_share(resources.get("GPU", 0), slots) if ray_address is None else 0.0
         remote = ray.remote(num_cpus=1, num_gpus=share, max_retries=0)(_execute)
+        retried: set[str] = set()  # jobs resubmitted once after Ray's memory monitor
         while pending or running:
             for t in list(pending):
                 if len(running) >= slots:
@@ -331,7 +348,14 @@ def _run_ray(todo, done, failures, records_dir, workers, ray_address, threads, l
                 try:
                     rec, err, secs = ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a killed worker, lost node
-                    rec, err, secs = None, f"{type(e).__name__}: {e}", 0.0
+                    if _killed_for_memory(e) and t.name not in retried:
+                        # jobs are idempotent (a record is written only at the end)
+                        retried.add(t.name)
+                        log(f"[job] {t.name}: killed by Ray's memory monitor; retrying it "
+                            "once")
+                        running[remote.remote(t.fn, t.kwargs, threads)] = t
+                        continue
+                    rec, err, secs = None, _ray_error_line(t.name, e, t.name in retried), 0.0
                 _finish(t, rec, err, secs, done, failures, records_dir, log, progress)
     finally:
         progress.close()

@@ -20,7 +20,6 @@ import torch
 
 import mechinterp_icr.tasks  # noqa: F401  (registers every task kind)
 from mechinterp_icr.config import (
-    GIB,
     ConfigError,
     ModelConfig,
     RunConfig,
@@ -29,9 +28,9 @@ from mechinterp_icr.config import (
     check,
     check_range,
     check_resources,
-    count_params,
-    gib,
+    check_task_size,
     parse_init,
+    task_build_bytes,
     task_config_class,
     to_dict,
 )
@@ -56,26 +55,6 @@ __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "m
 MAX_EVAL_BATCHES = 10_000
 
 
-def task_build_bytes(task_cfg: Any) -> int:
-    """Estimated bytes of the tables a task builds (before building it, so a huge task is
-    refused instead of allocated). A task config may say so itself (``build_bytes()``);
-    otherwise the built-in kinds' largest tables are counted here."""
-    own = getattr(task_cfg, "build_bytes", None)
-    if callable(own):
-        return int(own())
-    kind = getattr(type(task_cfg), "kind", None)
-    f = task_cfg
-    if kind == "cr":  # type chains (L, G, G) float64, a few temporaries; vocabulary strings
-        return (4 * f.n_types * f.n_grammar**2 * 8
-                + 100 * (f.n_subjects + f.n_grammar + f.n_types * f.n_values))
-    if kind == "ir":  # (n, m) random keys + argsort, (n, R) tables and triples; vocabulary
-        n, m, R = f.n_subjects, f.m, f.n_relations
-        return 2 * n * m * 8 + 8 * n * R * 8 + 100 * (n + R + m)
-    if kind == "induction":
-        return 100 * f.n_tokens
-    return 0
-
-
 def resolve_run_config(task_kind: str, seed: int, overrides: list[str],
                        name: str = "run") -> RunConfig:
     """Default RunConfig for a task kind with dotted overrides applied and validated,
@@ -90,13 +69,7 @@ def resolve_run_config(task_kind: str, seed: int, overrides: list[str],
 def _check_task_size(cfg: RunConfig) -> int:
     check(cfg.task is not None, "task", None,
           'a task config, e.g. --set task={"kind": "induction"}')
-    nbytes = task_build_bytes(cfg.task)
-    if nbytes > cfg.resources.max_gib * GIB:
-        raise ConfigError(
-            f"the task's tables need an estimated {gib(nbytes)} GiB of memory, more than "
-            f"resources.max_gib = {cfg.resources.max_gib:g}; use a smaller task, or raise the "
-            f"ceiling explicitly with --set resources.max_gib={int(nbytes / GIB) + 1}")
-    return nbytes
+    return check_task_size(cfg.task, cfg.resources)
 
 
 def _complete(cfg: RunConfig):
@@ -300,6 +273,7 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
         state, init_from = init_state(init, model)
         model.load_state_dict(state)
     existed = out.exists()
+    RunDir.check_new_or_run(out)  # no run's files among a user's own
     # a finetuning phase (phase_train) never extends the run's config.json: that records the
     # pretraining, which only its own phase extends
     extended = _extension(out, cfg) if existed and phase_train is None else None
@@ -338,24 +312,9 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
         raise
 
 
-def _check_stored_config(cfg: RunConfig) -> None:
-    """A stored config.json may have been edited: refuse a task or a model too big to build
-    under its resource ceiling before building either."""
-    nbytes = _check_task_size(cfg)
-    m = cfg.model
-    if m.d_vocab and m.n_ctx:
-        wbytes = 4 * count_params(m)
-        if nbytes + wbytes > cfg.resources.max_gib * GIB:
-            raise ConfigError(
-                f"the run's model needs an estimated {gib(nbytes + wbytes)} GiB, more "
-                f"than resources.max_gib = {cfg.resources.max_gib:g}; raise the ceiling with "
-                "--set resources.max_gib or check the run's config.json")
-
-
 def load_run_model(run: RunDir):
     """(config, task, fresh model builder) for a run directory."""
-    cfg = run.read_config()
-    _check_stored_config(cfg)
+    cfg = run.read_config()  # checked to be buildable under its ceiling (check_buildable)
     task = cfg.task.build(cfg.seed)
     return cfg, task, lambda: model_for_task(cfg)
 

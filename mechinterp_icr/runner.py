@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Summary
-from mechinterp_icr.config import ConfigError, apply_overrides, parse_overrides, to_dict
+from mechinterp_icr.config import (
+    ConfigError,
+    ResourceConfig,
+    apply_overrides,
+    check_task_size,
+    parse_overrides,
+    to_dict,
+)
 from mechinterp_icr.experiments import cr, ir
 from mechinterp_icr.jobs import Job, code_states, run_jobs
 
@@ -69,8 +76,16 @@ def split_overrides(targets: list[str], overrides: list[str]) -> dict[str, dict[
 
 
 def resolve_config(target: str, profile: str, overrides: dict[str, Any] | list[str] = ()):
-    """The target's config for ``profile`` with ``overrides`` applied and validated."""
-    return apply_overrides(_module(target).profile(profile), overrides)
+    """The target's config for ``profile`` with ``overrides`` applied and validated,
+    including that its task's tables fit the default memory ceiling (``resources.max_gib``;
+    a reproduction has no ceiling of its own), before any job builds one."""
+    cfg = apply_overrides(_module(target).profile(profile), overrides)
+    task = getattr(cfg, "task", None)
+    if task is not None:
+        check_task_size(task, ResourceConfig(),
+                        "train a bigger task as one phase: icr train --task "
+                        f"{target} --set resources.max_gib=N")
+    return cfg
 
 
 def config_keys(cfg, prefix: str = "") -> list[tuple[str, Any]]:

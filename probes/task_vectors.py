@@ -43,7 +43,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.config import ConfigError, check_prompt_batch, check_range
     from mechinterp_icr.experiments import cr
     from mechinterp_icr.experiments.cr.taskvec import probe_run
     from mechinterp_icr.experiments.cr.train import require_cr_run
@@ -52,12 +52,19 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     try:
-        require_cr_run(a.run)
+        check_range("--seed", a.seed, 0, 2**31 - 1, integer=True)
+        rc = require_cr_run(a.run)
         tvc = cr.profile(a.profile).taskvec
         if a.n is not None:
+            check_range("--n", a.n, 1, 1_000_000, integer=True)
             tvc = replace(tvc, n_heldout=a.n)
         if a.n_pc is not None:
+            check_range("--n-pc", a.n_pc, 1, 4096, integer=True)
             tvc = replace(tvc, n_pc=a.n_pc)
+        # refused before any allocation: all held-out prompts go through the model at once
+        check_prompt_batch(replace(rc.model, d_vocab=rc.model.d_vocab or rc.task.vocab_size(),
+                                   n_ctx=rc.model.n_ctx or rc.task.context_len()),
+                           tvc.n_heldout, rc.resources, "--n")
         from mechinterp_icr.pipeline import resolve_selection
         from mechinterp_icr.store.rundir import RunDir
 

@@ -22,7 +22,7 @@ from typing import Any
 from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
 from mechinterp_icr.claims.registry import REGISTRY, registered_id
 
-__all__ = ["VERDICTS", "check_summary", "registered_id"]
+__all__ = ["VERDICTS", "check_summary", "registered_id", "summary_shape_problem"]
 
 VERDICTS = ("holds", "does not hold", "inconclusive")
 
@@ -109,6 +109,44 @@ def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
         out.append(f"{cid}: holds although the registered rule is not met on the stored "
                    "values (a condition unmet or a control not as expected)")
     return out
+
+
+def _field_problem(where: str, entry: Mapping[str, Any], key: str, kind, what: str):
+    v = entry.get(key)
+    return None if v is None or isinstance(v, kind) else f"{where}: {key!r} is not {what}"
+
+
+def summary_shape_problem(summary: Any) -> str | None:
+    """Why ``summary`` (parsed JSON) does not have the shape :func:`check_summary` reads
+    (None: it has): a mapping whose ``claims`` is a mapping of claim entries or a list of
+    entries with an ``id``; each entry a mapping whose ``per_seed`` is a mapping, whose
+    ``controls`` and ``conditions`` are lists, and each of those a mapping with a mapping
+    ``per_seed``. What ``icr check`` refuses as "cannot be read" (exit 2) rather than report
+    as protocol problems (exit 1)."""
+    if not isinstance(summary, Mapping):
+        return f"it is a JSON {type(summary).__name__}, not a mapping"
+    claims = summary.get("claims")
+    if isinstance(claims, list):
+        if not all(isinstance(c, Mapping) and isinstance(c.get("id"), str) for c in claims):
+            return "'claims' is a list whose entries are not all mappings with an 'id'"
+        claims = {c["id"]: c for c in claims}
+    if not isinstance(claims, Mapping):
+        return f"'claims' is {type(claims).__name__ if 'claims' in summary else 'missing'}, " \
+               "not a mapping of claims"
+    for cid, c in claims.items():
+        if not isinstance(c, Mapping):
+            continue  # reported by check_summary as "not a claim entry"
+        where = f"claim {str(cid)[:40]!r}"
+        bad = _field_problem(where, c, "per_seed", Mapping, "a mapping")
+        for key in ("controls", "conditions"):
+            bad = bad or _field_problem(where, c, key, list, "a list")
+            for i, k in enumerate(c.get(key) if isinstance(c.get(key), list) else []):
+                if isinstance(k, Mapping):
+                    bad = bad or _field_problem(f"{where} {key}[{i}]", k, "per_seed", Mapping,
+                                                "a mapping")
+        if bad:
+            return bad
+    return None
 
 
 def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,

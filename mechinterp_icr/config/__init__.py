@@ -9,7 +9,9 @@ Task configs register themselves with :func:`register_task` under a ``kind`` str
 
 :func:`estimate_resources` and :func:`check_resources` estimate the memory and disk a run
 needs (parameters, optimizer state, activations, batch tensors, checkpoints) and refuse one
-above ``resources.max_gib`` / ``resources.max_disk_gib`` (raise them with ``--set``).
+above ``resources.max_gib`` / ``resources.max_disk_gib`` (raise them with ``--set``);
+:func:`check_task_size` and :func:`check_model_size` refuse a task or model too big to build
+under ``resources.max_gib`` before it is built (also for a stored ``config.json``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ from mechinterp_icr.config.overrides import apply_overrides, parse_init, parse_o
 from mechinterp_icr.config.registry import register_task, task_config_class
 from mechinterp_icr.config.resources import (
     GIB,
+    MAX_PROMPTS,
     ResourceEstimate,
+    check_buildable,
+    check_model_size,
+    check_prompt_batch,
     check_resources,
+    check_task_size,
     count_params,
     estimate_resources,
     gib,
+    task_build_bytes,
 )
 from mechinterp_icr.config.schema import ModelConfig, ResourceConfig, RunConfig, TrainConfig
 from mechinterp_icr.config.serialize import from_dict, to_dict
@@ -41,6 +49,12 @@ __all__ = [
     "ResourceEstimate",
     "estimate_resources",
     "check_resources",
+    "check_task_size",
+    "check_buildable",
+    "check_prompt_batch",
+    "MAX_PROMPTS",
+    "check_model_size",
+    "task_build_bytes",
     "count_params",
     "gib",
     "GIB",

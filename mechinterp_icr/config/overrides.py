@@ -65,7 +65,11 @@ def parse_init(spec: str) -> tuple[Path, str]:
     cands = [i for i, ch in enumerate(spec) if ch == ":"]
     for i in sorted(cands, reverse=True):
         if Path(spec[:i]).is_dir():
-            return Path(spec[:i]), spec[i + 1:] or "last"
+            if not spec[i + 1:].strip():  # "RUN:" is a typo, never silently "last"
+                raise ConfigError(f"--init = {spec!r} is not allowed: the checkpoint after "
+                                  f"':' is empty; give {spec[:i]} (its last checkpoint) or "
+                                  f"{spec[:i]}:CHECKPOINT, e.g. {spec[:i]}:phase:pretrain:last")
+            return Path(spec[:i]), spec[i + 1:]
     if Path(spec).is_dir():
         return Path(spec), "last"
     raise ConfigError(f"--init = {spec!r} is not allowed; expected RUN or RUN:CHECKPOINT with "

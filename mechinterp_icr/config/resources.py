@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mechinterp_icr.config.errors import ConfigError
-from mechinterp_icr.config.schema import ModelConfig, RunConfig, TrainConfig
+from mechinterp_icr.config.schema import ModelConfig, ResourceConfig, RunConfig, TrainConfig
 
 GIB = 1024**3
 _F32 = 4  # bytes per float32 value
@@ -129,3 +129,81 @@ def check_resources(cfg: RunConfig, task_bytes: int = 0) -> ResourceEstimate:
             "train.checkpoint_schedule, or raise the ceiling explicitly with --set "
             f"resources.max_disk_gib={max(1, math.ceil(est.disk_bytes / GIB))}")
     return est
+
+
+def task_build_bytes(task_cfg) -> int:
+    """An upper bound on the bytes building the task of ``task_cfg`` allocates, from the
+    config alone: its ``build_bytes()``, which every task kind has (each counts every table
+    its task builds, with their temporaries); 0 for a config without one."""
+    own = getattr(task_cfg, "build_bytes", None)
+    return int(own()) if callable(own) else 0
+
+
+def check_task_size(task_cfg, resources: ResourceConfig, hint: str | None = None) -> int:
+    """Refuse to build the task of ``task_cfg`` when its tables alone exceed
+    ``resources.max_gib`` (before any of them exists); the message names the ceiling and the
+    ``--set`` that raises it (or ``hint``, where the ceiling is fixed). Returns the estimated
+    bytes."""
+    nbytes = task_build_bytes(task_cfg)
+    if nbytes > resources.max_gib * GIB:
+        hint = hint or ("raise the ceiling explicitly with --set resources.max_gib="
+                        f"{math.ceil(nbytes / GIB)}")
+        raise ConfigError(
+            f"the task's tables need an estimated {gib(nbytes)} GiB of memory, more than "
+            f"resources.max_gib = {resources.max_gib:g}; use a smaller task, or {hint}")
+    return nbytes
+
+
+def check_model_size(model: ModelConfig, resources: ResourceConfig,
+                     task_bytes: int = 0) -> int:
+    """Refuse to build ``model`` (``d_vocab`` and ``n_ctx`` filled in) when its weights and
+    the task's tables exceed ``resources.max_gib``; returns the estimated bytes."""
+    nbytes = task_bytes + _F32 * count_params(model)
+    if nbytes > resources.max_gib * GIB:
+        raise ConfigError(
+            f"the run's model and task need an estimated {gib(nbytes)} GiB of memory, more "
+            f"than resources.max_gib = {resources.max_gib:g}; use a smaller model or task, or "
+            f"raise the ceiling explicitly with --set resources.max_gib="
+            f"{math.ceil(nbytes / GIB)}")
+    return nbytes
+
+
+def check_buildable(cfg: RunConfig) -> int:
+    """Refuse a run config whose task or model is too big to build under its own
+    ``resources.max_gib``, from arithmetic alone (:func:`check_task_size`, then
+    :func:`check_model_size` with the model's sizes taken from the task config where they
+    are 0). What every stored ``config.json`` is checked with when it is read, so an edited
+    config cannot make a reader allocate. Returns the task's estimated bytes."""
+    if cfg.task is None:
+        return 0
+    nbytes = check_task_size(cfg.task, cfg.resources)
+    m = cfg.model
+    vocab, ctx = getattr(cfg.task, "vocab_size", None), getattr(cfg.task, "context_len", None)
+    if callable(vocab) and callable(ctx):
+        m = replace(m, d_vocab=m.d_vocab or vocab(), n_ctx=m.n_ctx or ctx())
+    if m.d_vocab and m.n_ctx:
+        check_model_size(m, cfg.resources, nbytes)
+    return nbytes
+
+
+MAX_PROMPTS = 1_000_000  # the most prompts an analysis takes per checkpoint (--n and kin)
+
+
+def check_prompt_batch(model: ModelConfig, n: int, resources: ResourceConfig,
+                       flag: str = "--n") -> int:
+    """Refuse ``n`` prompts (``flag``) of an analysis on ``model`` (``d_vocab`` and ``n_ctx``
+    filled in) when a cached forward pass over all of them at once (every layer's
+    activations and the logits, float32, twice: cache and working copies) exceeds
+    ``resources.max_gib``, before anything is allocated. Returns the estimated bytes."""
+    m = model
+    mlp = 0 if m.attn_only else 3 * m.d_mlp
+    per_layer = 7 * m.d_model + 4 * m.n_heads * m.d_head + 2 * m.n_heads * m.n_ctx + mlp
+    per_token = m.n_layers * per_layer + 4 * m.d_vocab + 2 * m.d_model
+    nbytes = 2 * _F32 * int(n) * m.n_ctx * per_token + 8 * int(n) * m.n_ctx
+    if nbytes > resources.max_gib * GIB:
+        fit = max(1, int(n * resources.max_gib * GIB / nbytes))
+        raise ConfigError(
+            f"{flag} = {n} is not allowed: {n:,} prompts need an estimated {gib(nbytes)} GiB "
+            f"of memory, more than the run's resources.max_gib = {resources.max_gib:g}; use "
+            f"{flag} {fit} or fewer")
+    return nbytes

@@ -32,6 +32,8 @@ from mechinterp_icr.config import (
     ResourceConfig,
     RunConfig,
     apply_overrides,
+    check_model_size,
+    check_task_size,
     parse_overrides,
     to_dict,
 )
@@ -293,6 +295,7 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
         raise ConfigError(f"--set {both[0]} is not allowed together with --set "
                           f"{section}.{both[0][6:]}: train.* is the {section} section here")
     cfg = _cr_config(profile, ov, None if st is None else st.rc, section)
+    _check_cr_size(cfg, resources)
     task = cfg.task.build(seed)
     if section is None:
         return _train_mechanism(rec, out, seed, cfg, task, st, name, resources, on_log)
@@ -316,6 +319,16 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
     return RecipeResult(train_single_phase(rc, out, rec.name, init=st.init, trainer=ft,
                                            phase_train=branch_train_config(cfg, rec.name),
                                            on_log=on_log), st.init, warnings=st.warnings)
+
+
+def _check_cr_size(cfg, resources: ResourceConfig) -> None:
+    """Refuse a task, or the main model on it, too big for ``resources.max_gib`` before
+    either is built (the full estimate, with training memory, follows in
+    ``pipeline.train_single_phase``)."""
+    nbytes = check_task_size(cfg.task, resources)
+    t = cfg.task
+    check_model_size(replace(cfg.model, d_vocab=cfg.model.d_vocab or t.vocab_size(),
+                             n_ctx=cfg.model.n_ctx or t.context_len()), resources, nbytes)
 
 
 def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | None,
@@ -402,6 +415,7 @@ def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
                           "resources are fixed by its sizes)")
     cfg = apply_overrides(ir_profile(profile), ov)
     out = Path(out).resolve() if str(out) in ("", ".") else Path(out)
+    RunDir.check_new_or_run(out)  # no run's files among a user's own
     before = out.exists()
     try:
         with RunDir(out, create=True).writer_lock():  # one process trains a run at a time

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -44,7 +45,8 @@ from safetensors.torch import save as st_save
 from mechinterp_icr.store.io import UnsafeFileError, atomic_write_bytes, read_regular_file
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "read_sidecar",
-           "verify_checkpoint", "CheckpointData", "MAX_SIDECAR_BYTES", "hooked_config_dict"]
+           "verify_checkpoint", "CheckpointData", "MAX_SIDECAR_BYTES", "hooked_config_dict",
+           "sidecar_problem"]
 
 FORMAT_VERSION = 1
 
@@ -67,7 +69,8 @@ def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tens
                 tensors[f"optim.{idx}.{key}"] = val.detach().cpu().contiguous()
             else:
                 scalars.setdefault(str(idx), {})[key] = val
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars,
+                     "n_state": len(sd["state"])}
 
 
 def hooked_config_dict(model: torch.nn.Module) -> dict[str, Any] | None:
@@ -165,7 +168,19 @@ def read_sidecar(stem: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"checkpoint sidecar {side}: field {key!r} = "
                                   f"{_short(data[key])} is not allowed; expected {allowed} "
                                   "(the sidecar is damaged)")
+    m = _NAME_RE.match(side.stem)  # <phase>-<step>: the name must say what the sidecar says
+    if m and "step" in data and data["step"] != int(m["step"]):
+        raise CheckpointError(f"checkpoint {side.stem}: its sidecar says step {data['step']}, "
+                              f"its name step {int(m['step'])} (renamed or copied; the name "
+                              "is not trusted)")
+    if m and "phase" in data and data["phase"] != m["phase"]:
+        raise CheckpointError(f"checkpoint {side.stem}: its sidecar says phase "
+                              f"{_short(data['phase'])}, its name phase {m['phase']!r} "
+                              "(renamed or copied; the name is not trusted)")
     return data
+
+
+_NAME_RE = re.compile(r"^(?P<phase>.+)-(?P<step>\d+)$")
 
 
 def _short(value: Any) -> str:
@@ -212,7 +227,124 @@ def _read(stem: Path) -> CheckpointData:
             f"checkpoint weights {wpath} cannot be read as safetensors: {e}") from None
     model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+    problem = sidecar_problem(meta, model_state, optim)
+    if problem:
+        raise CheckpointError(f"checkpoint {stem} is damaged: {problem}")
     return CheckpointData(meta, model_state, optim)
+
+
+# --------------------------------------------------------------------------------------------
+# The sidecar validator: a sidecar is checked against its weights before it is trusted
+# --------------------------------------------------------------------------------------------
+def _num(v: Any, lo: float = 0.0, hi: float = float("inf")) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and lo <= v <= hi)
+
+
+# optimizer hyperparameters (torch's AdamW and SGD): name -> (check, what is allowed)
+_GROUP_FIELDS: dict[str, tuple[Any, str]] = {
+    "lr": (_num, "a finite non-negative number"),
+    "eps": (_num, "a finite non-negative number"),
+    "weight_decay": (_num, "a finite non-negative number"),
+    "momentum": (lambda v: _num(v, 0, 1), "a number in [0, 1]"),
+    "dampening": (lambda v: _num(v, 0, 1), "a number in [0, 1]"),
+    "initial_lr": (_num, "a finite non-negative number"),
+    "betas": (lambda v: isinstance(v, list) and len(v) == 2 and all(_num(b, 0, 1) for b in v),
+              "two numbers in [0, 1]"),
+    **{k: (lambda v: isinstance(v, bool), "true or false")
+       for k in ("amsgrad", "maximize", "nesterov", "capturable", "differentiable",
+                 "decoupled_weight_decay")},
+    **{k: (lambda v: v is None or isinstance(v, bool), "null, true or false")
+       for k in ("foreach", "fused")},
+}
+_WEIGHT_DTYPES = (torch.float32, torch.bool)  # parameters float32; the attention masks bool
+
+
+def sidecar_problem(meta: dict[str, Any], model_state: dict[str, torch.Tensor],
+                    optim: dict[str, torch.Tensor]) -> str | None:
+    """Why a checkpoint's sidecar does not match its weights (None: it does). Checked before
+    a checkpoint is trusted for a resume or an analysis: the weights' dtypes (float32
+    parameters), the recorded shapes, and the optimizer state: every hyperparameter of every
+    group of the right type, the groups' ``params`` exactly the indices 0..N-1 of the N
+    trained parameters (``trainable``), every optimizer tensor float32 and named by one of
+    those indices, each per-parameter tensor of its parameter's shape, the same state for
+    every parameter (``max_exp_avg_sq`` exactly when ``amsgrad``), and state present after
+    step 0 (a trained optimizer without state would resume as a fresh one)."""
+    bad = sorted(k for k, v in model_state.items() if v.dtype not in _WEIGHT_DTYPES)
+    if bad:
+        return (f"weight {bad[0]} has dtype {str(model_state[bad[0]].dtype)[6:]}, expected "
+                "float32")
+    shapes = meta.get("shapes") or {}
+    wrong = sorted(k for k, v in model_state.items()
+                   if f"model.{k}" in shapes and list(v.shape) != shapes[f"model.{k}"])
+    if wrong or set(shapes) - {f"model.{k}" for k in model_state}:
+        return "the weights' tensors or shapes differ from the shapes the sidecar records"
+    om = meta.get("optimizer")
+    if om is None:
+        return None if not optim else "optimizer tensors without optimizer state in the sidecar"
+    return _optimizer_problem(meta, om, model_state, optim)
+
+
+def _optimizer_problem(meta, om, model_state, optim) -> str | None:
+    groups = om.get("param_groups")
+    if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
+        return "optimizer param_groups is not a non-empty list of mappings"
+    for i, g in enumerate(groups):
+        for key, (ok, allowed) in _GROUP_FIELDS.items():
+            if key in g and not ok(g[key]):
+                return (f"optimizer param_groups[{i}].{key} = {_short(g[key])} is not allowed; "
+                        f"expected {allowed}")
+    params = [p for g in groups for p in (g.get("params") if isinstance(g.get("params"), list)
+                                          else [None])]
+    if params != list(range(len(params))):
+        return (f"optimizer param_groups' params = {_short(params)} are not the parameter "
+                f"indices 0..{len(params) - 1} in order")
+    trainable = meta.get("trainable")
+    if isinstance(trainable, list) and len(trainable) != len(params):
+        return (f"optimizer state covers {len(params)} parameters, the phase trains "
+                f"{len(trainable)}")
+    group_of = {p: g for g in groups for p in g["params"]}
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, val in optim.items():
+        parts = key.split(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) not in group_of:
+            return f"optimizer tensor {key!r} names no parameter index"
+        if val.dtype != torch.float32:
+            return f"optimizer tensor {key} has dtype {str(val.dtype)[6:]}, expected float32"
+        state.setdefault(int(parts[1]), {})[parts[2]] = val
+    scalars = om.get("scalars", {})
+    if not (isinstance(scalars, dict) and all(
+            isinstance(v, dict) and k.isdigit() and int(k) in group_of
+            for k, v in scalars.items())):
+        return "optimizer scalars are not a mapping of parameter indices"
+    for idx, st in state.items():
+        name = trainable[idx] if isinstance(trainable, list) else None
+        name = name if isinstance(name, str) else None
+        want = list(model_state[name].shape) if name in model_state else None
+        for k, v in st.items():
+            if k == "step":
+                if v.dim() != 0:
+                    return f"optimizer tensor optim.{idx}.step is not a scalar"
+            elif want is not None and list(v.shape) != want:
+                return (f"optimizer tensor optim.{idx}.{k} has shape {list(v.shape)}, its "
+                        f"parameter {name} {want}")
+        amsgrad = group_of[idx].get("amsgrad")
+        if amsgrad is not None and ("max_exp_avg_sq" in st) != amsgrad:
+            return (f"optimizer amsgrad = {str(amsgrad).lower()} but parameter {idx} "
+                    f"{'lacks' if amsgrad else 'has'} max_exp_avg_sq")
+    for k, v in scalars.items():
+        state.setdefault(int(k), {}).update(dict.fromkeys(v))
+    keys = {frozenset(st) for st in state.values()}
+    if len(keys) > 1 or ("n_state" in om and om["n_state"] != len(state)):
+        return (f"optimizer state is incomplete: {len(state)} of {len(params)} parameters "
+                "have state, not all of the same kind")
+    # Adam keeps state for every parameter from its first step, SGD with momentum too
+    stateful = any("betas" in g or g.get("momentum", 0) > 0 for g in groups)
+    if (not state and stateful and meta.get("step", 0) > 0 and params
+            and om.get("n_state", 1) > 0):
+        return (f"optimizer tensors are missing at step {meta.get('step')} (a resume would "
+                "start from a fresh optimizer)")
+    return None
 
 
 def verify_checkpoint(stem: str | Path, full: bool = True) -> dict[str, Any]:

@@ -7,7 +7,10 @@ process is found by :func:`stale_temp_files` (its process is gone) and removed o
 
 :func:`read_regular_file` reads only regular files, checks the size before reading and never
 blocks: a FIFO, a device (a symlink to ``/dev/zero``) or an oversized file is refused with
-:class:`UnsafeFileError` instead of hanging or filling memory.
+:class:`UnsafeFileError` instead of hanging or filling memory. :func:`read_json_file` is the
+one reader of a JSON file a user hands in (``icr check FILE``, ``icr reproduce --eta-from
+FILE``, job records): a regular file of bounded size, UTF-8, JSON nested at most
+:data:`MAX_JSON_DEPTH` levels, or :class:`JSONFileError` with a one-line reason.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_write_csv",
+__all__ = ["atomic_write_bytes", "atomic_write_text", "ensure_file", "atomic_write_json",
+           "atomic_write_csv",
            "json_default", "write_or_check",
-           "UnsafeFileError", "read_regular_file", "stale_temp_files",
+           "UnsafeFileError", "read_regular_file", "JSONFileError", "read_json_file",
+           "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "json_depth", "stale_temp_files",
            "remove_stale_temp_files", "target_of_temp"]
 
 _TMP_RE = re.compile(r"^\.(?P<name>.+)\.tmp(?P<pid>\d+)$")
@@ -64,6 +69,58 @@ def read_regular_file(path: str | Path, max_bytes: int, expected_size: int | Non
         raise UnsafeFileError(f"{path} changed while it was read ({len(data):,} bytes read, "
                               f"{st.st_size:,} expected)")
     return data
+
+
+MAX_JSON_BYTES = 64 * 1024**2
+MAX_JSON_DEPTH = 100
+
+
+class JSONFileError(ValueError):
+    """A JSON file cannot be read: not a regular file, too big, not UTF-8, not JSON, or
+    nested too deep. The message is one line and names the file."""
+
+
+def json_depth(obj: Any, limit: int) -> int:
+    """The nesting depth of a parsed JSON value (a scalar: 0), counted without recursion and
+    at most ``limit + 1``."""
+    depth, level = 0, [obj]
+    while level and depth <= limit:
+        nxt = []
+        for x in level:
+            if isinstance(x, dict):
+                nxt.extend(x.values())
+            elif isinstance(x, list):
+                nxt.extend(x)
+        if not nxt and not any(isinstance(x, (dict, list)) for x in level):
+            break
+        depth += 1
+        level = nxt
+    return depth
+
+
+def read_json_file(path: str | Path, max_bytes: int = MAX_JSON_BYTES,
+                   max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The parsed JSON of ``path``: a regular file (never a FIFO or a device; the open never
+    blocks) of at most ``max_bytes``, UTF-8, nested at most ``max_depth`` levels. Raises
+    :class:`JSONFileError` with a one-line reason naming the file."""
+    try:
+        data = read_regular_file(path, max_bytes)
+    except UnsafeFileError as e:
+        raise JSONFileError(str(e)) from None
+    except OSError as e:
+        raise JSONFileError(f"{path} cannot be read: {e.strerror or e}") from None
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise JSONFileError(f"{path} is not UTF-8 text") from None
+    except RecursionError:
+        raise JSONFileError(f"{path} is nested deeper than {max_depth} levels") from None
+    except ValueError as e:
+        raise JSONFileError(f"{path} is not valid JSON: {' '.join(str(e).split())[:200]}"
+                            ) from None
+    if json_depth(obj, max_depth) > max_depth:
+        raise JSONFileError(f"{path} is nested deeper than {max_depth} levels")
+    return obj
 
 
 def _pid_alive(pid: int) -> bool:
@@ -134,6 +191,24 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def ensure_file(path: str | Path, text: str) -> bool:
+    """Make ``path`` hold exactly ``text`` (a shared asset such as ``plotly.min.js`` beside a
+    page): an existing file is reused only when it is a regular file (not a symlink, FIFO or
+    device) of the same size and content; anything else, a stale or truncated copy included,
+    is replaced atomically. True when it was (re)written."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    try:
+        st = os.lstat(path)
+        same = (stat.S_ISREG(st.st_mode) and st.st_size == len(data)
+                and read_regular_file(path, len(data)) == data)
+    except OSError:
+        same = False
+    if not same:
+        atomic_write_bytes(path, data)
+    return not same
 
 
 def write_or_check(path: str | Path, text: str, check: bool, stale: str) -> int:

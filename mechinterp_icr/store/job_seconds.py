@@ -9,15 +9,16 @@ durations instead of a default. Only the ETA reads it.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.config import ConfigError
-from mechinterp_icr.store.io import atomic_write_json
+from mechinterp_icr.store.io import JSONFileError, atomic_write_json, read_json_file
 
 __all__ = ["job_seconds", "read_job_seconds", "record_seconds", "write_job_seconds"]
+
+MAX_SECONDS_BYTES = 16 * 1024**2  # a published file of a few hundred jobs is a few KiB
 
 
 def record_seconds(data: Any) -> float | None:
@@ -36,8 +37,8 @@ def job_seconds(records_dir: str | Path) -> dict[str, float]:
     out = {}
     for path in sorted(Path(records_dir).rglob("*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = read_json_file(path)
+        except JSONFileError:
             continue
         secs = record_seconds(data)
         if secs is not None and isinstance(data.get("name"), str):
@@ -57,13 +58,12 @@ def write_job_seconds(records_dir: str | Path, path: str | Path,
 def read_job_seconds(path: str | Path) -> dict[str, float]:
     """The ``seconds`` of a file :func:`write_job_seconds` wrote; ``ConfigError`` naming the
     file and what is wrong otherwise."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:  # unreadable, not UTF-8, not JSON
+    try:  # a regular file of bounded size and depth (never /dev/zero or a FIFO)
+        data = read_json_file(path, MAX_SECONDS_BYTES)
+    except JSONFileError as e:
         raise ConfigError(f"--eta-from = {str(path)!r} is not allowed: it is not a readable "
-                          f"JSON file ({type(e).__name__}); expected a job_seconds.json "
-                          "written by publishing a reproduction (figures/job_seconds.json)"
-                          ) from None
+                          f"JSON file ({e}); expected a job_seconds.json written by "
+                          "publishing a reproduction (figures/job_seconds.json)") from None
     secs = data.get("seconds") if isinstance(data, dict) else None
     ok = isinstance(secs, dict) and all(
         isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import mechinterp_icr.tasks  # noqa: F401  (registers every task kind that read_config may meet)
-from mechinterp_icr.config import ConfigError, RunConfig, from_dict, show, to_dict
+from mechinterp_icr.config import (
+    ConfigError,
+    RunConfig,
+    check_buildable,
+    from_dict,
+    show,
+    to_dict,
+)
 from mechinterp_icr.store.checkpoint import CheckpointError, read_sidecar
 from mechinterp_icr.store.io import (
     UnsafeFileError,
@@ -165,8 +172,10 @@ class RunDir:
         except (ValueError, RecursionError) as e:  # JSON and UTF-8 errors, deep nesting
             raise RunError(f"run directory {self.path}: config.json is not valid JSON "
                            f"(empty, truncated or edited): {str(e)[:200]}") from None
-        try:
-            return from_dict(RunConfig, data)
+        try:  # an edited config.json cannot make a reader build a task or model that is
+            cfg = from_dict(RunConfig, data)  # too big for its resources.max_gib
+            check_buildable(cfg)
+            return cfg
         except ConfigError as e:
             raise ConfigError(f"run directory {self.path}: config.json: {e}") from None
 
@@ -232,7 +241,14 @@ class RunDir:
         the holder dies, also on kill -9."""
         import fcntl
 
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock = self.path / ".lock"
+        try:  # never through a symlink: that would create or lock a file outside the run
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.EMLINK):
+                raise
+            raise RunError(f"run directory {self.path}: {lock.name} is a symbolic link; "
+                           "refusing to follow it (remove it to train here)") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -244,6 +260,21 @@ class RunDir:
             yield self
         finally:
             os.close(fd)
+
+    @staticmethod
+    def check_new_or_run(path: str | Path) -> None:
+        """Refuse to train into ``path`` when it is a folder that holds files but no run (no
+        ``config.json``): the run's files would be written among someone else's. A missing
+        or empty folder, or one holding a run, is fine."""
+        path = Path(path)
+        if not path.is_dir() or os.path.lexists(path / "config.json"):
+            return
+        own = {".lock", "checkpoints", "metrics.jsonl", "analyses"}
+        other = sorted(p.name for p in path.iterdir() if p.name not in own)
+        if other:
+            raise RunError(f"--out {path} is a folder that holds other files ({other[0]!r}"
+                           f"{f' and {len(other) - 1} more' if len(other) > 1 else ''}) but "
+                           "no run (no config.json); choose a new or empty folder")
 
     def checkpoint_stem(self, phase: str, step: int) -> Path:
         return self.checkpoint_dir / checkpoint_name(check_phase_name(phase), step)

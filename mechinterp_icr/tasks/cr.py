@@ -65,7 +65,7 @@ from mechinterp_icr.config import ModelConfig, check, check_choice, check_range,
 from mechinterp_icr.tasks.base import IGNORE, Batch, Vocab
 from mechinterp_icr.tasks.cr_eval import _scores as _scores  # re-exported (tests use it)
 from mechinterp_icr.tasks.cr_eval import evaluate_icl, evaluate_pt, ideal_reader_table
-from mechinterp_icr.tasks.cr_vocab import _value_table
+from mechinterp_icr.tasks.cr_vocab import _table_bytes, _value_table
 from mechinterp_icr.tasks.cr_vocab import ideal_type_accuracy as _ideal_type_accuracy
 
 # evaluate_icl, evaluate_pt, ideal_reader_table (and _scores): tasks.cr_eval, re-exported here
@@ -168,6 +168,23 @@ class CRTaskConfig:
         n_ft = round(self.finetune_fraction * self.n_subjects)
         return n_ft, self.n_subjects - n_ft
 
+    def vocab_size(self) -> int:  # d_vocab and n_ctx of the built task, without building it
+        return 3 + self.n_subjects + self.n_grammar + self.n_types * self.n_values
+
+    def format_len(self, K: int, grammar: bool) -> int:
+        """Padded length of an ICL (grammar=False) or ICL+Grm sequence with K demos."""
+        g = self.iclgrm_len_max if grammar else 0
+        gq = g if (grammar and self.iclgrm_query_grammar) else 0
+        return 1 + K * (3 + g) + 1 + gq
+
+    pt_len = property(lambda self: 1 + self.n_tuples * (self.grammar_len_max + 3))
+
+    def context_len(self) -> int:
+        return max(self.pt_len, *(self.format_len(self.max_demos, g) for g in (False, True)))
+
+    def build_bytes(self) -> int:  # upper bound on what build() allocates (tasks.cr_vocab)
+        return _table_bytes(self)
+
     def default_model(self) -> ModelConfig:
         """The 2-layer, 1-head-per-layer model of SPEC section 1 (no LayerNorm, MLPs on)."""
         return ModelConfig(n_layers=2, n_heads=1, d_model=64, d_head=64, d_mlp=256,
@@ -249,9 +266,9 @@ class CRTask:
         self.heldout_subjects = np.sort(perm[n_ft:])
 
         K = cfg.max_demos
-        self.pt_len = 1 + cfg.n_tuples * (cfg.grammar_len_max + 3)
+        self.pt_len = cfg.pt_len
         self.icl_len = {False: self.format_len(K, False), True: self.format_len(K, True)}
-        self.n_ctx = max(self.pt_len, self.icl_len[False], self.icl_len[True])
+        self.n_ctx = cfg.context_len()
 
     # -- vocabulary --------------------------------------------------------------------------
     @property
@@ -372,12 +389,8 @@ class CRTask:
         return out
 
     # -- assembling variable-length sequences ------------------------------------------------
-    def format_len(self, K: int, grammar: bool) -> int:
-        """Padded length of an ICL (grammar=False) or ICL+Grm sequence with K demos."""
-        c = self.cfg
-        g = c.iclgrm_len_max if grammar else 0
-        gq = g if (grammar and c.iclgrm_query_grammar) else 0
-        return 1 + K * (3 + g) + 1 + gq
+    def format_len(self, K: int, grammar: bool) -> int:  # padded ICL (+Grm) length, K demos
+        return self.cfg.format_len(K, grammar)
 
     @staticmethod
     def _compress(tok, role, loss, valid, T):

@@ -100,6 +100,25 @@ def _value_table(cfg: CRTaskConfig, seed: int, attr_base: int) -> tuple[np.ndarr
     return ids, shared
 
 
+def _table_bytes(cfg: CRTaskConfig) -> int:
+    """An upper bound on the bytes ``cfg.build()`` allocates, from the config alone, so a task
+    too large for the memory ceiling is refused before any table exists. Every table of
+    ``CRTask`` is counted with its temporaries: the vocabulary (a name string, a list slot,
+    an index entry and an int per token: about 200 bytes), ``type_member`` (d_vocab x L bool)
+    and the per-token arrays derived from it (int64), the knowledge base (M x L int64), the
+    value tables and the shared-slot permutations (L x V), the type chains (L x G x G
+    float64, drawn, normalised and mixed: 6 copies) and the subject split.
+    ``tests/unit/test_reliability_estimates.py`` measures the real allocation against it."""
+    M, G, L, V = cfg.n_subjects, cfg.n_grammar, cfg.n_types, cfg.n_values
+    d = cfg.vocab_size()
+    vocab = 200 * d
+    membership = d * L + 5 * 8 * d  # type_member; counts, argmax, where temporaries
+    values = 8 * 8 * L * V + 2 * L * V  # value_ids, index grids, unique, perms; shared
+    kb = 8 * M * L + 4 * 8 * M  # knowledge base; permutation, split
+    chains = 6 * 8 * L * G * G + 6 * 8 * L * G + 8 * 8 * G * G
+    return int(vocab + membership + values + kb + chains + (1 << 16))
+
+
 def ideal_type_accuracy(task: CRTask, K: int, n: int = 20000, seed: int = 0,
                         subjects=None, reader: str = "generative") -> float:
     """Type accuracy of the Bayes reader of ICL prompts from their K demo attribute tokens

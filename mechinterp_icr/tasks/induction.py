@@ -47,6 +47,11 @@ class InductionTaskConfig:
             check(self.max_offset + 2 * self.max_period <= self.seq_len, "task.seq_len",
                   self.seq_len, "at least max_offset + 2 * max_period (two repeats)")
 
+    def build_bytes(self) -> int:
+        """An upper bound on the bytes :meth:`build` allocates (the vocabulary: about 200
+        bytes a token), from the config alone."""
+        return 200 * (self.n_tokens + 1) + (1 << 16)
+
     def build(self, seed: int = 0) -> "InductionTask":
         return InductionTask(self)
 

@@ -111,6 +111,18 @@ class IRTaskConfig:
     def seq_len(self) -> int:
         return 2 * self.n_pairs + 3
 
+    def build_bytes(self) -> int:
+        """An upper bound on the bytes :meth:`build` allocates, from the config alone (a task
+        too large for the memory ceiling is refused before it is built): the knowledge base's
+        (n, m) random keys and their argsort (float64 + int64), the (n, R) answer table with
+        the triples and their index grids (12 int64 copies), the per-subject bookkeeping of
+        planted collisions (about 400 bytes a subject) and the vocabulary (about 200 bytes
+        and three int64 ids a token). Measured against the real allocation by
+        ``tests/unit/test_reliability_estimates.py``."""
+        n, R, m = self.n_subjects, self.n_relations, self.m
+        d = n + R + m
+        return int(2 * 8 * n * m + 12 * 8 * n * R + 400 * n + (200 + 3 * 8) * d + (1 << 16))
+
     def build(self, seed: int = 0) -> IRTask:
         return IRTask(self, seed)
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import time
 from pathlib import Path
 
-from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.io import atomic_write_bytes, atomic_write_text, ensure_file
 
-__all__ = ["save_figure", "png_available", "PLOTLY_JS", "checkpoint_figure", "seeds_caption"]
+__all__ = ["save_figure", "png_available", "PLOTLY_JS", "PNG_TIMEOUT_S", "checkpoint_figure",
+           "seeds_caption"]
 
 PLOTLY_JS = "plotly.min.js"
 _CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
@@ -59,14 +61,21 @@ def png_available() -> bool:
     return chromium_path() is not None
 
 
+PNG_TIMEOUT_S = float(os.environ.get("MECHINTERP_ICR_PNG_TIMEOUT", "120"))
+_png_broken: list[str] = []  # why PNG export stopped for this process (set once)
+
+
 @functools.cache
 def _png_server() -> None:
     """Keep one Chromium for every PNG this process writes (kaleido's sync server; tried once
     per process): a figure then takes about 0.15 s instead of about 2 s for a browser started
     per figure (measured on the 2-core machine; a reproduction writes about 15).
-    Stopped at exit; when it cannot start, each figure starts its own browser as before."""
+    Stopped at exit; when it cannot start, each figure starts its own browser as before.
+    The server thread's own traceback (Chromium could not start) is not printed: the figure
+    that is then not written is named instead (:func:`save_figure`)."""
     try:
         import atexit
+        import threading
         import warnings
 
         import kaleido
@@ -74,24 +83,86 @@ def _png_server() -> None:
         kaleido.start_sync_server(silence_warnings=True)
         atexit.register(kaleido.stop_sync_server, silence_warnings=True)
         warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+        server = getattr(kaleido, "_global_server", None)
+        thread = getattr(server, "_thread", None)
+        previous = threading.excepthook
+
+        def quiet(args):
+            if args.thread is not thread:
+                previous(args)
+
+        threading.excepthook = quiet
     except Exception:  # noqa: BLE001 - an older kaleido or no server: per-figure browsers
         pass
 
 
+def _abandon_png_server() -> None:
+    """Forget kaleido's sync server when it died or hangs: its exit handler would otherwise
+    wait for it forever (the process would never exit)."""
+    try:
+        import kaleido
+
+        server = getattr(kaleido, "_global_server", None)
+        if server is not None and getattr(server, "_initialized", False):
+            server._initialized = False  # noqa: SLF001 - its close() then returns at once
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _png_bytes(fig, width: int, height: int, timeout: float) -> tuple[bytes | None, str]:
+    """(PNG bytes, "") or (None, why) from kaleido, never waiting longer than ``timeout``
+    seconds: the export runs in a daemon thread, so a Chromium that cannot start (or hangs)
+    costs the timeout once, after which this process writes no more PNGs, and never keeps
+    the process from exiting."""
+    import threading
+
+    if _png_broken:
+        return None, _png_broken[0]
+    server = getattr(__import__("kaleido"), "_global_server", None)
+    thread = getattr(server, "_thread", None)
+    if thread is not None and getattr(server, "_initialized", False) and not thread.is_alive():
+        _abandon_png_server()  # the server died starting Chromium: per-figure browsers
+    box: dict = {}
+
+    def work():
+        try:
+            box["png"] = fig.to_image(format="png", width=width, height=height, scale=1.5)
+        except BaseException as e:  # noqa: BLE001 - reported as the figure's png_error
+            box["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+
+    t = threading.Thread(target=work, name="mechinterp-icr-png", daemon=True)
+    t.start()
+    end = time.monotonic() + timeout
+    while t.is_alive() and time.monotonic() < end:
+        t.join(0.1)
+        if t.is_alive() and thread is not None and not thread.is_alive():
+            break  # the server died (Chromium could not start): the export waits forever
+    if t.is_alive():
+        _abandon_png_server()
+        _png_broken.append(f"the PNG export did not finish (Chromium could not start, or it "
+                           f"hung past {timeout:g} s; MECHINTERP_ICR_PNG_TIMEOUT sets the "
+                           "wait); no more PNGs are tried in this process")
+        return None, _png_broken[0]
+    png = box.get("png")
+    if not png:
+        return None, box.get("error", "kaleido returned no image")
+    return png, ""
+
+
 def _ensure_plotly_js(folder: Path) -> None:
-    target = folder / PLOTLY_JS
-    if target.exists():
-        return
     from plotly.offline import get_plotlyjs
 
-    atomic_write_text(target, get_plotlyjs())
+    ensure_file(folder / PLOTLY_JS, get_plotlyjs())  # a stale or truncated copy is rewritten
 
 
 def save_figure(fig, stem: str | Path, png: bool = True, width: int = 900,
                 height: int = 520) -> dict[str, str]:
-    """Write ``stem.html`` (offline, shared plotly.min.js) and ``stem.png`` when possible.
+    """Write ``stem.html`` (offline, shared plotly.min.js) and ``stem.png`` when possible,
+    each atomically (a reader never sees half a figure).
 
-    Returns the paths written, keyed by format.
+    Returns the paths written, keyed by format; when the PNG could not be written (kaleido
+    failed twice, or the export did not finish within ``PNG_TIMEOUT_S``), ``png_error`` says
+    why and names the figure, and no PNG of an earlier run is left to pass for this one.
     """
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -99,17 +170,22 @@ def save_figure(fig, stem: str | Path, png: bool = True, width: int = 900,
     fig.update_layout(template="plotly_white", width=width, height=height)
     out = {}
     html = stem.with_suffix(".html")
-    fig.write_html(str(html), include_plotlyjs=PLOTLY_JS, full_html=True)
+    atomic_write_text(html, fig.to_html(include_plotlyjs=PLOTLY_JS, full_html=True))
     out["html"] = str(html)
     if png and png_available():
         os.environ.setdefault("BROWSER_PATH", chromium_path() or "")
         _png_server()
         png_path = stem.with_suffix(".png")
-        try:
-            fig.write_image(str(png_path), width=width, height=height, scale=1.5)
+        data, why = _png_bytes(fig, width, height, PNG_TIMEOUT_S)
+        if data is None and not _png_broken:  # a failure under load: tried once more
+            data, why = _png_bytes(fig, width, height, PNG_TIMEOUT_S)
+        if data is not None:
+            atomic_write_bytes(png_path, data)
             out["png"] = str(png_path)
-        except Exception as e:  # kaleido/chromium failures must not kill a reproduction
-            out["png_error"] = f"{type(e).__name__}: {e}"
+        else:
+            if png_path.is_file() and not png_path.is_symlink():
+                png_path.unlink()  # an earlier run's PNG would pass for this figure
+            out["png_error"] = f"{png_path.name} not written: {why}"
     return out
 
 

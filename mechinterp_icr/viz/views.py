@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mechinterp_icr.store.io import atomic_write_text
+from mechinterp_icr.store.io import atomic_write_text, ensure_file
 
 __all__ = [
     "BUNDLE_NAME",
@@ -44,12 +44,12 @@ def bundle_source() -> str:
 
 
 def write_bundle(folder: str | Path) -> Path:
-    """Write ``circuitsvis.js`` into ``folder`` once (atomic)."""
+    """Write ``circuitsvis.js`` into ``folder`` (atomic); an existing copy is reused only when
+    it is this bundle byte for byte (a stale or truncated one is rewritten)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / BUNDLE_NAME
-    if not target.exists():
-        atomic_write_text(target, bundle_source())
+    ensure_file(target, bundle_source())
     return target
 
 

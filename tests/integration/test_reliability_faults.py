@@ -29,7 +29,7 @@ from helpers import build_model_cfg, build_train_cfg
 
 from mechinterp_icr.cli import main
 from mechinterp_icr.models.factory import build_model
-from mechinterp_icr.store.rundir import RunDir
+from mechinterp_icr.store.rundir import RunDir, RunError
 from mechinterp_icr.training.loop import train_phase
 
 pytestmark = pytest.mark.timeout(600)
@@ -251,6 +251,127 @@ def test_a_bug_still_shows_its_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(RunDir, "checkpoints", bug)
     code, _, exc = icr("checkpoints", tmp_path)
     assert code == 1 and isinstance(exc, KeyError)
+
+
+# ---- sidecars checked against their weights and names (issue 41) ---------------------------
+def _rewrite(run: Path, name: str, edit_meta=None, edit_tensors=None) -> None:
+    """Damage a checkpoint consistently: the sidecar's sha256, n_bytes and shapes are updated
+    to the edited weights, so only the validator can tell."""
+    import hashlib
+
+    from safetensors.torch import save
+
+    stem = run / "checkpoints" / name
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    tensors = weights(run, name)
+    if edit_tensors:
+        tensors = edit_tensors(tensors)
+    if edit_meta:
+        edit_meta(meta)
+    blob = save(tensors)
+    stem.with_suffix(".safetensors").write_bytes(blob)
+    meta.update(sha256=hashlib.sha256(blob).hexdigest(), n_bytes=len(blob))
+    stem.with_suffix(".json").write_text(json.dumps(meta))
+
+
+def _group(key, value):
+    return lambda m: m["optimizer"]["param_groups"][0].__setitem__(key, value)
+
+
+SIDECAR_DAMAGE = {
+    "amsgrad true": (_group("amsgrad", True), None),
+    "betas xy": (_group("betas", "xy"), None),
+    "params permuted same length": (
+        lambda m: m["optimizer"]["param_groups"][0]["params"].reverse(), None),
+    "params repeated same length": (
+        lambda m: m["optimizer"]["param_groups"][0].__setitem__(
+            "params", [0] * len(m["optimizer"]["param_groups"][0]["params"])), None),
+    "optimizer tensor wrong shape": (None, lambda t: {
+        **t, "optim.0.exp_avg": torch.zeros(3, 3)}),
+    "optimizer tensors removed": (None, lambda t: {
+        k: v for k, v in t.items() if not k.startswith("optim.")}),
+    "one parameter's optimizer state removed": (None, lambda t: {
+        k: v for k, v in t.items() if not k.startswith("optim.1.")}),
+    "optimizer tensor int64": (None, lambda t: {
+        **t, "optim.0.exp_avg": t["optim.0.exp_avg"].long()}),
+    "weights float16": (None, lambda t: {
+        k: v.half() if k.startswith("model.") and v.is_floating_point() else v
+        for k, v in t.items()}),
+    "weights int64": (None, lambda t: {
+        k: v.long() if k.startswith("model.") and v.is_floating_point() else v
+        for k, v in t.items()}),
+}
+
+
+@pytest.fixture(scope="module")
+def extended_reference(tiny_run, tmp_path_factory):
+    """The tiny run extended cleanly from 6 to 8 steps: what every repaired run must equal."""
+    ref = tmp_path_factory.mktemp("ref") / "run"
+    shutil.copytree(tiny_run, ref)
+    code, out, bug = icr("train", "--out", ref, *TINY, "--set", "train.steps=8")
+    assert code == 0, (out, bug)
+    return weights(ref, "train-0000008")
+
+
+@pytest.mark.parametrize("kind", list(SIDECAR_DAMAGE))
+def test_damaged_sidecar_with_matching_sha_is_reported_by_verify_and_skipped_on_resume(
+        run, kind, extended_reference):
+    edit_meta, edit_tensors = SIDECAR_DAMAGE[kind]
+    _rewrite(run, "train-0000006", edit_meta, edit_tensors)
+    code, out, bug = icr("checkpoints", run)  # the quick listing still works
+    assert code == 0 and bug is None, out
+    code, out, bug = icr("checkpoints", run, "--verify")
+    line = next(ln for ln in out.splitlines() if ln.startswith("train-0000006"))
+    assert code == 0 and bug is None and "DAMAGED" in line, out
+    code, out, bug = icr("train", "--out", run, *TINY, "--set", "train.steps=8")
+    assert code == 0 and bug is None and "Traceback" not in out, (kind, out, bug)
+    assert "skipped damaged checkpoint train-0000006" in out and "resumed from step 4" in out
+    assert same_weights(weights(run, "train-0000008"), extended_reference)  # nothing wrong kept
+
+
+def test_copy_named_train_99999999999_is_damaged_and_the_extension_runs(run,
+                                                                       extended_reference):
+    ck = run / "checkpoints"
+    for ext in (".json", ".safetensors"):
+        shutil.copy(ck / f"train-0000006{ext}", ck / f"train-99999999999{ext}")
+    code, out, bug = icr("checkpoints", run)
+    assert code == 0 and "DAMAGED" in out and "sidecar says step 6" in out, out
+    code, out, bug = icr("train", "--out", run, *TINY, "--set", "train.steps=8")
+    assert code == 0 and bug is None, out
+    assert "already finished" not in out and "resumed from step 6" in out
+    assert "skipped damaged checkpoint train-99999999999" in out
+    assert same_weights(weights(run, "train-0000008"), extended_reference)
+
+
+# ---- low items of issue 41 -------------------------------------------------------------------
+def test_init_run_colon_with_an_empty_checkpoint_is_refused_not_last(run, tmp_path):
+    code, out, bug = icr("train", "--out", tmp_path / "new", *TINY, "--set", "train.steps=2",
+                         "--init", f"{run}:")
+    assert one_error_line(code, out, bug) and "empty" in out, out
+    assert not (tmp_path / "new").exists()
+
+
+def test_lock_symlink_is_not_followed(tmp_path):
+    run = RunDir(tmp_path / "r", create=True)
+    outside = tmp_path / "outside"
+    (run.path / ".lock").symlink_to(outside)
+    with pytest.raises(RunError, match="symbolic link"):
+        with run.writer_lock():
+            pass
+    assert not outside.exists()
+
+
+def test_train_out_into_a_non_empty_folder_that_holds_no_run_is_refused(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("my notes")
+    code, out, bug = icr("train", "--out", folder, *TINY, "--set", "train.steps=2")
+    assert one_error_line(code, out, bug) and "no run" in out, out
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, bug = icr("train", "--out", empty, *TINY, "--set", "train.steps=2")
+    assert code == 0, (out, bug)
 
 
 # ================================= slow: the full fault matrix ==============================

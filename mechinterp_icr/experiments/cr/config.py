@@ -370,27 +370,32 @@ class CRConfig:
 
 
 def _check_fits(cfg: CRConfig) -> None:
-    task = cfg.task.build(0)
-    m = cfg.model
-    if m.n_ctx and m.n_ctx < task.n_ctx:
+    """The model fits the task; from the task config's sizes, so a config never builds its
+    task (a huge one is refused by the resource check where a run is built)."""
+    t, m = cfg.task, cfg.model
+    n_ctx, d_vocab = t.context_len(), t.vocab_size()
+    if m.n_ctx and m.n_ctx < n_ctx:
         raise ConfigError(f"model.n_ctx = {m.n_ctx} is not allowed; the task's longest sequence "
-                          f"is {task.n_ctx} tokens (PT {task.pt_len}, ICL+Grm with "
-                          f"task.max_demos = {cfg.task.max_demos} demos "
-                          f"{task.icl_len[True]}); expected >= {task.n_ctx}")
-    if m.d_vocab and m.d_vocab != task.d_vocab:
+                          f"is {n_ctx} tokens (PT {t.pt_len}, ICL+Grm with "
+                          f"task.max_demos = {t.max_demos} demos "
+                          f"{t.format_len(t.max_demos, True)}); expected >= {n_ctx}")
+    if m.d_vocab and m.d_vocab != d_vocab:
         raise ConfigError(f"model.d_vocab = {m.d_vocab} is not allowed; the task's vocabulary "
-                          f"has {task.d_vocab} tokens (use 0 to take it from the task)")
+                          f"has {d_vocab} tokens (use 0 to take it from the task)")
 
 
 def _check_trainable(cfg: CRConfig, specs) -> None:
-    """Trainable patterns must match parameters of the model (checked on a CPU instance; the
-    weights come from a private generator, so no global RNG state changes)."""
+    """Trainable patterns must match parameters of the model. Checked on a CPU instance of
+    the same structure (layers, heads, MLPs, norms) with every width at most 8: parameter
+    names do not depend on widths, and a config never allocates its model (the weights come
+    from a private generator, so no global RNG state changes)."""
     from mechinterp_icr.models.factory import build_model
     from mechinterp_icr.training.loop import resolve_trainable
 
-    task = cfg.task.build(0)
-    model = build_model(replace(cfg.model, d_vocab=task.d_vocab,
-                                n_ctx=cfg.model.n_ctx or task.n_ctx), seed=0, device="cpu")
+    m = cfg.model
+    small = replace(m, d_vocab=8, n_ctx=8, d_model=min(m.d_model, 8),
+                    d_head=min(m.d_head, 8), d_mlp=min(m.d_mlp, 8))
+    model = build_model(small, seed=0, device="cpu")
     for name, spec in specs:
         try:
             resolve_trainable(model, spec)
@@ -410,11 +415,10 @@ def sweep_config(cfg: CRConfig, setting: SweepSetting) -> tuple[str, CRConfig, b
     own_pt = any(k.startswith("task.") and k.split(".")[1] in PT_FIELDS and
                  getattr(scfg.task, k.split(".")[1]) != getattr(cfg.task, k.split(".")[1])
                  for k in ov)
-    t_main, t_new = cfg.task.build(0), scfg.task.build(0)
-    n_ctx = cfg.model.n_ctx or t_main.n_ctx
-    if t_new.n_ctx > n_ctx and not (own_pt and scfg.model.n_ctx == 0):
+    n_ctx, n_new = cfg.model.n_ctx or cfg.task.context_len(), scfg.task.context_len()
+    if n_new > n_ctx and not (own_pt and scfg.model.n_ctx == 0):
         raise ConfigError(f"sweep setting {str(setting)!r} is not allowed: its sequences are up to "
-                          f"{t_new.n_ctx} tokens but model.n_ctx = {n_ctx}; raise model.n_ctx")
+                          f"{n_new} tokens but model.n_ctx = {n_ctx}; raise model.n_ctx")
     return label, scfg, own_pt
 
 
