@@ -467,18 +467,9 @@ def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
     a count; exits 0 when there is none, 1 when there are problems, 2 when SUMMARY cannot be
     read as a summary (not a regular file, too big, not JSON, nested too deep, or fields of
     the wrong type)."""
-    from mechinterp_icr.claims.check import check_summary, summary_shape_problem
-    from mechinterp_icr.store.io import JSONFileError, read_json_file
+    from mechinterp_icr.claims.check import check_summary, read_summary
 
-    p = Path(summary)
-    expected = "expected the summary.json that `icr reproduce` writes"
-    try:
-        data = read_json_file(p)
-    except JSONFileError as e:
-        raise ConfigError(f"summary {e}; {expected}") from None
-    shape = summary_shape_problem(data)
-    if shape:
-        raise ConfigError(f"summary {p} cannot be checked: {shape}; {expected}")
+    data = read_summary(summary)
     problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
     for line in problems:
         click.echo(line)

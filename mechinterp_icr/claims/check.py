@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
@@ -114,6 +115,26 @@ def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
 def _field_problem(where: str, entry: Mapping[str, Any], key: str, kind, what: str):
     v = entry.get(key)
     return None if v is None or isinstance(v, kind) else f"{where}: {key!r} is not {what}"
+
+
+SUMMARY_EXPECTED = "expected the summary.json that `icr reproduce` writes"
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """The summary.json at ``path``, read with the bounded reader (a regular file, at most
+    64 MiB, nested at most 100 levels) and of the shape :func:`check_summary` and the redecide
+    read. Raises ``ConfigError`` with one line naming the file and the reason otherwise."""
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.store.io import JSONFileError, read_json_file
+
+    try:
+        data = read_json_file(path)
+    except JSONFileError as e:
+        raise ConfigError(f"summary {e}; {SUMMARY_EXPECTED}") from None
+    shape = summary_shape_problem(data)
+    if shape:
+        raise ConfigError(f"summary {path} cannot be read: {shape}; {SUMMARY_EXPECTED}")
+    return data
 
 
 def summary_shape_problem(summary: Any) -> str | None:

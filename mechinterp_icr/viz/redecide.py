@@ -18,12 +18,12 @@ the verdict figures, the report and the tables are redrawn here.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from mechinterp_icr.claims.check import read_summary
 from mechinterp_icr.claims.protocol import ClaimSpec
 from mechinterp_icr.claims.redecide import differences, rebuild_claim, redecide_summary
 from mechinterp_icr.claims.registry import REGISTRY
@@ -96,20 +96,6 @@ def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
     return written
 
 
-def _read_summary(path: Path) -> dict[str, Any]:
-    expected = "expected the summary.json that `icr reproduce` writes"
-    if not path.is_file():
-        raise ConfigError(f"summary {path} is not a regular file; {expected}")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ConfigError(f"summary {path} cannot be read as JSON ({type(e).__name__}); "
-                          f"{expected}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"summary {path} is not a JSON object; {expected}")
-    return data
-
-
 def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | None = None,
                      registry: Mapping[str, ClaimSpec] = REGISTRY, report: bool = True,
                      figures: bool = True) -> Redecided:
@@ -118,8 +104,8 @@ def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | 
     from mechinterp_icr.viz.readme import claim_table, replace_table
 
     path = summary_path(out)
-    stored = _read_summary(path)
-    if not isinstance(stored.get("claims"), dict):
+    stored = read_summary(path)
+    if not isinstance(stored["claims"], dict):
         raise ConfigError(f"summary {path} has no 'claims' object; expected the summary.json "
                           "that `icr reproduce` writes")
     new, unmeasured = redecide_summary(stored, registry)

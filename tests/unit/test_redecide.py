@@ -148,4 +148,4 @@ def test_an_unreadable_summary_is_one_line_and_exit_2(tmp_path, content):
     assert r.exit_code == 2 and r.output.startswith("error: summary")
     assert "Traceback" not in r.output and f.read_text() == content
     r = CliRunner().invoke(main, ["redecide", str(tmp_path / "missing")])
-    assert r.exit_code == 2 and "not a regular file" in r.output
+    assert r.exit_code == 2 and "No such file or directory" in r.output
