@@ -64,9 +64,13 @@ def _same_rule(stored: Mapping[str, Any], cond: Condition) -> bool:
         return False
 
 
-def _recomputed(stored: Mapping[str, Any], cond: Condition) -> bool:
-    """What the registered rule gives on the stored per-seed values."""
-    return evaluate_condition(cond, stored.get("per_seed") or {})["met"]
+def _recomputed(stored: Mapping[str, Any], cond: Condition) -> bool | None:
+    """What the registered rule gives on the stored per-seed values, the seeds stored as
+    unreadable and (a pooled rule) the stored pooled value: True, False or None."""
+    unread = stored.get("unreadable") if isinstance(stored.get("unreadable"), Mapping) else {}
+    unread = {s: r for s, r in unread.items() if r != "no value"}
+    return evaluate_condition(cond, stored.get("per_seed") or {}, unread,
+                              stored.get("pooled_value"))["met"]
 
 
 def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
@@ -85,10 +89,10 @@ def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
             out.append(f"{cid}: condition on {cond.metric} is stored as {s.get('op')} "
                        f"{s.get('threshold')} ({s.get('rule')}); registered: {cond.describe()}")
         met = _recomputed(s, cond)
-        if bool(s.get("met")) != met:
+        if s.get("met") is not met:
             out.append(f"{cid}: condition on {cond.metric} stored met={s.get('met')}, its "
                        f"per-seed values give met={met}")
-        all_met = all_met and met
+        all_met = all_met and met is True
     ctrls = {k.get("name"): k for k in c.get("controls") or [] if isinstance(k, dict)}
     all_expected = True
     for spec_c in spec.controls:

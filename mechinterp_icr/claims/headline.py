@@ -297,7 +297,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
     seeds = sorted({str(s) for c in conds for s in (c.get("per_seed") or {})} |
                    {str(s) for s in (claim.get("per_seed") or {})})
     verdict, kind, item = decisive(
-        [{**c, "met": bool(c.get("met"))} for c in conds],
+        [{**c, "met": None if c.get("met") is None else bool(c.get("met"))} for c in conds],
         {str(k): bool(v) for k, v in (claim.get("extra_checks") or {}).items()},
         [c for c, _ in controls], not_measurable, seeds,
         int(claim.get("min_seeds", MIN_SEEDS)))
@@ -306,8 +306,6 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
         cond = stored_condition(item, claim_id)
         metric = cond.metric if cond else None
         text = condition_text(cond, item)
-    elif kind == "check":
-        text = f"extra check failed: {item}"
     elif kind == "not_measurable":
         text = f"not measurable: {item}"
     elif kind == "seeds":

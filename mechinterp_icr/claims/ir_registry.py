@@ -6,6 +6,7 @@ Changes: dated entries in docs/registry.md, heading "IR-1..IR-8"."""
 
 from __future__ import annotations
 
+from mechinterp_icr.claims.derive import ir8_unreadable
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
@@ -214,6 +215,7 @@ IR_SPECS = (
                          **_section("induction", steps=600, tokens=32, length=16, probes=256,
                                     min_period=2, max_period=6, d_model=64, lr=3e-3,
                                     batch=64)},
+        unreadable=ir8_unreadable,
     ),
 )
 

@@ -6,17 +6,22 @@ and a seed rule; all of them are pre-registered in :mod:`mechinterp_icr.claims.r
 the experiment code only supplies numbers.
 
 - A condition is *met* when its comparison holds on every seed (``every_seed``), on the mean
-  over seeds (``mean``) or on at least ``min_fraction`` of the seeds (``fraction``).
+  over seeds (``mean``), on at least ``min_fraction`` of the seeds (``fraction``) or on one
+  number computed from all seeds together (``pooled``: the seed-mean curve's largest drop).
+  A condition whose value cannot be read (a seed without a number, or a seed the claim's spec
+  or measurement marks unreadable, e.g. no headroom) is ``met: None`` with the reason, never
+  ``False``: a readable seed that fails still makes it ``False``.
 - A control names the condition the effect would satisfy. A **negative** control (a model,
   state or data where the effect is absent) misbehaves when that condition is met: under
   ``every_seed`` on *any* seed, under ``mean`` by the mean. A **positive** control (the effect
   known to be present) misbehaves when its condition is not met (every seed / mean). A
   control that could not be measured misbehaves too: no number, no evidence.
-- Verdict: ``not_measurable`` set (the claim's quantity cannot be measured in this setting,
-  e.g. IR-5 when N does not grow) -> ``inconclusive`` with the reason; else the rule (all
-  conditions) not met -> ``does not hold``; met with a misbehaving
-  control -> ``inconclusive`` (the report names the control); met with every control as
-  expected -> ``holds``.
+- Verdict (SPEC 0, "not measurable never hides a failure"): a readable condition not met ->
+  ``does not hold``, whatever else cannot be read; else a condition that cannot be read, a
+  failed extra check (a measurement-side coverage check: too few values of K measured) or
+  ``not_measurable`` set (the claim's quantity cannot be measured in this setting) ->
+  ``inconclusive`` with the reason; else a misbehaving control -> ``inconclusive``
+  (the report names the control); else ``holds``.
 
 ``meets_rule`` in ``summary.json`` is whether the control met the condition it names, so a
 negative control with ``meets_rule: true`` (or a positive one with ``false``) keeps a claim
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 __all__ = [
     "HOLDS",
@@ -45,14 +50,16 @@ __all__ = [
     "decide",
     "decisive",
     "evaluate_condition",
+    "unreadable_reason",
     "evaluate_control",
     "rule_words",
+    "spec_controls",
 ]
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 VERDICTS = (HOLDS, NOT_HOLD, INCONCLUSIVE)
 _OPS = (">=", "<=", ">", "<")
-_RULES = ("every_seed", "mean", "fraction")
+_RULES = ("every_seed", "mean", "fraction", "pooled")
 _EPS = 1e-9  # a Spearman of exactly 0.8 over 4 points computes as 0.7999999999999998
 MIN_SEEDS = 5  # SPEC 0: at least 5 seeds per claim; fewer can never give ``holds``
 # declared ranges of metrics (the registries' ``*_METRIC_RANGES``): an interval over seeds of a
@@ -79,7 +86,8 @@ def compare(value: Any, op: str, threshold: float) -> bool:
 def rule_words(rule: str, min_fraction: float = 1.0) -> str:
     """A seed rule in words: ``every seed``, ``mean over seeds``, ``on >= 0.8 of seeds``."""
     return {"every_seed": "every seed", "mean": "mean over seeds",
-            "fraction": f"on >= {min_fraction:g} of seeds"}[rule]
+            "fraction": f"on >= {min_fraction:g} of seeds",
+            "pooled": "over the seeds together"}[rule]
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,13 @@ class ClaimSpec:
     controls: tuple[ControlSpec, ...]
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
     profile_specific: tuple[str, ...] = ()
+    # what the spec computes from the stored measurements before deciding (pure functions, so
+    # ``icr redecide`` recomputes them): ``derive(claim_id, per_seed)`` -> (per-seed derived
+    # metrics {seed: {metric: value}}, pooled metrics {metric: value}); ``unreadable(claim_id,
+    # per_seed)`` -> {metric: {seed: reason}} (a seed whose value of that metric cannot be
+    # read, e.g. no headroom; seed "*": every seed)
+    derive: Callable[[str, Mapping[str, Any]], tuple[dict, dict]] | None = None
+    unreadable: Callable[[str, Mapping[str, Any]], dict[str, dict[str, str]]] | None = None
 
     @property
     def headline(self) -> Condition:
@@ -187,28 +202,68 @@ def _missing(v: Any) -> bool:
         return True
 
 
-def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"condition", "value", "met", "per_seed", "missing"}`` for per-seed metric dicts (or
-    values). A seed whose value is missing or NaN makes the condition unmet under the
-    ``every_seed`` and ``mean`` rules (no number, no evidence); under ``fraction`` it counts as
-    one of the seeds that fail (a rule of "4 of 5 seeds" tolerates one such seed)."""
+def _unreadable_seeds(unreadable: Mapping[str, str] | None, seeds) -> dict[str, str]:
+    u = dict(unreadable or {})
+    if "*" in u:
+        return {s: u["*"] for s in seeds}
+    return {str(s): str(r) for s, r in u.items() if str(s) in set(seeds)}
+
+
+def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
+                       unreadable: Mapping[str, str] | None = None,
+                       pooled: Any = None) -> dict[str, Any]:
+    """``{"condition", "value", "met", "per_seed", "missing", "unreadable"}`` for per-seed
+    metric dicts (or values). ``unreadable`` maps a seed (``"*"``: every seed) to why its
+    value cannot be read; a seed without a number is unreadable too ("no value"). ``met`` is
+    True, False, or None when the condition cannot be read: under ``every_seed`` a readable
+    seed that fails makes it False, else an unreadable seed None; under ``mean`` any
+    unreadable seed makes the mean unreadable; under ``fraction`` it is False when the seeds
+    that pass could not reach the fraction even if every unreadable seed passed, True when
+    they already do, None between; under ``pooled`` the one number ``pooled`` (None or NaN:
+    unreadable) is compared."""
     vals = _values(per_seed, cond.metric)
     missing = sorted(s for s, v in vals.items() if _missing(v))
-    ok = {s: compare(v, cond.op, cond.threshold) for s, v in vals.items()}
-    mean = _mean([float(v) for s, v in vals.items() if s not in missing])
-    if not vals:
-        met = False
-    elif cond.rule == "fraction":  # a seed without a number is one of the failing seeds
-        met = sum(ok.values()) / len(ok) >= cond.min_fraction - 1e-12
-    elif missing:
-        met = False
+    bad = {s: "no value" for s in missing}
+    bad.update(_unreadable_seeds(unreadable, vals))
+    readable = {s: v for s, v in vals.items() if s not in bad}
+    ok = {s: compare(v, cond.op, cond.threshold) for s, v in readable.items()}
+    mean = _mean([float(v) for v in readable.values()])
+    n = len(vals)
+    if cond.rule == "pooled":
+        value = None if _missing(pooled) else float(pooled)
+        met = None if value is None else compare(value, cond.op, cond.threshold)
+        if value is None:
+            bad = {"*": "the pooled value cannot be computed"} if not bad else bad
+        mean = float("nan") if value is None else value
+    elif not vals:
+        met, bad = None, {"*": "not measured in this run"}
+    elif cond.rule == "fraction":
+        need = cond.min_fraction - 1e-12
+        passed = sum(ok.values())
+        met = True if passed / n >= need else (False if (passed + len(bad)) / n < need
+                                               else None)
     elif cond.rule == "mean":
-        met = compare(mean, cond.op, cond.threshold)
+        met = None if bad else compare(mean, cond.op, cond.threshold)
     else:
-        met = all(ok.values())
-    return {"condition": cond.describe(), "value": mean, "met": bool(met),
-            "per_seed": {s: (None if s in missing else float(v)) for s, v in vals.items()},
-            "missing": missing, **cond.fields()}
+        met = False if not all(ok.values()) else (None if bad else True)
+    out = {"condition": cond.describe(), "value": mean, "met": met,
+           "per_seed": {s: (None if s in missing else float(v)) for s, v in vals.items()},
+           "missing": missing, "unreadable": dict(sorted(bad.items())), **cond.fields()}
+    if cond.rule == "pooled":
+        out["pooled_value"] = None if _missing(pooled) else float(pooled)
+    return out
+
+
+def unreadable_reason(cond: Mapping[str, Any]) -> str:
+    """Why an evaluated condition (``met: None``) cannot be read, in one phrase."""
+    bad = cond.get("unreadable") or {}
+    reasons: dict[str, list[str]] = {}
+    for s, r in bad.items():
+        reasons.setdefault(str(r), []).append(str(s))
+    parts = [r if seeds == ["*"] else f"{r} on seeds {', '.join(sorted(seeds))}"
+             for r, seeds in reasons.items()]
+    what = cond.get("metric") or cond.get("condition")
+    return f"{what} cannot be read ({'; '.join(parts) or 'no value'})"
 
 
 @dataclass
@@ -269,6 +324,18 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
                          cond)
 
 
+def spec_controls(spec: "ClaimSpec", per_seed: Mapping[str, Any],
+                  notes: Mapping[str, str] | None = None) -> list[ControlResult]:
+    """Every registered control of ``spec`` evaluated on the per-seed metric dicts that hold
+    its metric (``spec.derive``'s per-seed metrics included): controls are the spec's, by id,
+    never looked up by a display label kept elsewhere."""
+    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+    full = {str(s): {**(m if isinstance(m, Mapping) else {}), **derived.get(str(s), {})}
+            for s, m in per_seed.items()}
+    return [evaluate_control(c, {s: m.get(c.condition.metric) for s, m in full.items()},
+                             (notes or {}).get(c.name, "")) for c in spec.controls]
+
+
 def decisive(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
              controls: list[ControlResult], not_measurable: str = "",
              seeds: list[str] | None = None,
@@ -276,22 +343,25 @@ def decisive(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
     """(verdict, what decided it, the deciding item): the one place the order of the verdict
     rule is written (:func:`decide` words its reason from it, :mod:`.headline` its headline).
 
-    What decided it, in the order the rule is checked: ``"not_measurable"`` (item: the
-    reason), ``"no_condition"``, ``"condition"`` (the first unmet evaluated condition),
-    ``"check"`` (the first failed extra check's name), ``"seeds"`` (fewer than ``min_seeds``;
+    What decided it, in the order the rule is checked: ``"no_condition"``, ``"condition"``
+    (the first readable condition not met: ``met`` False), ``"not_measurable"`` (a condition
+    that cannot be read, ``met`` None, a failed extra check, or the claim's
+    ``not_measurable``; item: the reasons), ``"seeds"`` (fewer than ``min_seeds``;
     item: how many), ``"no_control"``, ``"control"`` (the first misbehaving
     :class:`ControlResult`), ``"uncovered"`` (the first control measured on fewer seeds than
     the claim), ``"primary"`` (holds; item: the first condition, the registered primary)."""
-    if not_measurable:  # SPEC: the quantity cannot be measured here, whatever the rule says
-        return INCONCLUSIVE, "not_measurable", not_measurable
     if not conditions:
         return NOT_HOLD, "no_condition", None
-    unmet = [c for c in conditions if not c["met"]]
-    if unmet:
+    unmet = [c for c in conditions if c["met"] is False]
+    if unmet:  # SPEC 0: a readable failing condition decides, whatever cannot be read
         return NOT_HOLD, "condition", unmet[0]
-    failed = [name for name, ok in extra_checks.items() if not ok]
-    if failed:
-        return NOT_HOLD, "check", failed[0]
+    # an extra check is a measurement-side coverage check (enough values of K or lam were
+    # measured): failed, the rule cannot be read at its registered resolution
+    failed = [f"extra check failed: {name}" for name, ok in extra_checks.items() if not ok]
+    unread = [unreadable_reason(c) for c in conditions if c["met"] is None]
+    if not_measurable or unread or failed:
+        return INCONCLUSIVE, "not_measurable", "; ".join(
+            x for x in [not_measurable, *failed, *unread] if x)
     seeds = sorted({str(s) for s in (seeds or [])})
     if len(seeds) < min_seeds:
         return INCONCLUSIVE, "seeds", len(seeds)
@@ -320,11 +390,9 @@ def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
         return verdict, f"not measurable: {item}"
     if kind == "no_condition":
         return verdict, "no condition evaluated"
-    if kind in ("condition", "check"):
-        failed = [c["condition"] + (f" (no value on seeds {c['missing']})" if c.get("missing")
-                                    else "") for c in conditions if not c["met"]]
-        failed += [name for name, ok in extra_checks.items() if not ok]
-        return verdict, "not met: " + "; ".join(failed)
+    if kind == "condition":
+        return verdict, "not met: " + "; ".join(
+            c["condition"] for c in conditions if c["met"] is False)
     seeds = sorted({str(s) for s in (seeds or [])})
     if kind == "seeds":
         return verdict, f"rule met on {len(seeds)} seeds; at least {min_seeds} needed"

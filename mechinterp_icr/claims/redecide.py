@@ -3,11 +3,15 @@ reproduction stored, under the registered specs, without training (``icr redecid
 
 A claim in ``summary.json`` keeps what was *measured*: its per-seed metrics (``per_seed``),
 each control's per-seed values (``controls[].per_seed``), the measurement-side checks
-(``extra_checks``: enough values of K or lam were measured) and, where the quantity could not
-be measured at all, the reason (``not_measurable``). Everything *decided* (each condition's
-``met``, each control's ``meets_rule`` / ``as_expected``, the verdict, its reason, the headline,
-the mean and interval of the headline metric) is a pure function of those measurements and the
-claim's spec in the registry (:mod:`.registry`), and this module recomputes it.
+(``extra_checks``: enough values of K or lam were measured), the values the measurement could
+not read (``unreadable``: metric -> seed -> why) and, where the quantity could not be measured
+at all, the reason (``not_measurable``). What a claim's spec computes from those before
+deciding (``derived`` per-seed metrics, ``pooled`` metrics over all seeds, seeds a registered
+rule makes unreadable such as CR-8's headroom) is recomputed too. Everything *decided* (each
+condition's ``met``, each control's ``meets_rule`` / ``as_expected``, the verdict, its reason,
+the headline, the mean and interval of the headline metric) is a pure function of those
+measurements and the claim's spec in the registry (:mod:`.registry`), and this module
+recomputes it.
 
 So a rule change (a threshold, an operator, a seed rule, a control added or dropped) is one
 edit of the registry and ``icr redecide OUT``: the conditions and controls are the registry's,
@@ -34,24 +38,45 @@ __all__ = ["DECIDED", "differences", "rebuild_claim", "redecide_claim", "redecid
 
 # what a claim entry holds that is decided (recomputed here) rather than measured
 DECIDED = ("verdict", "holds", "verdict_reason", "headline", "conditions", "controls", "mean",
-           "ci95", "ci95_clipped", "metric", "metric_range", "threshold", "registered")
+           "ci95", "ci95_clipped", "metric", "metric_range", "threshold", "registered",
+           "derived", "pooled")
 
 # the reason evaluate_control appends to a control's note when it has no value on some seed;
 # stripped before the control is evaluated again so the note is not repeated
 _WHY = re.compile(r"(?:; )?(?:not measured in this run|no value on seeds \[[^\]]*\])$")
 
 
+def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec
+                    ) -> tuple[dict[str, Any], str] | None:
+    """(per-seed values, note) of the registered control ``cs`` from what the run stored: the
+    stored control of the same name and metric, else one of the same metric under another name
+    (a control renamed or split), else the metric in the claim's per-seed (or derived)
+    metrics; None when the run has no value of the control's metric anywhere."""
+    metric = cs.condition.metric
+    ctrls = [k for k in stored.get("controls") or [] if isinstance(k, dict)]
+    same = [k for k in ctrls if k.get("name") == cs.name and k.get("metric") in (None, metric)]
+    same = same or [k for k in ctrls if k.get("metric") == metric]
+    if same:
+        k = same[0]
+        per_seed = k.get("per_seed") if isinstance(k.get("per_seed"), Mapping) else {}
+        note = _WHY.sub("", str(k.get("note") or "")) if k.get("name") == cs.name else ""
+        return dict(per_seed), note
+    per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
+    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+    vals = {str(s): ({**m, **derived.get(str(s), {})} if isinstance(m, Mapping) else {}
+                     ).get(metric) for s, m in per_seed.items()}
+    if all(v is None for v in vals.values()):
+        return None
+    return vals, ""
+
+
 def _controls(spec: ClaimSpec, stored: Mapping[str, Any]):
-    """The spec's controls evaluated on the stored per-seed values of the control of the same
-    name (a control the run did not measure is evaluated on no values: not measured)."""
-    by_name = {k.get("name"): k for k in stored.get("controls") or [] if isinstance(k, dict)}
+    """The spec's controls evaluated on the stored values of each (:func:`_control_values`;
+    a control the run did not measure is evaluated on no values: not measured)."""
     out = []
     for cs in spec.controls:
-        k = by_name.get(cs.name) or {}
-        note = _WHY.sub("", str(k.get("note") or ""))
-        per_seed = k.get("per_seed") if isinstance(k.get("per_seed"), Mapping) else {}
-        if k and k.get("metric") not in (None, cs.condition.metric):
-            per_seed = {}  # the stored values are of another metric: not this control's
+        got = _control_values(cs, stored, spec)
+        per_seed, note = got if got is not None else ({}, "")
         out.append(evaluate_control(cs, per_seed, note))
     return out
 
@@ -72,6 +97,8 @@ def rebuild_claim(claim_id: str, stored: Mapping[str, Any],
         notes=str(stored.get("notes") or ""), figure=stored.get("figure"),
         details=copy.deepcopy(stored.get("details") or {}),
         not_measurable=str(stored.get("not_measurable") or ""),
+        unreadable={str(m): {str(s): str(r) for s, r in v.items()}
+                    for m, v in (stored.get("unreadable") or {}).items() if isinstance(v, Mapping)},
         min_seeds=int(stored.get("min_seeds") or MIN_SEEDS))
     claim.id = str(claim_id)
     return claim
@@ -96,13 +123,14 @@ def _unmeasured(claim_id: str, stored: Mapping[str, Any],
     if rid is None:
         return []
     spec = registry[rid]
-    per_seed = stored.get("per_seed") or {}
+    per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
     have = {m for v in per_seed.values() if isinstance(v, Mapping) for m in v}
+    if spec.derive is not None:
+        derived, pooled = spec.derive(claim_id, per_seed)
+        have |= {m for v in derived.values() for m in v} | set(pooled)
     out = [c.metric for c in spec.conditions if c.metric not in have]
-    stored_ctrls = {k.get("name"): k for k in stored.get("controls") or [] if isinstance(k, dict)}
     for cs in spec.controls:
-        k = stored_ctrls.get(cs.name)
-        if k is None or k.get("metric") not in (None, cs.condition.metric):
+        if _control_values(cs, stored, spec) is None:
             out.append(f"control {cs.name!r} ({cs.condition.metric})")
     return out
 

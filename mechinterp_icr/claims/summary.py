@@ -75,6 +75,9 @@ class Claim:
     not_measurable: str = ""
     registered: bool = False
     min_seeds: int = MIN_SEEDS
+    # measured: {metric: {seed ("*": every seed): why its value cannot be read}}
+    unreadable: dict[str, dict[str, str]] = field(default_factory=dict)
+    spec: ClaimSpec | None = None  # the registered spec (its derive / unreadable hooks)
 
     @classmethod
     def from_spec(cls, spec: ClaimSpec, per_seed: dict[str, dict[str, Any]], *,
@@ -84,7 +87,7 @@ class Claim:
         return cls(spec.id, statement or spec.statement, h.metric, h.op, h.threshold,
                    per_seed=per_seed, rule="all_seeds" if h.rule == "every_seed" else h.rule,
                    extra_checks=dict(extra_checks or {}), controls=list(controls),
-                   conditions=tuple(spec.conditions), registered=True, **kw)
+                   conditions=tuple(spec.conditions), registered=True, spec=spec, **kw)
 
     def values(self) -> list[float]:
         return [m[self.metric] for m in self.per_seed.values() if self.metric in m]
@@ -95,13 +98,31 @@ class Claim:
         rule = "every_seed" if self.rule == "all_seeds" else self.rule
         return (Condition(self.metric, self.op, self.threshold, rule),)
 
+    def derived(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any],
+                               dict[str, dict[str, str]]]:
+        """(per-seed derived metrics, pooled metrics, unreadable seeds per metric): what the
+        spec computes from the stored measurements (:class:`.protocol.ClaimSpec`'s ``derive``
+        and ``unreadable``) merged with the measured ``unreadable``."""
+        per, pooled = {}, {}
+        unread = {m: dict(v) for m, v in self.unreadable.items()}
+        if self.spec is not None and self.spec.derive is not None:
+            per, pooled = self.spec.derive(self.id, self.per_seed)
+        if self.spec is not None and self.spec.unreadable is not None:
+            full = {s: {**m, **per.get(s, {})} for s, m in self.per_seed.items()}
+            for m, seeds in self.spec.unreadable(self.id, full).items():
+                unread.setdefault(m, {}).update(seeds)
+        return per, pooled, unread
+
     def evaluate(self, seeds=None) -> tuple[str, str, list[dict[str, Any]]]:
         """Verdict over ``seeds`` (the seeds the run asked for; default: those in
         ``per_seed``). A requested seed without a ``per_seed`` entry (its job failed or was
-        skipped) counts as missing in every condition: it can never be dropped silently."""
+        skipped) has no value in any condition: it can never be dropped silently."""
         want = [str(s) for s in (seeds if seeds is not None else self.per_seed)]
-        full = {**{s: {} for s in want}, **{str(k): v for k, v in self.per_seed.items()}}
-        conds = [evaluate_condition(c, full) for c in self._conditions()]
+        derived, pooled, unread = self.derived()
+        full = {**{s: {} for s in want},
+                **{str(k): {**v, **derived.get(str(k), {})} for k, v in self.per_seed.items()}}
+        conds = [evaluate_condition(c, full, unread.get(c.metric), pooled.get(c.metric))
+                 for c in self._conditions()]
         verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable,
                                  seeds=list(full), min_seeds=self.min_seeds)
         return verdict, reason, conds
@@ -115,6 +136,7 @@ class Claim:
         bounds = metric_range(self.metric)
         lo, hi, clipped = interval(vals, bounds)
         verdict, reason, conds = self.evaluate(seeds)
+        derived, pooled, _ = self.derived()
         out = {
             "statement": self.statement,
             "metric": self.metric,
@@ -131,6 +153,9 @@ class Claim:
             "verdict": verdict,
             "verdict_reason": reason,
             "not_measurable": self.not_measurable,
+            "unreadable": self.unreadable,
+            "derived": derived,
+            "pooled": pooled,
             "min_seeds": self.min_seeds,
             "holds": verdict == HOLDS,
             "registered": self.registered,

@@ -261,15 +261,19 @@ def kq_onset_ratio(arm: dict[str, Any], normal: dict[str, Any],
     normal start plus ``frac`` of the normal run's plateau gain), over the normal run's KQ
     onset step; both ``head_timing``-style dicts with ``steps`` and ``kq``. Measured against
     the normal run's level, not the arm's own gain: an arm whose KQ barely moves must not
-    get an early onset from 10% of its own small gain. nan when the normal KQ does not rise,
-    its onset is at step 0, or the arm never reaches the level."""
+    get an early onset from 10% of its own small gain. nan (no number: the ratio cannot be
+    read) when the normal KQ does not rise or its onset is at step 0; an arm that never
+    reaches the level within its budget is censored at one step past its last checkpoint, a
+    lower bound (> 1: it is not faster), not nan."""
     n_steps, n_kq = normal["steps"], normal["kq"]
     n_on = onset_step(n_steps, n_kq, frac, tail)
     gain = plateau_gain(n_kq, tail)
     if not (np.isfinite(n_on) and np.isfinite(gain)) or n_on <= 0 or gain <= 0:
         return float("nan")
     a_on = level_step(arm["steps"], arm["kq"], float(n_kq[0]) + frac * gain * (1 - 1e-6))
-    return a_on / n_on if np.isfinite(a_on) else float("nan")
+    if not np.isfinite(a_on):
+        a_on = float(np.max(arm["steps"])) + 1.0
+    return a_on / n_on
 
 
 def kq_gain_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Claim
-from mechinterp_icr.claims.protocol import compare, evaluate_condition
+from mechinterp_icr.claims.protocol import compare
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = ["verdict_figure", "verdict_panels", "write_verdict_figures"]
@@ -38,14 +38,14 @@ def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, An
     behaved as expected; None = not measured) and ``kind`` ("condition", "negative control"
     or "positive control")."""
     want = [str(s) for s in (seeds if seeds is not None else claim.per_seed)]
-    full = {**{s: {} for s in want}, **{str(k): v for k, v in claim.per_seed.items()}}
     panels = []
-    for c in claim.conditions:
-        ev = evaluate_condition(c, full)
+    for c, ev in zip(claim.conditions, claim.evaluate(want)[2]):
+        values = {s: _num(v) for s, v in ev["per_seed"].items()}
+        if c.rule == "pooled":  # one number over the seeds together
+            values = {"pooled": _num(ev.get("pooled_value"))}
         panels.append({"title": c.text or c.metric, "metric": c.metric, "op": c.op,
                        "threshold": c.threshold, "rule": c.rule, "kind": "condition",
-                       "ok": ev["met"],
-                       "values": {s: _num(v) for s, v in ev["per_seed"].items()}})
+                       "ok": ev["met"], "values": values})
     for cr in claim.controls:
         cs = cr.spec  # the registered condition the control was evaluated against
         if cs is None:
@@ -61,7 +61,7 @@ def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, An
 
 def _status(p: dict[str, Any]) -> str:
     if p["kind"] == "condition":
-        return "met" if p["ok"] else "NOT met"
+        return "cannot be read" if p["ok"] is None else ("met" if p["ok"] else "NOT met")
     if p["ok"] is None:
         return "not measured (the claim cannot hold)"
     return "as expected" if p["ok"] else "MISBEHAVES"

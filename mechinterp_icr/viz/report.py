@@ -48,6 +48,7 @@ from mechinterp_icr.claims.headline import (
     stored_control_condition,
 )
 from mechinterp_icr.claims.intervals import clip_interval, interval
+from mechinterp_icr.claims.protocol import unreadable_reason
 from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.store.provenance import TreeState, tree_state
@@ -65,6 +66,7 @@ th,td{border:1px solid #d5d9de;padding:5px 9px;text-align:left;vertical-align:to
 th{background:#eef1f4} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .holds{background:#d8f3dc;color:#0b5d1e;font-weight:600}
 .fails{background:#fde2e1;color:#8a1c14;font-weight:600}
+.unread{background:#eeeeee;color:#444;font-weight:600}
 .inconclusive{background:#fff3cd;color:#7a5200;font-weight:600}
 .claim{border:1px solid #dde1e6;border-radius:8px;padding:12px 18px;margin:18px 0}
 .claim img{max-width:100%;border:1px solid #e3e6ea;margin-top:8px}
@@ -365,6 +367,20 @@ def _claim_table(items, heads) -> str:
             "<th>controls as expected</th><th>seeds</th></tr>" + "".join(rows) + "</table>")
 
 
+
+def _met_class(met) -> str:
+    return "unread" if met is None else ("holds" if met else "fails")
+
+
+def _met_word(cond: dict) -> str:
+    """met / not met / cannot be read (with why: SPEC 0, a condition that cannot be read is
+    never reported as failing)."""
+    if cond.get("met") is None:
+        why = unreadable_reason(cond).rsplit(" cannot be read ", 1)[-1]
+        return html.escape(f"cannot be read {why}")
+    return "met" if cond.get("met") else "not met"
+
+
 def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
                    report_dir: Path) -> str:
     """One claim's section: verdict, rule, controls, primary metric, per-seed table, figure."""
@@ -389,9 +405,9 @@ def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
         if checks else "")
     conds = [k for k in c.get("conditions", []) if isinstance(k, dict)]
     conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
-        f'<li class="{"holds" if k.get("met") else "fails"}">'
+        f'<li class="{_met_class(k.get("met"))}">'
         f'{html.escape(_condition_line(k, cid))} &mdash; '
-        f'{"met" if k.get("met") else "not met"}</li>' for k in conds) + "</ul>"
+        f'{_met_word(k)}</li>' for k in conds) + "</ul>"
         if conds else "")
     ctrls = [k for k in c.get("controls", []) if isinstance(k, dict)]
     ctrls_html = ("<p><b>Controls</b> (computed in this run):</p><table><tr><th>control</th>"

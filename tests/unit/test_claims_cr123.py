@@ -95,14 +95,26 @@ def test_cr2_negative_control_showing_the_effect_is_not_holds(kw, name):
     assert name in d["verdict_reason"]
 
 
+def test_cr2_one_noisy_seed_does_not_decide():
+    """SPEC (revised 2026-12-05): the every-seed largest drop was a maximum over seven noisy
+    differences per seed and flipped between two machines on one seed (0.0112 vs 0.0254); the
+    seed-mean curve's drop is the rule, per-seed drops are reported."""
+    dip = {k: (0.97 if k <= 6 else 0.9446) for k in KS}  # one seed drops by 0.0254
+    d = _claims(ft_icl=[0.95, 0.95, 0.95, 0.95, dip])["CR-2"]
+    assert d["verdict"] == HOLDS
+    assert d["per_seed"]["4"]["max_drop_over_k"] == pytest.approx(0.0254)
+    assert d["pooled"]["mean_curve_max_drop_over_k"] == pytest.approx(0.0254 / 5)
+
+
 def test_cr2_rule_unmet_does_not_hold():
     # the mean misses 0.90
     assert _claims(ft_icl=0.85)["CR-2"]["verdict"] == NOT_HOLD
-    # accuracy falls by 0.05 from K = 6 to K = 7 on one seed
+    # the seed-mean curve falls by 0.03 from K = 6 to K = 7 (0.05 on three seeds)
     dip = {k: (0.97 if k <= 6 else 0.92) for k in KS}
-    d = _claims(ft_icl=[0.95, 0.95, dip, 0.95, 0.95])["CR-2"]
-    assert d["verdict"] == NOT_HOLD and "max_drop_over_k" in d["verdict_reason"]
-    assert d["per_seed"]["2"]["max_drop_over_k"] == pytest.approx(0.05)
+    d = _claims(ft_icl=[dip, dip, dip, 0.95, 0.95])["CR-2"]
+    assert d["verdict"] == NOT_HOLD and "mean_curve_max_drop_over_k" in d["verdict_reason"]
+    assert d["pooled"]["mean_curve_max_drop_over_k"] == pytest.approx(0.03)
+    assert d["per_seed"]["2"]["max_drop_over_k"] == pytest.approx(0.05)  # reported per seed
     # a drop at K = 1 -> 2 is outside the condition (from K = 2 up)
     low1 = {k: (1.0 if k == 1 else 0.95) for k in KS}
     assert _claims(ft_icl=low1)["CR-2"]["verdict"] == HOLDS

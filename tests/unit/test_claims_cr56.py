@@ -41,9 +41,13 @@ def test_cr5_holds_with_good_numbers():
     assert {x["kind"] for x in c["controls"]} == {"negative", "positive"}
 
 
+SAME_Q = "Subject head patched from other demo subjects, same query subject"
+
+
 @pytest.mark.parametrize("kw,control", [
-    ({"pt_rel": [0.0, 0.0, 0.0, 0.3, 0.0]}, "Relation role in the PT-only model"),
-    ({"same_q": 0.1}, "Subject head patched from other demo subjects, same query subject"),
+    # SPEC (revised 2026-12-05): <= 0.05 pooled over seeds, <= 0.10 on every seed
+    ({"same_q": 0.06}, f"{SAME_Q} (pooled over seeds)"),
+    ({"same_q": [0.0, 0.0, 0.0, 0.0, 0.12]}, f"{SAME_Q} (every seed)"),
     ({"con_rel": [1.0, 1.0, 0.8, 1.0, 1.0]}, "role code on the ICL construction (Relation)"),
     ({"con_sub": 0.5}, "role code on the ICL construction (Subject)"),
 ])
@@ -51,6 +55,16 @@ def test_cr5_a_misbehaving_control_keeps_it_from_holding(kw, control):
     c = _cr5(**kw)
     assert c["verdict"] == INCONCLUSIVE
     assert [x["name"] for x in c["controls"] if not x["as_expected"]] == [control]
+
+
+def test_cr5_one_seed_level_impurity_is_reported_not_deciding():
+    """A rare seed-level impurity (0.082 on one of ten seeds, as measured) is below the
+    every-seed bound 0.10 and leaves the pooled rate under 0.05; and the PT-only model's
+    Relation role is reported, not a control (it fails for an unrelated reason: the PT model
+    does no ICL)."""
+    assert _cr5(same_q=[0.0, 0.0, 0.0, 0.0, 0.082])["verdict"] == HOLDS
+    c = _cr5(pt_rel=[0.0, 0.0, 0.0, 0.3, 0.0])
+    assert c["verdict"] == HOLDS and c["per_seed"]["3"]["pt_relation_role"] == 0.3
 
 
 @pytest.mark.parametrize("kw", [

@@ -48,12 +48,10 @@ def _cr7(**kw):
 
 
 def test_cr7_holds_with_good_numbers_and_lists_every_registered_control():
-    from mechinterp_icr.experiments.cr.claims_mech import CR7_CONTROLS
-
     c = _cr7()
     assert c["verdict"] == HOLDS, c["verdict_reason"]
     registered = {x.name: x.condition.metric for x in spec("CR-7").controls}
-    assert CR7_CONTROLS == registered and len(registered) == 6
+    assert len(registered) == 6
     assert {x["name"] for x in c["controls"]} == set(registered)
     assert all(x["as_expected"] for x in c["controls"])
 
@@ -97,19 +95,21 @@ def test_cr7_ov_preset_arm_that_does_not_speed_kq_does_not_hold():
     assert _cr7(preset=0.5)["verdict"] == HOLDS  # at most half
 
 
-def test_cr7_a_missing_arm_value_leaves_its_condition_unmet():
-    """nan (a KQ that does not rise, a normal gain <= 0) is a failing seed under the 4-of-5
-    rule; arms not run (their metrics absent, ``cascade.causal_arms = false``): no number on
-    any seed, no evidence."""
+def test_cr7_a_missing_arm_value_cannot_be_read():
+    """nan (the normal run's KQ does not rise: the ratio has no number) is an unreadable seed
+    under the 4-of-5 rule: it decides only where it could (SPEC 0); arms not run (their
+    metrics absent, ``cascade.causal_arms = false``): no number on any seed, no evidence. An
+    arm that never reaches the level is censored, not nan (interp.cascade.kq_onset_ratio)."""
     assert _cr7(preset=[0.3, 0.3, 0.3, 0.3, math.nan])["verdict"] == HOLDS  # 4 of 5
-    assert _cr7(preset=[0.3, 0.3, 0.3, math.nan, math.nan])["verdict"] == NOT_HOLD
-    assert _cr7(preset=[0.3, 0.3, 0.3, 0.8, math.nan])["verdict"] == NOT_HOLD
+    assert _cr7(preset=[0.3, 0.3, 0.3, math.nan, math.nan])["verdict"] == INCONCLUSIVE
+    assert _cr7(preset=[0.3, 0.3, 0.3, 0.8, math.nan])["verdict"] == INCONCLUSIVE
+    assert _cr7(preset=[0.3, 0.3, 0.3, 0.8, 0.8])["verdict"] == NOT_HOLD
     from mechinterp_icr.experiments.cr.claims_mech import cr7_claim_from_metrics
 
     per = {s: {k: v for k, v in _cr7_seed(i).items() if "ratio" not in k}
            for i, s in enumerate(SEEDS)}
     c = cr7_claim_from_metrics(per).to_dict()
-    assert c["verdict"] == NOT_HOLD and "no value on seeds" in c["verdict_reason"]
+    assert c["verdict"] == INCONCLUSIVE and "no value on seeds" in c["verdict_reason"]
 
 
 def test_cr7_notes_say_whether_the_verdict_flips_under_each_onset_fraction():
@@ -198,7 +198,9 @@ def test_arm_ratios_compare_onsets_and_plateau_gains():
     normal = _timing(1.0, 10.0, 2.0)
     assert kq_onset_ratio({"steps": STEPS, "kq": [0.025 * s for s in STEPS]},
                           normal) == pytest.approx(0.4)
-    assert math.isnan(kq_onset_ratio({"steps": STEPS, "kq": [0.0] * 21}, normal))
+    # an arm that never reaches the level: censored one step past its budget, a failing ratio
+    assert kq_onset_ratio({"steps": STEPS, "kq": [0.0] * 21}, normal) == pytest.approx(
+        (max(STEPS) + 1) / 10)
     assert math.isnan(kq_onset_ratio(normal, _timing(1.0, math.nan)))
     assert kq_gain_ratio({"kq_gain": -0.2}, normal) == pytest.approx(-0.1)
     assert math.isnan(kq_gain_ratio({"kq_gain": 1.0}, {"kq_gain": 0.0}))

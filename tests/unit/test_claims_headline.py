@@ -71,7 +71,8 @@ def test_a_failing_positive_control_is_named():
     per = {str(s): {"tok_induction_row_step1_acc": 0.3, "tok_learned_row_step1_acc": 1.0,
                     "tok_head_score_minus_baseline": -0.1,
                     "induction_model_score_minus_baseline": 0.8,
-                    "induction_model_tl_score_minus_baseline": 0.8} for s in SEEDS}
+                    "induction_model_tl_score_minus_baseline": 0.8, "tok_solved": 1.0,
+                    "tok_query_seen_before": 0.0} for s in SEEDS}
     per["1"]["induction_model_tl_score_minus_baseline"] = 0.2
     h = claim_headline("IR-8", _claim("IR-8", per))
     assert h.verdict == INCONCLUSIVE

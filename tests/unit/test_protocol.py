@@ -92,11 +92,58 @@ def test_bad_condition_is_refused():
         Condition("a", "=>", 1.0)
 
 
-def test_not_measurable_is_inconclusive_even_when_the_rule_fails():
+def test_not_measurable_never_hides_a_readable_failing_condition():
+    """SPEC 0 (revised 2026-12-05): a readable condition that fails decides `does not hold`
+    whatever else cannot be read; `inconclusive (not measurable)` only when every readable
+    condition is met."""
     bad = {"0": {"acc": 0.1, "gap": 0.5}}
-    c = Claim.from_spec(SPEC, bad, not_measurable="N does not grow")
+    d = Claim.from_spec(SPEC, bad, not_measurable="N does not grow").to_dict()
+    assert d["verdict"] == NOT_HOLD and d["conditions"][0]["met"] is False
+    ok = Claim.from_spec(SPEC, {"0": {"acc": 0.95, "gap": 0.01}},
+                         not_measurable="N does not grow").to_dict()
+    assert ok["verdict"] == INCONCLUSIVE and ok["verdict_reason"].startswith("not measurable")
+
+
+def test_an_unreadable_condition_is_met_null_beside_a_readable_failing_one():
+    """A condition that cannot be read is stored `met: None` with its reason, never False;
+    a readable failing condition beside it still decides `does not hold`."""
+    per = {s: {"acc": 0.95, "gap": 0.01} for s in SEEDS}
+    unread = {"acc": {"1": "no headroom"}}
+    c = _claim(_five(0.3), _five(1.0), per)
+    c.unreadable = unread
     d = c.to_dict()
-    assert d["verdict"] == INCONCLUSIVE and "not measurable" in d["verdict_reason"]
+    assert d["conditions"][0]["met"] is None and d["conditions"][0]["unreadable"] == {
+        "1": "no headroom"}
+    assert d["verdict"] == INCONCLUSIVE and "no headroom on seeds 1" in d["verdict_reason"]
+    per["3"]["gap"] = 0.5  # the mean gap fails and can be read: does not hold
+    c = _claim(_five(0.3), _five(1.0), per)
+    c.unreadable = unread
+    d = c.to_dict()
+    assert d["verdict"] == NOT_HOLD and d["conditions"][1]["met"] is False
+    per["3"]["gap"] = 0.01
+    per["2"]["acc"] = 0.5  # a readable seed fails an every-seed rule with another unreadable
+    c = _claim(_five(0.3), _five(1.0), per)
+    c.unreadable = unread
+    assert c.to_dict()["verdict"] == NOT_HOLD
+
+
+@pytest.mark.parametrize("passed,unread,met", [(4, 0, True), (3, 1, None), (2, 1, False),
+                                               (3, 0, False), (4, 1, True)])
+def test_a_fraction_rule_is_unreadable_only_when_the_unreadable_seeds_could_decide(
+        passed, unread, met):
+    cond = Condition("x", ">=", 1.0, rule="fraction", min_fraction=0.8)
+    vals = [1.0] * passed + [None] * unread
+    vals += [0.0] * (5 - len(vals))
+    r = evaluate_condition(cond, {str(i): {"x": v} for i, v in enumerate(vals)})
+    assert r["met"] is met
+
+
+def test_a_pooled_condition_compares_one_number():
+    cond = Condition("mean_curve_drop", "<=", 0.02, rule="pooled")
+    per = {s: {"other": 1.0} for s in SEEDS}
+    assert evaluate_condition(cond, per, pooled=0.01)["met"] is True
+    assert evaluate_condition(cond, per, pooled=0.03)["met"] is False
+    assert evaluate_condition(cond, per, pooled=None)["met"] is None
 
 
 @pytest.mark.parametrize("bad", [float("nan"), None])
@@ -122,17 +169,22 @@ def test_fewer_than_five_seeds_never_hold():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), None])
-def test_a_nan_or_missing_metric_on_one_seed_fails_the_rule(bad):
+def test_a_nan_or_missing_metric_on_one_seed_cannot_hold(bad):
+    """No number, no evidence: the condition cannot be read (met None) and the claim is
+    inconclusive, naming the seed; a readable failing seed beside it decides `does not hold`."""
     per = {s: dict(m) for s, m in GOOD.items()}
     per["3"]["acc"] = bad
     d = _claim(_five(0.3), _five(1.0), per).to_dict()
-    assert d["verdict"] == NOT_HOLD and "3" in d["verdict_reason"]
+    assert d["verdict"] == INCONCLUSIVE and "no value on seeds 3" in d["verdict_reason"]
+    assert d["conditions"][0]["met"] is None
     per = {s: dict(m) for s, m in GOOD.items()}
     per["1"]["gap"] = bad  # the mean rule must not average the gap away
+    assert _claim(_five(0.3), _five(1.0), per).to_dict()["verdict"] == INCONCLUSIVE
+    per["2"]["acc"] = 0.5
     assert _claim(_five(0.3), _five(1.0), per).to_dict()["verdict"] == NOT_HOLD
 
 
-def test_a_requested_seed_missing_from_per_seed_fails_the_rule():
+def test_a_requested_seed_missing_from_per_seed_cannot_hold():
     """A seed whose job failed is not silently dropped (Summary passes its seeds)."""
     from mechinterp_icr.claims import Summary
 
@@ -142,7 +194,7 @@ def test_a_requested_seed_missing_from_per_seed_fails_the_rule():
     s = Summary("t", "quick", [0, 1, 2, 3, 4])
     s.add(c)
     d = s.to_dict()["claims"]["T-1"]
-    assert d["verdict"] == NOT_HOLD and "4" in d["verdict_reason"]
+    assert d["verdict"] == INCONCLUSIVE and "no value on seeds 4" in d["verdict_reason"]
     five = dict(four, **{"4": GOOD["4"]})
     c.per_seed = five
     assert s.to_dict()["claims"]["T-1"]["verdict"] == HOLDS
@@ -157,9 +209,10 @@ def test_a_value_equal_to_the_threshold_up_to_rounding_meets_it():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), None])
-def test_under_the_fraction_rule_a_missing_seed_is_a_failing_seed(bad):
-    """'On at least 4 of 5 seeds': one seed without a number is one failing seed (4 of 5 can
-    still meet the rule); two such seeds cannot."""
+def test_under_the_fraction_rule_a_missing_seed_decides_only_when_it_could(bad):
+    """'On at least 4 of 5 seeds': one seed without a number leaves 4 of 5 that meet the rule
+    (met); with two, the rule cannot be read (met None); one failing and one missing cannot
+    reach 4 (3 of 5 at best would need the missing one: None)."""
     from mechinterp_icr.claims.protocol import Condition, evaluate_condition
 
     cond = Condition("x", ">=", 1.0, "fraction", 0.8)
@@ -168,8 +221,10 @@ def test_under_the_fraction_rule_a_missing_seed_is_a_failing_seed(bad):
     r = evaluate_condition(cond, per)
     assert r["met"] is True and r["missing"] == ["2"]
     per["3"]["x"] = bad
-    assert evaluate_condition(cond, per)["met"] is False
+    assert evaluate_condition(cond, per)["met"] is None
     per = {s: {"x": 1.0} for s in SEEDS}
     per["2"]["x"] = 0.0
-    per["4"]["x"] = bad  # one failing and one missing: 3 of 5
+    per["4"]["x"] = bad  # one failing and one missing: 4 of 5 only if the missing one passed
+    assert evaluate_condition(cond, per)["met"] is None
+    per["3"]["x"] = 0.0  # two failing: no missing seed can rescue it
     assert evaluate_condition(cond, per)["met"] is False

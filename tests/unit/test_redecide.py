@@ -100,21 +100,22 @@ def test_a_stored_verdict_the_specs_do_not_give_is_found(tmp_path):
 
 def test_a_rule_on_a_metric_the_run_did_not_measure_cannot_hold(monkeypatch):
     """A new condition or control on a metric the stored run lacks: no number, no evidence; the
-    claim does not hold (condition) or is inconclusive (control) and the metric is named."""
+    claim is inconclusive (the condition cannot be read; the control is not measured) and the
+    metric is named."""
     s = registry_summary()
     ir1 = REGISTRY["IR-1"]
     new_cond = replace(ir1.conditions[0], metric="new_metric")
     monkeypatch.setitem(REGISTRY, "IR-1", replace(ir1, conditions=(*ir1.conditions, new_cond)))
     cr6 = REGISTRY["CR-6"]
-    new_ctrl = replace(cr6.controls[0], name="a control never measured")
+    new_ctrl = replace(cr6.controls[0], name="a control never measured",
+                       condition=replace(cr6.controls[0].condition, metric="never_measured"))
     monkeypatch.setitem(REGISTRY, "CR-6", replace(cr6, controls=(*cr6.controls, new_ctrl)))
     new, unmeasured = redecide_summary(s)
-    assert new["claims"]["IR-1"]["verdict"] == NOT_HOLD
+    assert new["claims"]["IR-1"]["verdict"] == "inconclusive"
     assert "no value on seeds" in new["claims"]["IR-1"]["verdict_reason"]
     assert new["claims"]["CR-6"]["verdict"] == "inconclusive"
     assert unmeasured == {"IR-1": ["new_metric"],
-                          "CR-6": ["control 'a control never measured' "
-                                   "(zeroed_relation_ov_icl_exact)"]}
+                          "CR-6": ["control 'a control never measured' (never_measured)"]}
 
 
 def test_a_failing_measurement_never_holds_under_any_threshold_it_does_not_meet():
@@ -137,7 +138,19 @@ def test_a_not_measurable_reason_and_extra_checks_are_measurements_kept():
     new = redecide_summary(s)[0]["claims"]
     assert new["IR-5"]["verdict"] == "inconclusive"
     assert new["IR-5"]["verdict_reason"] == "not measurable: N censored at every n"
-    assert new["CR-8"]["verdict"] == NOT_HOLD
+    # a coverage check that failed: the rule cannot be read at its registered resolution
+    assert new["CR-8"]["verdict"] == "inconclusive"
+    assert "extra check failed: measured over >= 6 values of K" in new["CR-8"]["verdict_reason"]
+
+
+def test_a_readable_failing_condition_is_not_hidden_by_not_measurable():
+    """SPEC 0 (revised 2026-12-05): a stored not-measurable reason beside a readable failing
+    condition reads `does not hold` after a redecide, and the condition is met False while an
+    unreadable one is met None."""
+    s = _cr2_at(registry_summary(), 0.25)
+    s["claims"]["CR-2"]["not_measurable"] = "something else could not be measured"
+    new = redecide_summary(s)[0]["claims"]["CR-2"]
+    assert new["verdict"] == NOT_HOLD and new["conditions"][0]["met"] is False
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"claims": 5}'])

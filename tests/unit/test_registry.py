@@ -10,7 +10,7 @@ from mechinterp_icr.claims import REGISTRY
 
 TYPE_BOUND = 1 / 4 + 0.05  # 1/L + 0.05 at L = 4 types
 F8 = ("fraction", 0.8)  # "on at least 4 of 5 seeds"
-E, M = "every_seed", "mean"
+E, M, P = "every_seed", "mean", "pooled"
 
 # claim -> (conditions, controls) as SPEC states them: (metric, op, threshold, seed rule) and
 # (kind, metric, op, threshold, seed rule); a control's condition is the one the effect would
@@ -20,23 +20,24 @@ SPEC_PINS = {
     "CR-1": ([("pt_typed_recall", ">=", 0.95, E), ("heldout_icl_best_attr_type", "<=",
                                                     TYPE_BOUND, E)],
              [("negative", "ft_heldout_icl_best_attr_type", "<=", TYPE_BOUND, E)]),
-    "CR-2": ([("heldout_icl_exact", ">=", 0.90, M), ("max_drop_over_k", "<=", 0.02, E)],
+    # revised 2026-12-05: the seed-mean curve's largest drop over K (one number over the seeds)
+    "CR-2": ([("heldout_icl_exact", ">=", 0.90, M), ("mean_curve_max_drop_over_k", "<=", 0.02, P)],
              [("negative", "pt_heldout_icl_exact", ">", 0.5, E),
               ("negative", "mixed_heldout_icl_exact", ">", 0.5, E)]),
     "CR-3": ([("heldout_icl_exact", ">=", 0.80, M)],
              [("negative", "mixed_heldout_icl_best_attr_type", ">", TYPE_BOUND, E)]),
     "CR-4": ([("ft_acc_pc", ">=", 0.95, E), ("ft_transfer_acc_pc", ">=", 0.90, E),
-              ("ft_patch_gain", ">=", 0.80, E),
-              ("ft_necessity_type_acc", "<=", 1 / 4 + 0.10, E)],
+              ("ft_patch_gain", ">=", 0.80, E)],  # revised 2026-12-05: necessity reported only
              [("negative", "pt_acc_pc", ">", 0.5, E), ("negative", "pt_patch_gain", ">", 0.3, E),
               ("negative", "ft_shuffle_gap", ">", 0.05, E),
-              ("negative", "ft_random_patch_gain", ">", 0.1, E),
-              ("negative", "ft_random_subspace_drop", ">", 0.05, E)]),
+              ("negative", "ft_random_patch_gain", ">", 0.1, E)]),
     "CR-5": ([("relation_role", ">=", 0.5, E), ("subject_role", ">=", 0.5, E),
               ("relation_margin", ">=", 2.0, E), ("subject_margin", ">=", 2.0, E),
               ("distinct_heads", ">=", 1.0, E)],
-             [("negative", "pt_relation_role", ">", 0.2, E),
-              ("negative", "subject_same_query_changed", ">", 0.05, E),
+             # revised 2026-12-05: <= 0.05 pooled over seeds and <= 0.10 on every seed; the
+             # PT-only model's Relation role is reported, not a control
+             [("negative", "subject_same_query_changed", ">", 0.05, M),
+              ("negative", "subject_same_query_changed", ">", 0.10, E),
               ("positive", "construction_relation", ">=", 0.9, E),
               ("positive", "construction_subject", ">=", 0.9, E)]),
     "CR-6": ([("own_format_min", ">=", 0.99, E),
@@ -53,9 +54,10 @@ SPEC_PINS = {
               ("negative", "placebo_kq_leads_ov_first", ">=", 1.0, E),
               ("positive", "placebo_swapped_ov_first", ">=", 1.0, E),
               ("positive", "placebo_swapped_kq_first", ">=", 1.0, E)]),
-    "CR-8": ([("ft_partial_eta2_rho_k", ">=", 0.8, E), ("ft_partial_eta2_rise_k", ">=", 0.1, E),
-              ("ft_exact_rise_k", ">=", 0.05, E)],
-             [("negative", "mixed_partial_eta2_rise_k", ">=", 0.1, E)]),
+    # revised 2026-12-05: the paired curve (finetuned minus the mixed-type finetune)
+    "CR-8": ([("paired_partial_eta2_rho_k", ">=", 0.8, E),
+              ("paired_partial_eta2_rise_k", ">=", 0.1, E), ("ft_exact_rise_k", ">=", 0.05, E)],
+             [("negative", "pt_paired_partial_eta2_rise_k", ">=", 0.1, E)]),
     "CR-9": ([("ft_rise_lam", ">=", 0.1, E), ("ft_lam_drop_over_delta", "<=", 0.0, E)],
              [("negative", "mixed_rise_lam", ">=", 0.1, E)]),
     "IR-1": ([("memory_acc", ">=", 1.0, E)], [("negative", "shuffled_memory_acc", ">", 0.1, E)]),

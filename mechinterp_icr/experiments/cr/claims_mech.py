@@ -16,33 +16,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mechinterp_icr.claims import Claim, evaluate_control, spec
-from mechinterp_icr.claims.protocol import condition, evaluate_condition
+from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims.protocol import condition, evaluate_condition, spec_controls
 from mechinterp_icr.interp.cascade import ONSET_FRACTION, PLATEAU_TAIL, kq_onset_ratio
 
-__all__ = ["CR7_CONTROLS", "CR7_PLACEBO_METRICS", "cr5_claim", "cr5_claim_from_metrics",
+__all__ = ["CR7_PLACEBO_METRICS", "cr5_claim", "cr5_claim_from_metrics",
            "cr5_seed_metrics", "cr5_table", "cr6_claim", "cr7_claim", "cr7_claim_from_metrics",
            "cr7_convention_notes", "cr7_seed_metrics", "lr_name"]
-
-
-def _ctrls(claim_id: str, names: dict[str, str], per_seed: dict[str, dict[str, Any]]):
-    sp = spec(claim_id)
-    return [evaluate_control(sp.control(name), {s: m.get(metric) for s, m in per_seed.items()})
-            for name, metric in names.items()]
 
 
 # ------------------------------------------------------------------------------------------
 # CR-5
 # ------------------------------------------------------------------------------------------
-CR5_CONTROLS = {
-    "Relation role in the PT-only model": "pt_relation_role",
-    "Subject head patched from other demo subjects, same query subject":
-        "subject_same_query_changed",
-    "role code on the ICL construction (Relation)": "construction_relation",
-    "role code on the ICL construction (Subject)": "construction_subject",
-}
-
-
 def cr5_seed_metrics(mech: dict[str, Any], two_layer: dict[str, Any] | None = None
                      ) -> dict[str, Any]:
     """One seed's CR-5 metrics from ``mechanism.mechanism_roles`` (and, beside it, the 2-layer
@@ -76,7 +61,7 @@ def cr5_claim_from_metrics(per_seed: dict[str, dict[str, Any]], figure: str | No
                            details: dict | None = None) -> Claim:
     """CR-5 from per-seed metrics (:func:`cr5_seed_metrics`)."""
     return Claim.from_spec(
-        spec("CR-5"), per_seed, controls=_ctrls("CR-5", CR5_CONTROLS, per_seed),
+        spec("CR-5"), per_seed, controls=spec_controls(spec("CR-5"), per_seed),
         notes="Role score = share of held-out prompts whose answer the head's patch (all "
               "positions, from the source prompt) moves to the target, minus the share that "
               "already gave it (chance-corrected; the normalised logit-difference recovery "
@@ -116,8 +101,7 @@ def cr6_claim(cr6: dict, figure: str | None) -> Claim:
     per = {str(s): r for s, r in cr6.items()}
     return Claim.from_spec(
         spec("CR-6"), per,
-        controls=_ctrls("CR-6", {"ICL construction with the Relation OV zeroed":
-                                 "zeroed_relation_ov_icl_exact"}, per),
+        controls=spec_controls(spec("CR-6"), per),
         notes="Constructed weights loaded into a real 1-layer 2-head HookedTransformer "
               "(orthonormal one-hot embeddings, separate output block); own format = the "
               "one-token-relation PT format for the PT construction, held-out ICL for the ICL "
@@ -139,15 +123,8 @@ def lr_name(lr: float) -> str:
     return f"{float(mant):g}e{int(exp)}"
 
 
-CR7_CONTROLS = {
-    "placebo: OV-first synthetic schedule read as OV first": "placebo_ov_first",
-    "placebo: KQ-first synthetic schedule read as KQ first": "placebo_kq_first",
-    "placebo: simultaneous schedule read as OV first": "placebo_simultaneous_ov_first",
-    "placebo: KQ one checkpoint ahead read as OV first": "placebo_kq_leads_ov_first",
-    "placebo, shapes swapped: OV-first schedule read as OV first": "placebo_swapped_ov_first",
-    "placebo, shapes swapped: KQ-first schedule read as KQ first": "placebo_swapped_kq_first",
-}
-CR7_PLACEBO_METRICS = tuple(CR7_CONTROLS.values())
+# the placebo readings of CR-7's controls (the registered controls' metrics)
+CR7_PLACEBO_METRICS = tuple(c.condition.metric for c in spec("CR-7").controls)
 _AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
 
 
@@ -230,7 +207,7 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
     """CR-7 from per-seed metrics (:func:`cr7_seed_metrics`); the notes say how the onset
     order reads under each reported onset fraction (:func:`cr7_convention_notes`)."""
     return Claim.from_spec(
-        spec("CR-7"), per_seed, controls=_ctrls("CR-7", CR7_CONTROLS, per_seed),
+        spec("CR-7"), per_seed, controls=spec_controls(spec("CR-7"), per_seed),
         notes=" ".join(x for x in (
             "Continuous probes of the Relation head, both raw pre-softmax logits (linear in "
             "the weights they read, so weights moving together rise together): OV = "

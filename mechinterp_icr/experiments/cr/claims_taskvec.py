@@ -24,59 +24,26 @@ from typing import Any
 
 import numpy as np
 
-from mechinterp_icr.claims import Claim, ci95, evaluate_control, spec
+from mechinterp_icr.claims import Claim, ci95, spec
 from mechinterp_icr.claims.cr_registry import CR8_HEADROOM, CR8_MIN_K, CR9_MIN_LAM
+from mechinterp_icr.claims.derive import SHARED_SUFFIX, max_drop, spearman, trend
+from mechinterp_icr.claims.protocol import spec_controls
 from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 
-__all__ = ["CR4_CONTROLS", "PHASE_FT", "PHASE_FT_GRM", "PHASE_FT_MIXED", "PHASE_PT",
+__all__ = ["PHASE_FT", "PHASE_FT_GRM", "PHASE_FT_MIXED", "PHASE_PT",
            "SHARED_SUFFIX", "cr4_claim_from_metrics", "cr8_claim_from_metrics",
            "cr9_claim_from_metrics", "per_seed_metrics", "spearman", "taskvec_claims",
            "taskvec_not_measured", "taskvec_tables", "variant_id"]
 
 PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
 PHASE_FT_MIXED = "ft-icl-mixed"
-SHARED_SUFFIX = "(shared tokens)"
 
 
 def variant_id(claim_id: str, variant: str = "") -> str:
     """``CR-8`` -> ``CR-8 (shared tokens)`` for the shared-token variant (``variant``
     ``'shared'``); the id itself for the default task."""
     return f"{claim_id} {SHARED_SUFFIX}" if variant == "shared" else claim_id
-
-
-def spearman(x, y) -> float:
-    """Spearman rank correlation; nan for fewer than two points or a constant side. Rounded
-    to 12 decimals: over a few points it is a ratio of small integers, and scipy's
-    0.7999999999999999 for an exact 0.8 must not fail a ">= 0.8" rule."""
-    from scipy.stats import spearmanr
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or np.all(y == y[0]) or np.all(x == x[0]):
-        return float("nan")
-    return round(float(spearmanr(x, y).statistic), 12)
-
-
-def _points(xs, ys) -> list[tuple[float, float]]:
-    return sorted((float(x), float(y)) for x, y in zip(xs, ys)
-                  if y is not None and not math.isnan(float(y)))
-
-
-def _trend(xs, ys) -> tuple[float, float]:
-    """(Spearman rho, rise = value at the largest x minus value at the smallest x)."""
-    pts = _points(xs, ys)
-    if len(pts) < 2:
-        return float("nan"), float("nan")
-    return spearman([p[0] for p in pts], [p[1] for p in pts]), pts[-1][1] - pts[0][1]
-
-
-def _max_drop(xs, ys) -> float:
-    """The largest drop between consecutive points (by x): max(y[i] - y[i+1]); negative when
-    the curve rises everywhere; nan for fewer than two points."""
-    pts = _points(xs, ys)
-    if len(pts) < 2:
-        return float("nan")
-    return max(a[1] - b[1] for a, b in zip(pts, pts[1:]))
 
 
 def _n_valid(values) -> int:
@@ -111,9 +78,9 @@ def _k_metrics(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     eta = [r["type_variance_fraction"] for r in rows]
     part = [r.get("partial_type_variance_fraction") for r in rows]
     m: dict[str, Any] = {f"{key}_n_k": _n_valid(eta)}
-    m[f"{key}_rho_k"], m[f"{key}_rise_k"] = _trend(ks, eta)
-    m[f"{key}_partial_eta2_rho_k"], m[f"{key}_partial_eta2_rise_k"] = _trend(ks, part)
-    m[f"{key}_exact_rise_k"] = _trend(ks, [r.get("icl_exact") for r in rows])[1]
+    m[f"{key}_rho_k"], m[f"{key}_rise_k"] = trend(ks, eta)
+    m[f"{key}_partial_eta2_rho_k"], m[f"{key}_partial_eta2_rise_k"] = trend(ks, part)
+    m[f"{key}_exact_rise_k"] = trend(ks, [r.get("icl_exact") for r in rows])[1]
     m[f"{key}_eta2_by_k"] = {str(r["K"]): r["type_variance_fraction"] for r in rows}
     m[f"{key}_partial_eta2_by_k"] = {str(r["K"]): r.get("partial_type_variance_fraction")
                                      for r in rows}
@@ -146,16 +113,16 @@ def per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
     ks = [r for r in res["k_sweep"].get(PHASE_FT, []) if "query_subject_share" in r]
     m["ft_query_subject_share"] = _mean(r["query_subject_share"] for r in ks)
     m["ft_write_eta2_by_k"] = {str(r["K"]): r["write_type_variance_fraction"] for r in ks}
-    m["ft_write_rise_k"] = _trend([r["K"] for r in ks],
+    m["ft_write_rise_k"] = trend([r["K"] for r in ks],
                                   [r["write_type_variance_fraction"] for r in ks])[1]
     lam_rows = res.get("lam_sweep", [])
     if lam_rows:
         lams = [r["lam"] for r in lam_rows]
         for key in ("ft", "pt", "mixed"):
             vals = [r.get(f"{key}_eta2") for r in lam_rows]
-            m[f"{key}_rho_lam"], m[f"{key}_rise_lam"] = _trend(lams, vals)
+            m[f"{key}_rho_lam"], m[f"{key}_rise_lam"] = trend(lams, vals)
             m[f"{key}_eta2_by_lam"] = {f"{x:g}": v for x, v in zip(lams, vals)}
-        m["ft_max_drop_lam"] = _max_drop(lams, [r["ft_eta2"] for r in lam_rows])
+        m["ft_max_drop_lam"] = max_drop(lams, [r["ft_eta2"] for r in lam_rows])
         m["n_lam"] = _n_valid(r["ft_eta2"] for r in lam_rows)
         m["ft_icl_exact_by_lam"] = {f"{r['lam']:g}": r.get("ft_icl_exact") for r in lam_rows}
         m["grammar_tv_by_lam"] = {f"{r['lam']:g}": r.get("grammar_tv") for r in lam_rows}
@@ -165,23 +132,6 @@ def per_seed_metrics(res: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------
 # CR-4
 # ------------------------------------------------------------------------------------------
-CR4_CONTROLS = {  # registered control name -> per-seed metric
-    "PT-only probe": "pt_acc_pc",
-    "PT-only patch": "pt_patch_gain",
-    "label shuffle (distance from chance)": "ft_shuffle_gap",
-    "norm-matched random vector patch": "ft_random_patch_gain",
-    "random (L-1)-dim subspaces mean-replaced (drop of output-type accuracy, mean of the "
-    "draws)": "ft_random_subspace_drop",
-}
-
-
-def _controls(claim_id: str, names: dict[str, str], per_seed: dict[str, dict[str, Any]]):
-    sp = spec(claim_id)
-    return [evaluate_control(sp.control(name), {s: m.get(metric)
-                                                for s, m in per_seed.items()})
-            for name, metric in names.items()]
-
-
 def _finish(claim: Claim, claim_id: str, variant: str, keys) -> Claim:
     """Set the variant id and add the mean and 95% CI over seeds of ``keys``."""
     claim.id = variant_id(claim_id, variant)
@@ -210,7 +160,7 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], tvc: TaskvecConf
     nat = _mean([m.get("ft_necessity_attr_share") for m in per_seed.values()])
     rat = _mean([m.get("ft_random_subspace_attr_share") for m in per_seed.values()])
     claim = Claim.from_spec(
-        spec("CR-4"), per_seed, controls=_controls("CR-4", CR4_CONTROLS, per_seed),
+        spec("CR-4"), per_seed, controls=spec_controls(spec("CR-4"), per_seed),
         notes=(f"Read at {hook} (query position; never the final residual stream). The "
                f"model's own output-type accuracy on the same held-out test prompts: "
                f"{out_t:.3f} (mean; ft_output_type_acc). Necessity: with the component in U "
@@ -246,10 +196,6 @@ def cr4_claim_from_metrics(per_seed: dict[str, dict[str, Any]], tvc: TaskvecConf
 # ------------------------------------------------------------------------------------------
 # CR-8
 # ------------------------------------------------------------------------------------------
-CR8_CONTROLS = {"mixed-type ICL finetune: partial eta^2 rise over K":
-                "mixed_partial_eta2_rise_k"}
-
-
 def cr8_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
                            figure: str | None = None, details: dict | None = None,
                            variant: str = "") -> Claim:
@@ -277,7 +223,7 @@ def cr8_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
               n_k >= CR8_MIN_K}
     k1m = _mean([m.get("ft_output_type_acc_k1") for m in per_seed.values()])
     claim = Claim.from_spec(
-        spec("CR-8"), per_seed, controls=_controls("CR-8", CR8_CONTROLS, per_seed),
+        spec("CR-8"), per_seed, controls=spec_controls(spec("CR-8"), per_seed),
         extra_checks=checks, not_measurable=not_meas,
         notes=(f"Partial eta^2 = SS_type / (SS_type + SS_residual) in the additive type + "
                f"query-subject decomposition of the held-out task vectors at the CR-4 hook, "
@@ -295,9 +241,6 @@ def cr8_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
 # ------------------------------------------------------------------------------------------
 # CR-9
 # ------------------------------------------------------------------------------------------
-CR9_CONTROLS = {"mixed-type ICL finetune: eta^2 rise over lam": "mixed_rise_lam"}
-
-
 def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], delta: float,
                            notes: str = "", figure: str | None = None,
                            details: dict | None = None) -> Claim:
@@ -314,7 +257,7 @@ def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], delta: float,
     checks = {f"measured over >= {CR9_MIN_LAM} values of lam on every seed (fewest {n_lam})":
               n_lam >= CR9_MIN_LAM}
     claim = Claim.from_spec(
-        spec("CR-9"), per, controls=_controls("CR-9", CR9_CONTROLS, per),
+        spec("CR-9"), per, controls=spec_controls(spec("CR-9"), per),
         extra_checks=checks,
         not_measurable="" if measured else (
             "the retraining noise delta (taskvec.lam_delta) is not registered; measure it "

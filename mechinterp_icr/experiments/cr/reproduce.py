@@ -298,20 +298,20 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
     add_cr4(summary, out_dir, seeds,
             {s: read_record(records, "cr4", s, variant="shared") for s in seeds}, {},
             vcfg.taskvec, variant="shared")
-    # the type bounds of CR-1 (and CR-3's mixed-type control) and CR-4's necessity bound are
-    # registered as 1/L plus a margin; below this variant's own chance they cannot be read
+    # the type bounds of CR-1 and of CR-3's mixed-type control are registered as 1/L + 0.05,
+    # chance for disjoint vocabularies; in this variant chance is higher, so CR-1's bound is
+    # unreadable there (the registry's claims.derive.shared_bound_unreadable) and the notes
+    # say why. A readable failing condition still decides `does not hold` (SPEC 0).
     if chance > 1 / vcfg.task.n_types + 0.01:
         for cid, what in (("CR-1", "CR-1's type bound 1/L + 0.05"),
-                          ("CR-3", "CR-3's mixed-type control bound 1/L + 0.05"),
-                          ("CR-4", "CR-4's necessity bound 1/L + 0.10")):
+                          ("CR-3", "CR-3's mixed-type control bound 1/L + 0.05")):
             c = summary.claims.get(variant_id(cid, "shared"))
-            if c is not None and not c.not_measurable:
-                c.not_measurable = (f"{what} is registered for disjoint vocabularies (chance "
-                                    f"1/L); in this variant an uninformed guess already has "
-                                    f"the right type with probability {chance:.3f}, so the "
-                                    f"bound cannot be read (reported beside the default, not "
-                                    f"decided)")
-                c.notes = head + c.notes if not c.notes.startswith("Shared") else c.notes
+            if c is not None:
+                c.notes = (f"{what} is chance for disjoint vocabularies; in this variant an "
+                           f"uninformed guess already has the right type with probability "
+                           f"{chance:.3f}, so the bound cannot be read (SPEC 0: the variant's "
+                           f"bound is a within-model contrast with uninformative demos, not "
+                           f"measured in this run). " + c.notes)
     ks = list(range(1, vcfg.task.max_demos + 1))
     summary.tables["CR shared-token ideal reader"] = ideal_reader_table(vcfg.task, ks,
                                                                         seeds=tuple(seeds))

@@ -1,0 +1,196 @@
+"""What a claim's spec computes from the stored measurements before it decides (SPEC 0): the
+statistics a rule reads that are functions of stored curves (a paired curve, the seed-mean
+curve's largest drop) and the seeds whose value a registered rule makes unreadable (no
+headroom; a bound that does not apply). They are the ``derive`` and ``unreadable`` hooks of a
+:class:`~mechinterp_icr.claims.protocol.ClaimSpec`, so ``icr redecide`` recomputes them from a
+stored ``summary.json`` and the experiment code only stores the curves.
+
+Every function here is pure: per-seed metric dicts in, numbers out; a curve that is missing or
+too short gives NaN (no number, no evidence), never a default.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable", "curve",
+           "ir8_unreadable", "max_drop", "mean_curve", "shared_bound_unreadable", "spearman",
+           "trend"]
+
+# the id suffix of the CR shared-token variant's claims (``CR-8 (shared tokens)``)
+SHARED_SUFFIX = "(shared tokens)"
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation; nan for fewer than two points or a constant side. Rounded
+    to 12 decimals: over a few points it is a ratio of small integers, and scipy's
+    0.7999999999999999 for an exact 0.8 must not fail a ">= 0.8" rule."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or np.all(y == y[0]) or np.all(x == x[0]):
+        return float("nan")
+    return round(float(spearmanr(x, y).statistic), 12)
+
+
+def _points(xs, ys) -> list[tuple[float, float]]:
+    return sorted((float(x), float(y)) for x, y in zip(xs, ys)
+                  if y is not None and not math.isnan(float(y)))
+
+
+def trend(xs, ys) -> tuple[float, float]:
+    """(Spearman rho, rise = value at the largest x minus value at the smallest x)."""
+    pts = _points(xs, ys)
+    if len(pts) < 2:
+        return float("nan"), float("nan")
+    return spearman([p[0] for p in pts], [p[1] for p in pts]), pts[-1][1] - pts[0][1]
+
+
+def max_drop(xs, ys) -> float:
+    """The largest drop between consecutive points (by x): max(y[i] - y[i+1]); negative when
+    the curve rises everywhere; nan for fewer than two points."""
+    pts = _points(xs, ys)
+    if len(pts) < 2:
+        return float("nan")
+    return max(a[1] - b[1] for a, b in zip(pts, pts[1:]))
+
+
+def _num(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
+
+
+def curve(m: Any, key: str) -> dict[float, float]:
+    """The stored curve ``m[key]`` ({x: value}, x as a string or number) as {float x: value},
+    without the points that are not numbers; {} when it is not stored."""
+    c = m.get(key) if isinstance(m, Mapping) else None
+    if not isinstance(c, Mapping):
+        return {}
+    out = {}
+    for x, v in c.items():
+        fx, fv = _num(x), _num(v)
+        if fx is not None and fv is not None:
+            out[fx] = fv
+    return out
+
+
+def mean_curve(per_seed: Mapping[str, Any], key: str, x_min: float = -math.inf
+               ) -> dict[float, float]:
+    """The seed-mean of the curves ``key`` at the x (>= ``x_min``) every seed has; {} when a
+    seed has no curve."""
+    curves = [curve(m, key) for m in per_seed.values()]
+    if not curves or any(not c for c in curves):
+        return {}
+    xs = sorted(set.intersection(*(set(c) for c in curves)))
+    return {x: float(np.mean([c[x] for c in curves])) for x in xs if x >= x_min}
+
+
+# ------------------------------------------------------------------------------------------
+# CR-2: the seed-mean curve over K never drops by more than the tolerance (revised 2026-12-05)
+# ------------------------------------------------------------------------------------------
+CR2_K_MIN = 2  # "between consecutive evaluated K from 2 to max_demos"
+
+
+def cr2_derive(claim_id: str, per_seed: Mapping[str, Any]) -> tuple[dict, dict]:
+    """CR-2's pooled statistic: the largest drop between consecutive K (>= 2) of the seed-mean
+    held-out ICL exact curve (``heldout_icl_exact_by_K``). A maximum over seven noisy
+    differences per seed is a tail statistic the machine's rounding moves by more than the
+    0.02 tolerance; the seed-mean curve's is not (SPEC 0, "robust to the machine")."""
+    mc = mean_curve(per_seed, "heldout_icl_exact_by_K", CR2_K_MIN)
+    return {}, {"mean_curve_max_drop_over_k": max_drop(list(mc), list(mc.values()))}
+
+
+# ------------------------------------------------------------------------------------------
+# CR-8: the paired partial eta^2 curve (finetuned minus mixed-type finetune) over K
+# ------------------------------------------------------------------------------------------
+def _paired(m: Any, arm: str) -> dict[float, float]:
+    a, base = curve(m, f"{arm}_partial_eta2_by_k"), curve(m, "mixed_partial_eta2_by_k")
+    return {k: a[k] - base[k] for k in sorted(set(a) & set(base))}
+
+
+def cr8_derive(claim_id: str, per_seed: Mapping[str, Any]) -> tuple[dict, dict]:
+    """Per seed: the paired curve (the ICL-finetuned model's partial eta^2 of type minus that
+    of the mixed-type ICL finetune, same pretraining and prompts, per K), its Spearman with K
+    and its rise from the smallest to the largest K; and the PT-only model paired against the
+    same mixed-type finetune (the negative control: neither infers a type). Partial eta^2
+    alone rises with K in models that infer nothing (averaging more demos shrinks the
+    residual; a demo-averager rises by 0.18-0.23), and pairing removes that shared rise."""
+    out = {}
+    for s, m in per_seed.items():
+        ft, pt = _paired(m, "ft"), _paired(m, "pt")
+        rho, rise = trend(list(ft), list(ft.values()))
+        out[str(s)] = {"paired_partial_eta2_by_k": {f"{k:g}": v for k, v in ft.items()},
+                       "paired_partial_eta2_rho_k": rho, "paired_partial_eta2_rise_k": rise,
+                       "pt_paired_partial_eta2_rise_k": trend(list(pt), list(pt.values()))[1]}
+    return out, {}
+
+
+CR8_TREND_METRICS = ("paired_partial_eta2_rho_k", "paired_partial_eta2_rise_k",
+                     "ft_exact_rise_k")
+
+
+def cr8_unreadable(claim_id: str, per_seed: Mapping[str, Any], headroom: float
+                   ) -> dict[str, dict[str, str]]:
+    """CR-8's trend conditions cannot be read on a seed without headroom: its held-out
+    output-type accuracy at K = 1 is already >= ``headroom`` (one demo fixes the type), or was
+    not measured."""
+    bad = {}
+    for s, m in per_seed.items():
+        k1 = _num(m.get("ft_output_type_acc_k1")) if isinstance(m, Mapping) else None
+        if k1 is None:
+            bad[str(s)] = "output-type accuracy at K = 1 not measured (headroom unknown)"
+        elif k1 >= headroom - 1e-12:
+            bad[str(s)] = (f"no headroom: output-type accuracy at K = 1 is already >= "
+                           f"{headroom:g}")
+    return {metric: dict(bad) for metric in CR8_TREND_METRICS} if bad else {}
+
+
+# ------------------------------------------------------------------------------------------
+# The shared-token variant: bounds written as 1/L + c
+# ------------------------------------------------------------------------------------------
+def shared_bound_unreadable(metrics: tuple[str, ...], bound: str):
+    """An ``unreadable`` hook: in the shared-token variant (claim id ending in
+    ``(shared tokens)``) the conditions on ``metrics`` cannot be read, because their bound
+    (``bound``, e.g. "1/L + 0.05") is a chance level for disjoint vocabularies and uniform
+    guesses; with shared attribute tokens an uninformed guess has the right type more often
+    (SPEC 0, "chance from the model, not from a formula": the variant's bound is a
+    within-model contrast with uninformative demos)."""
+    why = (f"the bound {bound} is chance for disjoint vocabularies; in the shared-token "
+           f"variant chance is higher and the within-model contrast with uninformative demos "
+           f"is not measured")
+
+    def hook(claim_id: str, per_seed: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+        if not str(claim_id).endswith(SHARED_SUFFIX):
+            return {}
+        return {m: {"*": why} for m in metrics}
+
+    return hook
+
+
+# ------------------------------------------------------------------------------------------
+# IR-8: decided only on a token-dependent model that solves the task
+# ------------------------------------------------------------------------------------------
+IR8_METRICS = ("tok_induction_row_step1_acc", "tok_learned_row_step1_acc",
+               "tok_head_score_minus_baseline")
+
+
+def ir8_unreadable(claim_id: str, per_seed: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """IR-8's conditions cannot be read on a seed whose token-dependent model does not solve
+    the task (``tok_solved`` not 1: SPEC 2, "if it is not solved, IR-8 is inconclusive") or
+    whose evaluation sequences repeat the query's token earlier in the context
+    (``tok_query_seen_before`` not 0: the rows at fixed offsets would not test the row to the
+    token after that occurrence)."""
+    bad = {}
+    for s, m in per_seed.items():
+        m = m if isinstance(m, Mapping) else {}
+        if _num(m.get("tok_solved")) != 1.0:
+            bad[str(s)] = "the token-dependent model does not solve the task"
+        elif _num(m.get("tok_query_seen_before")) != 0.0:
+            bad[str(s)] = "the query's token occurs earlier in the context"
+    return {metric: dict(bad) for metric in IR8_METRICS} if bad else {}
