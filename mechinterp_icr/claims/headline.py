@@ -292,8 +292,11 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
                                        dict(k.get("per_seed") or {}), k.get("meets_rule"),
                                        str(k.get("note") or "")), k))
     reason = str(claim.get("verdict_reason") or "")
-    not_measurable = claim.get("not_measurable") or (
-        reason[len("not measurable: "):] if reason.startswith("not measurable: ") else "")
+    # the stored claim-level reason (the reasons of unreadable conditions are added by
+    # decisive); a summary from before the field existed: its reason, if it was one
+    not_measurable = (str(claim.get("not_measurable") or "") if "not_measurable" in claim else
+                      reason[len("not measurable: "):] if reason.startswith("not measurable: ")
+                      else "")
     seeds = sorted({str(s) for c in conds for s in (c.get("per_seed") or {})} |
                    {str(s) for s in (claim.get("per_seed") or {})})
     verdict, kind, item = decisive(

@@ -37,7 +37,8 @@ from mechinterp_icr.claims.summary import Claim, claim_key
 __all__ = ["DECIDED", "differences", "rebuild_claim", "redecide_claim", "redecide_summary"]
 
 # what a claim entry holds that is decided (recomputed here) rather than measured
-DECIDED = ("verdict", "holds", "verdict_reason", "headline", "conditions", "controls", "mean",
+DECIDED = ("statement", "verdict", "holds", "verdict_reason", "headline", "conditions",
+           "controls", "mean",
            "ci95", "ci95_clipped", "metric", "metric_range", "threshold", "registered",
            "derived", "pooled")
 
@@ -93,7 +94,7 @@ def rebuild_claim(claim_id: str, stored: Mapping[str, Any],
     claim = Claim.from_spec(
         spec, copy.deepcopy(dict(per_seed)), controls=_controls(spec, stored),
         extra_checks={str(k): bool(v) for k, v in (stored.get("extra_checks") or {}).items()},
-        statement=str(stored.get("statement") or spec.statement),
+        statement=spec.statement,  # the statement words the registered rule
         notes=str(stored.get("notes") or ""), figure=stored.get("figure"),
         details=copy.deepcopy(stored.get("details") or {}),
         not_measurable=str(stored.get("not_measurable") or ""),

@@ -90,7 +90,10 @@ class Claim:
                    conditions=tuple(spec.conditions), registered=True, spec=spec, **kw)
 
     def values(self) -> list[float]:
-        return [m[self.metric] for m in self.per_seed.values() if self.metric in m]
+        """The headline metric per seed (a derived metric from the spec's ``derive``)."""
+        derived = self.derived()[0]
+        full = [{**m, **derived.get(str(s), {})} for s, m in self.per_seed.items()]
+        return [m[self.metric] for m in full if self.metric in m]
 
     def _conditions(self) -> tuple[Condition, ...]:
         if self.conditions:
