@@ -142,12 +142,17 @@ _PROFILE_TRAIN = click.option(
                    "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: the last of the "
                    "phase it starts from (cr), else last.")
 @_PROFILE_TRAIN
+@click.option("--preset", default=None, type=click.Choice(["tiny"]),
+              help="tiny: small sizes and step counts (seconds to a minute per phase on one "
+                   "CPU thread) for trying the workflow; --set items win over it. Without it "
+                   "the phase uses the full settings of --profile.")
 @click.option("--track", type=click.Choice(["none", "wandb"]), default="none",
               show_default=True,
               help="Also log the training metrics to Weights & Biases: offline into "
                    "OUT/wandb/ unless WANDB_MODE=online or WANDB_API_KEY is set.")
 def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...],
-          phase: str | None, init: str | None, profile: str, track: str) -> None:
+          phase: str | None, init: str | None, profile: str, preset: str | None,
+          track: str) -> None:
     """Train one phase of a model on a task, with checkpoints and metrics in OUT.
 
     For cr and ir, --phase names a phase of the papers (pretraining, each finetuning branch
@@ -177,9 +182,12 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
         if profile != "quick":
             raise ConfigError(f"--profile = {profile!r} is not allowed for --task "
                               f"{task_kind}: profiles are the cr and ir reproductions'")
+    from mechinterp_icr.experiments.presets import preset_overrides
     from mechinterp_icr.store.rundir import check_phase_name
 
     check_phase_name(phase)
+    overrides = tuple(preset_overrides(preset, task_kind, phase if task_kind in RECIPE_TASKS
+                                       else None, overrides))
     name = Path(out).resolve().name or "run"
     if task_kind in RECIPE_TASKS:
         _train_recipe(task_kind, phase, out, seed, overrides, init, profile, track)
