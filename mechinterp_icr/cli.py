@@ -346,6 +346,27 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
         click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                                "help_option_names": []})
+@click.argument("name", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def analyse(name: str | None, args: tuple[str, ...]) -> None:
+    """Run the analysis NAME (a script of analyses/ or probes/) with ARGS, from any directory:
+    `icr analyse logit_lens runs/cr --checkpoints all` is `python analyses/logit_lens.py
+    runs/cr --checkpoints all`. Without NAME (or with --help) lists the analyses;
+    `icr analyse NAME --help` prints the script's own options."""
+    from mechinterp_icr.experiments.scripts import find_script, run_script, scripts
+
+    if name in (None, "-h", "--help", "--list"):
+        click.echo("Usage: icr analyse NAME [ARGS]...  (icr analyse NAME --help: its options)")
+        for n, p in scripts().items():
+            click.echo(f"  {n:22} {p.parent.name}/{p.name}")
+        return
+    rc = run_script(find_script(name), args)
+    if rc:
+        raise SystemExit(rc)
+
+
 _TARGETS = ("cr", "ir")  # the runner's targets (tests check the two lists agree)
 
 

@@ -81,9 +81,23 @@ def main(argv=None) -> int:
                                             for k in r["k_sweep"]))
     if a.csv:
         write_csv(a.csv, res["rows"])
-    print(f"wrote {Path(res['figures']['html']).parent / 'task_vectors.json'} and "
-          f"{res['figures']['html']}")
+    folder = Path(res["figures"]["html"]).parent
+    print(f"wrote {folder / 'task_vectors.json'} and {res['figures']['html']}")
+    keep(folder, vars(a), folder / "task_vectors.json", res["figures"])
     return 0
+
+
+def keep(folder: Path, options: dict, table: Path, figures: dict) -> None:
+    """Keep the table and figures under the name of this selection and these options (the
+    latest stay task_vectors.json / task_vectors_pca.*; RUN/analyses/index.json lists all)."""
+    from mechinterp_icr.store.results import keep_result
+
+    kept = keep_result(folder, "task_vectors", options, [table])
+    for k in ("png", "html"):
+        if k in figures:
+            keep_result(folder, Path(figures[k]).stem, options, [figures[k]])
+    if kept:
+        print(f"kept as {kept[0]} (RUN/analyses/index.json lists every kept result)")
 
 
 def write_csv(path, rows) -> None:
