@@ -329,3 +329,25 @@ def print_figures(paths: dict[str, str]) -> None:
             keep(Path(paths[k]).parent, Path(paths[k]).stem, [paths[k]])
     if "png_error" in paths:  # named, never silent
         print(f"warning: {paths['png_error']}", file=sys.stderr)
+
+
+def run_caption(run, selection: str, rows: list[dict] | None = None) -> str:
+    """What a figure shows, for its title: the run's folder name and the checkpoint (its name
+    when ``rows`` hold one checkpoint, else the selection and how many)."""
+    names = list(dict.fromkeys(r["checkpoint"] for r in rows or []))
+    what = names[0] if len(names) == 1 else f"{selection} ({len(names)} checkpoints)"
+    return f"run {Path(run.path).name}, {what}"
+
+
+def save_step_figure(run, name: str, rows: list[dict], series: dict[str, str], title: str,
+                     y_title: str, group: str | None = None, y_range=None) -> None:
+    """When ``rows`` span two checkpoints or more: the metric(s) against training step, phases
+    in sequence (``viz.step_figures.step_figure``), written as ``RUN/analyses/<name>_steps``
+    (.png, .html; kept like the table) and named on stdout."""
+    if len({r["checkpoint"] for r in rows}) < 2:
+        return
+    from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.viz.step_figures import step_figure
+
+    fig = step_figure(rows, series, title, y_title, group=group, y_range=y_range)
+    print_figures(save_figure(fig, run.analyses_dir / f"{name}_steps", width=1100, height=560))

@@ -83,3 +83,25 @@ def test_two_selections_from_another_directory_leave_both_tables(induction_run, 
     index = json.loads((folder / "index.json").read_text())["logit_lens"]
     assert sorted(r["options"]["n"] for r in index["results"]) == [8, 16, 16]
     assert not list(elsewhere.iterdir())  # nothing written into the caller's directory
+
+
+def test_head_roles_names_no_head_below_the_threshold_and_draws_steps(tmp_path, elsewhere):
+    run = tmp_path / "cr"
+    r = _icr("train", "--task", "cr", "--out", run, "--phase", "pretrain", "--preset", "tiny",
+             "--set", "train.steps=20", "--set", "train.checkpoint_every=10")
+    assert r.exit_code == 0, r.output
+    r = _icr("analyse", "head_roles", run, "--checkpoints", "all", "--n", "16")
+    assert r.exit_code == 0, r.output
+    rows = json.loads((run / "analyses" / "head_roles.json").read_text())
+    for row in rows:  # a 20-step PT model moves (almost) no answer
+        for role in ("relation", "subject"):
+            assert row[f"{role}_top_head"].startswith("L")
+            want = row[f"{role}_top_head"] if row[f"{role}_moved"] >= 0.5 else "none"
+            assert row[f"{role}_head"] == want
+    assert any(row["subject_head"] == "none" for row in rows)
+    html = (run / "analyses" / "head_roles_steps.html").read_text()
+    assert "moved share" in html and "phases in sequence" in html
+    r = _icr("analyse", "head_roles", run, "--checkpoints", "last", "--n", "16",
+             "--role-threshold", "0")
+    rows = json.loads((run / "analyses" / "head_roles.json").read_text())
+    assert all(row["relation_head"] != "none" for row in rows)
