@@ -316,7 +316,10 @@ def eval_cmd(run: str, selection: str | None, batches: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--verify", is_flag=True,
               help="Also read every weights file and check its SHA-256 (slower).")
-def checkpoints(run: str, as_json: bool, verify: bool) -> None:
+@click.option("--metrics", "shown", default=None, metavar="all|NAME,...",
+              help="Metrics shown: all, or names joined by commas [default: the first 4, and "
+                   "how many more there are].")
+def checkpoints(run: str, as_json: bool, verify: bool, shown: str | None) -> None:
     """List the checkpoints of RUN (phase, step, metrics at that step); a damaged one (bad
     sidecar, weights missing, of the wrong size, not a regular file; with --verify also a
     wrong hash) is listed with its problem instead of its metrics."""
@@ -337,10 +340,11 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    from mechinterp_icr.pipeline import metric_lines
+
+    lines = metric_lines([r["metrics"] for r in rows], shown)
     click.echo(f"{'name':28} {'phase':18} {'step':>8}  metrics")
-    for r in rows:
-        m = ", ".join(f"{k}={v:.3g}" for k, v in list(r["metrics"].items())[:4]
-                      if isinstance(v, (int, float)))
+    for r, m in zip(rows, lines):
         if "problem" in r:
             m = "DAMAGED: " + " ".join(r["problem"].split())
         click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")

@@ -105,3 +105,26 @@ def test_head_roles_names_no_head_below_the_threshold_and_draws_steps(tmp_path, 
              "--role-threshold", "0")
     rows = json.loads((run / "analyses" / "head_roles.json").read_text())
     assert all(row["relation_head"] != "none" for row in rows)
+
+
+def test_ir_rows_print_no_transformerlens_chatter(tmp_path, elsewhere, capfd):
+    run = tmp_path / "ir"
+    r = _icr("train", "--task", "ir", "--out", run, "--phase", "raw-pgd", "--preset", "tiny")
+    assert r.exit_code == 0, r.output
+    r = _icr("analyse", "ir_attention_rows", run, "--checkpoints", "all", "--n", "16")
+    assert r.exit_code == 0, r.output
+    assert "Moving model" not in r.output + "".join(capfd.readouterr())
+
+
+def test_checkpoints_never_cut_metrics_silently(induction_run):
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.pipeline import metric_lines
+
+    m = [{"a": 1.0, "b": 2, "c": 3, "d": 4, "e": 5, "note": "x"}, {"a": 0.5}]
+    assert metric_lines(m, None) == ["a=1, b=2, c=3, d=4 (+1 more: --metrics all)", "a=0.5"]
+    assert metric_lines(m, "all")[0].endswith("e=5")
+    assert metric_lines(m, "e,a") == ["e=5, a=1", "a=0.5"]
+    with pytest.raises(ConfigError, match="'zz'.*among a, b, c, d, e"):
+        metric_lines(m, "zz")
+    r = _icr("checkpoints", induction_run, "--metrics", "nope")
+    assert r.exit_code == 2 and "--metrics = 'nope' is not allowed" in r.output
