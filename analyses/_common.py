@@ -191,8 +191,23 @@ def _text(v) -> str:
     return "" if v is None else str(v)
 
 
+def _options() -> dict:
+    """The options the script parsed (the kept results' names carry them)."""
+    return dict(vars(_parsed[0])) if _parsed else {}
+
+
+def keep(folder: Path, name: str, files) -> list[Path]:
+    """Keep the latest ``files`` of analysis ``name`` under the name of this selection and
+    these options (``store.results.keep_result``; RUN/analyses/index.json lists them)."""
+    from mechinterp_icr.store.results import keep_result
+
+    return keep_result(folder, name, _options(), files)
+
+
 def save_json(run, name: str, rows: list[dict]) -> Path:
-    """Write ``rows`` to ``RUN/analyses/<name>.json``."""
+    """Write ``rows`` to ``RUN/analyses/<name>.json`` (the latest result) and keep a copy
+    named after the selection and options (:func:`keep`): another selection's table is never
+    replaced."""
     from mechinterp_icr.store.io import atomic_write_text
     from mechinterp_icr.store.rundir import RunDir
 
@@ -202,7 +217,16 @@ def save_json(run, name: str, rows: list[dict]) -> Path:
         fail(f"nothing to write: no rows for {out}; the previous file is unchanged")
     atomic_write_text(out, json.dumps(strict_json(rows), indent=2, default=str,
                                       allow_nan=False))
+    _kept[:] = keep(out.parent, name, [out])
     return out
+
+
+_kept: list = []  # the kept copy of the table save_json wrote last
+
+
+def _wrote(out: Path) -> str:
+    kept = f"; kept as {_kept[0].name} (index.json lists every result)" if _kept else ""
+    return f"wrote {out}{kept}"
 
 
 def strict_json(x):
@@ -243,7 +267,7 @@ def write_table(run, name: str, rows: list[dict], cols: list[str], csv: str | No
     """:func:`save_json` then :func:`print_table`."""
     out = save_json(run, name, rows)
     print_table(rows, cols, labels, csv)
-    print(f"wrote {out}")
+    print(_wrote(out))
     return out
 
 
@@ -292,7 +316,7 @@ def write_guarded_table(run, name: str, rows: list[dict], labels: dict[str, str]
     out = save_json(run, name, rows)
     shown = [r if r["gap"] >= min_gap else dict(r, **{k: "n/a" for k in keys}) for r in rows]
     print_table(shown, list(labels), labels, csv)
-    print(f"recoveries where the logit gap is below {min_gap:g} are shown as n/a; wrote {out}")
+    print(f"recoveries where the logit gap is below {min_gap:g} are shown as n/a; {_wrote(out)}")
     return out
 
 
@@ -300,5 +324,30 @@ def print_figures(paths: dict[str, str]) -> None:
     """One line naming the figure files ``viz.figures.save_figure`` wrote (and why there is
     no PNG, when kaleido failed)."""
     print("figures: " + ", ".join(paths[k] for k in ("png", "html") if k in paths))
+    for k in ("png", "html"):
+        if k in paths:
+            keep(Path(paths[k]).parent, Path(paths[k]).stem, [paths[k]])
     if "png_error" in paths:  # named, never silent
         print(f"warning: {paths['png_error']}", file=sys.stderr)
+
+
+def run_caption(run, selection: str, rows: list[dict] | None = None) -> str:
+    """What a figure shows, for its title: the run's folder name and the checkpoint (its name
+    when ``rows`` hold one checkpoint, else the selection and how many)."""
+    names = list(dict.fromkeys(r["checkpoint"] for r in rows or []))
+    what = names[0] if len(names) == 1 else f"{selection} ({len(names)} checkpoints)"
+    return f"run {Path(run.path).name}, {what}"
+
+
+def save_step_figure(run, name: str, rows: list[dict], series: dict[str, str], title: str,
+                     y_title: str, group: str | None = None, y_range=None) -> None:
+    """When ``rows`` span two checkpoints or more: the metric(s) against training step, phases
+    in sequence (``viz.step_figures.step_figure``), written as ``RUN/analyses/<name>_steps``
+    (.png, .html; kept like the table) and named on stdout."""
+    if len({r["checkpoint"] for r in rows}) < 2:
+        return
+    from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.viz.step_figures import step_figure
+
+    fig = step_figure(rows, series, title, y_title, group=group, y_range=y_range)
+    print_figures(save_figure(fig, run.analyses_dir / f"{name}_steps", width=1100, height=560))

@@ -9,10 +9,20 @@ CR: the corrupted answer is the query subject's attribute of another type (type 
 induction: the answer of an independent prompt. The components sum to the model's logit
 (difference) for models without a final norm (printed per checkpoint). Writes RUN/analyses/
 dla.json, .png (a bar per component and checkpoint; --metric chooses the plotted value) and
-.html; --csv PATH.
+.html, and over two checkpoints or more dla_steps.png / .html (each component's attribution
+against training step, phases in sequence); --csv PATH.
 """
 
-from _common import checkpoint_rows, open_prompts, parser, print_figures, run_main, write_table
+from _common import (
+    checkpoint_rows,
+    open_prompts,
+    parser,
+    print_figures,
+    run_caption,
+    run_main,
+    save_step_figure,
+    write_table,
+)
 
 KINDS = ("cr", "induction", "ir")
 COLUMNS = {"checkpoint": "checkpoint", "step": "step", "component": "component",
@@ -47,10 +57,13 @@ def main() -> None:
     key = {"diff": "diff_attr", "logit": "logit_attr"}[a.metric]
     kind = type(cfg.task).kind
     what = "logit difference answer - corrupted answer" if a.metric == "diff" else "answer logit"
-    fig = dla_figure(rows, key, f"Direct logit attribution to the {what} ({kind} run, {a.n} "
-                                "prompts, at the answer position)", f"{what} (mean)")
+    where = f"{kind} {run_caption(run, a.checkpoints, rows)}, {a.n} prompts"
+    fig = dla_figure(rows, key, f"Direct logit attribution to the {what} ({where}, at the "
+                                "answer position)", f"{what} (mean)")
     paths = save_figure(fig, run.analyses_dir / "dla", width=1100, height=560)
     print_figures(paths)
+    save_step_figure(run, "dla", rows, {"": key}, f"Direct logit attribution to the {what} "
+                     f"against training step ({where})", f"{what} (mean)", group="component")
 
 
 if __name__ == "__main__":

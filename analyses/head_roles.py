@@ -7,6 +7,12 @@ A recovery divides by the model's own source-minus-base logit difference; where 
 below --min-gap (the checkpoint barely tells the pair apart, e.g. before finetuning) or
 negative (the source prompt does not prefer its own answer), the recovery is printed as n/a
 (the JSON keeps the raw number and the gap; --csv holds the printed table).
+
+A role is named only where its best head moves at least --role-threshold of the prompts'
+answers to the source's (the moved share, CR-5's measure; default 0.5): otherwise the head is
+"none" (the JSON keeps the best head as relation_top_head / subject_top_head). Over two
+checkpoints or more head_roles_steps.png / .html draws both moved shares against training
+step, phases in sequence.
 """
 
 from _common import (
@@ -16,8 +22,10 @@ from _common import (
     open_run,
     parser,
     print_table,
+    run_caption,
     run_main,
     save_json,
+    save_step_figure,
     setup,
 )
 
@@ -34,6 +42,9 @@ def main() -> None:
     ap.add_argument("--min-gap", type=finite_float, default=0.5,
                     help="smallest source - base logit difference for which a recovery is "
                          "shown (default 0.5)")
+    ap.add_argument("--role-threshold", type=finite_float, default=0.5,
+                    help="smallest moved share for which a head is named Relation or Subject "
+                         "head; below it the role's head is 'none' (default 0.5)")
     a = ap.parse_args()
     setup(a)
     run, _, task = open_run(a.run, CR, a.checkpoints)
@@ -49,13 +60,17 @@ def main() -> None:
         rel = int(np.argmax([r["recovery_all_pos"] for r in t]))
         sub = int(np.argmax([r["recovery_all_pos"] for r in s]))
         name = [f"L{r['layer']}H{r['head']}" for r in t]
-        return {"relation_head": name[rel], "relation_recovery": t[rel]["recovery_all_pos"],
+        named = {role: name[i] if x[i]["moved_all_pos"] >= a.role_threshold else "none"
+                 for role, i, x in (("relation", rel, t), ("subject", sub, s))}
+        return {"relation_head": named["relation"], "relation_top_head": name[rel],
+                "relation_recovery": t[rel]["recovery_all_pos"],
                 "relation_moved": t[rel]["moved_all_pos"],
                 "type_gap": t[0]["metric_source"] - t[0]["metric_base"],
-                "subject_head": name[sub], "subject_recovery": s[sub]["recovery_all_pos"],
+                "subject_head": named["subject"], "subject_top_head": name[sub],
+                "subject_recovery": s[sub]["recovery_all_pos"],
                 "subject_moved": s[sub]["moved_all_pos"],
                 "subject_gap": s[0]["metric_source"] - s[0]["metric_base"],
-                "distinct": rel != sub}
+                "distinct": "none" not in named.values() and rel != sub}
 
     rows = []
     for name in checkpoints(run, a.checkpoints):
@@ -71,6 +86,14 @@ def main() -> None:
     print_table(shown, list(COLUMNS), COLUMNS, a.csv)
     print(f"recoveries where the logit gap is below {a.min_gap:g} are shown as n/a; "
           f"wrote {out}")
+    print(f"a role's head is 'none' where no head moves {a.role_threshold:g} of the answers")
+    save_step_figure(run, "head_roles", rows, {"Relation (type pairs), best head's moved share":
+                                               "relation_moved",
+                                               "Subject (subject pairs), best head's moved share":
+                                               "subject_moved"},
+                     f"Head roles against training step (CR {run_caption(run, a.checkpoints, rows)}"
+                     f", {a.n} pairs)", "moved share (answers moved to the source's)",
+                     y_range=(0, 1.02))
     big = [x for x in shown for k in ("relation_recovery", "subject_recovery")
            if isinstance(x[k], float) and not -0.2 <= x[k] <= 1.2]
     if big:

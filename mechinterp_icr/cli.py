@@ -142,12 +142,17 @@ _PROFILE_TRAIN = click.option(
                    "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: the last of the "
                    "phase it starts from (cr), else last.")
 @_PROFILE_TRAIN
+@click.option("--preset", default=None, type=click.Choice(["tiny"]),
+              help="tiny: small sizes and step counts (seconds to a minute per phase on one "
+                   "CPU thread) for trying the workflow; --set items win over it. Without it "
+                   "the phase uses the full settings of --profile.")
 @click.option("--track", type=click.Choice(["none", "wandb"]), default="none",
               show_default=True,
               help="Also log the training metrics to Weights & Biases: offline into "
                    "OUT/wandb/ unless WANDB_MODE=online or WANDB_API_KEY is set.")
 def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...],
-          phase: str | None, init: str | None, profile: str, track: str) -> None:
+          phase: str | None, init: str | None, profile: str, preset: str | None,
+          track: str) -> None:
     """Train one phase of a model on a task, with checkpoints and metrics in OUT.
 
     For cr and ir, --phase names a phase of the papers (pretraining, each finetuning branch
@@ -177,9 +182,12 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
         if profile != "quick":
             raise ConfigError(f"--profile = {profile!r} is not allowed for --task "
                               f"{task_kind}: profiles are the cr and ir reproductions'")
+    from mechinterp_icr.experiments.presets import preset_overrides
     from mechinterp_icr.store.rundir import check_phase_name
 
     check_phase_name(phase)
+    overrides = tuple(preset_overrides(preset, task_kind, phase if task_kind in RECIPE_TASKS
+                                       else None, overrides))
     name = Path(out).resolve().name or "run"
     if task_kind in RECIPE_TASKS:
         _train_recipe(task_kind, phase, out, seed, overrides, init, profile, track)
@@ -308,7 +316,10 @@ def eval_cmd(run: str, selection: str | None, batches: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--verify", is_flag=True,
               help="Also read every weights file and check its SHA-256 (slower).")
-def checkpoints(run: str, as_json: bool, verify: bool) -> None:
+@click.option("--metrics", "shown", default=None, metavar="all|NAME,...",
+              help="Metrics shown: all, or names joined by commas [default: the first 4, and "
+                   "how many more there are].")
+def checkpoints(run: str, as_json: bool, verify: bool, shown: str | None) -> None:
     """List the checkpoints of RUN (phase, step, metrics at that step); a damaged one (bad
     sidecar, weights missing, of the wrong size, not a regular file; with --verify also a
     wrong hash) is listed with its problem instead of its metrics."""
@@ -329,13 +340,35 @@ def checkpoints(run: str, as_json: bool, verify: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    from mechinterp_icr.pipeline import metric_lines
+
+    lines = metric_lines([r["metrics"] for r in rows], shown)
     click.echo(f"{'name':28} {'phase':18} {'step':>8}  metrics")
-    for r in rows:
-        m = ", ".join(f"{k}={v:.3g}" for k, v in list(r["metrics"].items())[:4]
-                      if isinstance(v, (int, float)))
+    for r, m in zip(rows, lines):
         if "problem" in r:
             m = "DAMAGED: " + " ".join(r["problem"].split())
         click.echo(f"{r['name']:28} {r['phase']:18} {r['step']:>8}  {m}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False,
+                                "help_option_names": []})
+@click.argument("name", required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def analyse(name: str | None, args: tuple[str, ...]) -> None:
+    """Run the analysis NAME (a script of analyses/ or probes/) with ARGS, from any directory:
+    `icr analyse logit_lens runs/cr --checkpoints all` is `python analyses/logit_lens.py
+    runs/cr --checkpoints all`. Without NAME (or with --help) lists the analyses;
+    `icr analyse NAME --help` prints the script's own options."""
+    from mechinterp_icr.experiments.scripts import find_script, run_script, scripts
+
+    if name in (None, "-h", "--help", "--list"):
+        click.echo("Usage: icr analyse NAME [ARGS]...  (icr analyse NAME --help: its options)")
+        for n, p in scripts().items():
+            click.echo(f"  {n:22} {p.parent.name}/{p.name}")
+        return
+    rc = run_script(find_script(name), args)
+    if rc:
+        raise SystemExit(rc)
 
 
 _TARGETS = ("cr", "ir")  # the runner's targets (tests check the two lists agree)

@@ -49,7 +49,7 @@ from mechinterp_icr.training.loop import (
 __all__ = ["resolve_run_config", "complete_model_config", "task_build_bytes", "model_for_task",
            "train_single_phase", "evaluate_run", "load_run_model", "MAX_EVAL_BATCHES",
            "main_phase", "resolve_selection", "parse_init", "task_metrics",
-           "check_phase_settings", "init_state", "format_eval",
+           "check_phase_settings", "init_state", "format_eval", "metric_lines",
            "trainable_names"]
 
 MAX_EVAL_BATCHES = 10_000
@@ -463,3 +463,25 @@ def format_eval(rows: list[dict]) -> list[str]:
                 lines.append("  " + name.ljust(width) + "".join(
                     (f"{d[k]:.3f}" if k in d else "").rjust(8) for k in ks))
     return lines
+
+
+def metric_lines(metrics: list[dict], shown: str | None) -> list[str]:
+    """``icr checkpoints``'s metrics column, one line per checkpoint's ``metrics``: the
+    first 4 numbers and how many more there are (``shown`` None), every one (``all``) or the
+    comma-joined names of ``shown`` (one no checkpoint has is refused, naming those there
+    are): never a silent cut."""
+    nums = [{k: v for k, v in m.items() if isinstance(v, (int, float))} for m in metrics]
+    have = list(dict.fromkeys(k for n in nums for k in n))
+    want = None if shown in (None, "all") else [k.strip() for k in shown.split(",")]
+    bad = [k for k in want or [] if k not in have]
+    if bad or want == []:
+        raise ConfigError(f"--metrics = {shown!r} is not allowed: expected all or names "
+                          f"joined by commas among {', '.join(have) or '(none recorded)'}")
+    out = []
+    for n in nums:
+        keys = list(n)[:4] if shown is None else list(n) if want is None else [
+            k for k in want if k in n]
+        more = len(n) - len(keys) if shown is None else 0
+        out.append(", ".join(f"{k}={n[k]:.3g}" for k in keys)
+                   + (f" (+{more} more: --metrics all)" if more else ""))
+    return out

@@ -6,8 +6,9 @@
 Prints, per checkpoint, the boundary chosen on the dev split and the test accuracy of the
 top-PC and full probes (and, unless --quick, transfer, label-shuffle and random-direction
 controls, type variance share). Writes RUN/analyses/task_vectors.json and a PCA (or UMAP)
-scatter. All computation lives in mechinterp_icr.experiments.cr.taskvec; RUN must be a CR
-run (task kind cr).
+scatter; over two checkpoints or more also task_vectors_steps.png / .html (probe accuracies
+and eta^2 against training step, phases in sequence). All computation lives in
+mechinterp_icr.experiments.cr.taskvec; RUN must be a CR run (task kind cr).
 """
 
 import argparse
@@ -81,9 +82,47 @@ def main(argv=None) -> int:
                                             for k in r["k_sweep"]))
     if a.csv:
         write_csv(a.csv, res["rows"])
-    print(f"wrote {Path(res['figures']['html']).parent / 'task_vectors.json'} and "
-          f"{res['figures']['html']}")
+    folder = Path(res["figures"]["html"]).parent
+    print(f"wrote {folder / 'task_vectors.json'} and {res['figures']['html']}")
+    keep(folder, vars(a), folder / "task_vectors.json", res["figures"])
+    steps = step_figures(res["rows"], folder, a)
+    if steps:
+        print("figures: " + ", ".join(steps[k] for k in ("png", "html") if k in steps))
+        keep(folder, vars(a), None, steps)
     return 0
+
+
+SERIES = {"top-PC probe accuracy (test)": "acc_pc", "full probe accuracy (test)": "acc_full",
+          "eta^2: type share of variance": "eta2",
+          "label-shuffle control (top-PC)": "acc_shuffle_pc"}
+
+
+def step_figures(rows, folder: Path, a) -> dict:
+    """The probe accuracies and eta^2 against training step (phases in sequence), when the
+    selection holds two checkpoints or more: the paths written ({} otherwise)."""
+    if len(rows) < 2:
+        return {}
+    from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.viz.step_figures import step_figure
+
+    title = (f"Type probes on held-out task vectors against training step (run "
+             f"{Path(a.run).resolve().name}, {a.checkpoints} ({len(rows)} checkpoints), "
+             f"boundary chosen per checkpoint)")
+    fig = step_figure(rows, SERIES, title, "accuracy / variance share", y_range=(0, 1.02))
+    return save_figure(fig, folder / "task_vectors_steps", width=1100, height=560)
+
+
+def keep(folder: Path, options: dict, table: Path, figures: dict) -> None:
+    """Keep the table and figures under the name of this selection and these options (the
+    latest stay task_vectors.json / task_vectors_pca.*; RUN/analyses/index.json lists all)."""
+    from mechinterp_icr.store.results import keep_result
+
+    kept = keep_result(folder, "task_vectors", options, [table]) if table else []
+    for k in ("png", "html"):
+        if k in figures:
+            keep_result(folder, Path(figures[k]).stem, options, [figures[k]])
+    if kept:
+        print(f"kept as {kept[0]} (RUN/analyses/index.json lists every kept result)")
 
 
 def write_csv(path, rows) -> None:

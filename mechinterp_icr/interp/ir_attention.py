@@ -145,8 +145,8 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
     K = task.cfg.n_pairs
     ev = task.sample(batch_rng(seed, "ir-attention-rows", 0), n_eval, split="eval")
     rows = []
-    for ck, model in run.iter_models(selection, lambda: build().to("cpu")):
-        model = model.to("cpu")
+    for ck, model in run.iter_models(selection, lambda: build().to("cpu", print_details=False)):
+        model = model.to("cpu", print_details=False)
         logits = model(ev.tokens)[:, 2 * K: 2 * K + 2]
         r1, r2 = hooked_rows(model, ev.tokens, K)
         rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step,
@@ -371,8 +371,8 @@ def overwrite_rows_across_checkpoints(run_path, selection: str = "all", n_each: 
                           "overwrite; expected 2 (rows over (s1, a1, s2, a2, s3))")
     batches = confusion_batches(task, n_each, seed)
     rows = []
-    for ck, model in run.iter_models(selection, lambda: build().to("cpu")):
-        model = model.to("cpu")
+    for ck, model in run.iter_models(selection, lambda: build().to("cpu", print_details=False)):
+        model = model.to("cpu", print_details=False)
         t = overwrite_row_table(model, batches, None, deltas)
         rows.append({"checkpoint": ck.name, "phase": ck.phase, "step": ck.step, **t})
     return rows

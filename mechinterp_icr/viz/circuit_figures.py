@@ -34,10 +34,11 @@ def _order(rows) -> list[str]:
     return list(dict.fromkeys(r["checkpoint"] for r in rows))
 
 
-def lens_figure(rows: list[dict], title: str):
+def lens_figure(rows: list[dict], title: str, final_norm: bool = True):
     """Rows ``{"checkpoint", "layer", "layer_index", "answer_prob", "top1_acc"}``: two panels
     (answer probability, top-1 accuracy) against the residual-stream point, one line per
-    checkpoint."""
+    checkpoint; the axis names the final norm only for a model that has one
+    (``final_norm``)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -52,7 +53,8 @@ def lens_figure(rows: list[dict], title: str):
                                      showlegend=col == 1, line={"color": colour}),
                           row=1, col=col)
     for col in (1, 2):
-        fig.update_xaxes(title_text="residual stream point (final norm + unembedding)",
+        through = "final norm + unembedding" if final_norm else "unembedding; no final norm"
+        fig.update_xaxes(title_text=f"residual stream point ({through})",
                          type="category", row=1, col=col)
         fig.update_yaxes(range=[0, 1.02], row=1, col=col)
     fig.update_yaxes(title_text="answer probability", row=1, col=1)

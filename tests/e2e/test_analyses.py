@@ -198,3 +198,13 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
         assert '"sliders"' in html.read_text()  # the slider over checkpoints
     if chromium_path():  # kaleido writes PNGs only with a system Chromium
         assert (run / "analyses" / f"{name}.png").stat().st_size > 1000
+    if name in ("logit_lens", "dla"):  # the metric against training step, phases in sequence
+        steps = run / "analyses" / f"{name}_steps"
+        text = steps.with_suffix(".html").read_text()
+        assert "against training step" in text and "phases in sequence" in text
+        assert f"run {run.name}, first,last (2 checkpoints)" in text  # run and checkpoints
+        if chromium_path():
+            from PIL import Image
+
+            png = Image.open(steps.with_suffix(".png")).convert("RGB")
+            assert png.size[0] >= 1000 and len(png.getcolors(1 << 20)) > 20  # not blank
