@@ -126,7 +126,7 @@ def _side(cond, meet: bool, i: int) -> float:
 # finetune, the PT-only model flat with it) and headroom at K = 1
 _KS = ("1", "2", "3", "4", "6", "8")
 DERIVE_INPUTS = {
-    "CR-2": {"heldout_icl_exact_by_K": {k: 0.9 + 0.01 * i for i, k in enumerate(_KS)}},
+    "CR-2": {"heldout_icl_exact_by_K": {str(k): 0.9 + 0.01 * k for k in range(1, 9)}},
     "CR-8": {"ft_partial_eta2_by_k": {k: 0.3 + 0.1 * i for i, k in enumerate(_KS)},
              "mixed_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),
              "pt_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),
@@ -152,8 +152,11 @@ def registry_summary(seeds=(0, 1, 2, 3, 4), registry=None) -> dict:
                     for i, s in enumerate(seeds)}
         for m in per_seed.values():  # the curves a spec's derive reads
             m.update(DERIVE_INPUTS.get(spec.id, {}))
-        controls = [evaluate_control(cs, {str(s): _side(cs.condition, cs.kind == "positive", i)
-                                          for i, s in enumerate(seeds)})
-                    for cs in spec.controls]
+        derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+        controls = [evaluate_control(cs, {
+            str(s): (derived[str(s)][cs.condition.metric]
+                     if cs.condition.metric in derived.get(str(s), {})
+                     else _side(cs.condition, cs.kind == "positive", i))
+            for i, s in enumerate(seeds)}) for cs in spec.controls]
         summary.add(Claim.from_spec(spec, per_seed, controls=controls))
     return json.loads(json.dumps(summary.to_dict()))

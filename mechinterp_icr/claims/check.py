@@ -191,4 +191,23 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
         problems += _protocol(cid, c, min_seeds)
         if registry and registered_id(cid):
             problems += _registry(cid, c)
+            problems += _decided(cid, c, summary.get("seeds"))
     return problems
+
+
+def _decided(cid: str, c: Mapping[str, Any], seeds) -> list[str]:
+    """The stored verdict against what the claim's stored measurements give under its
+    registered spec (``icr redecide``: derived statistics, unreadable seeds, extra checks and
+    the not-measurable reason included), so a hand-edited curve, value or verdict is found
+    whatever its verdict."""
+    from mechinterp_icr.claims.redecide import redecide_claim
+
+    try:
+        new = redecide_claim(cid, c, [str(s) for s in seeds] if isinstance(seeds, list)
+                             else None)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        return [f"{cid}: its measurements cannot be redecided ({type(e).__name__}: {e})"]
+    if new.get("verdict") != c.get("verdict"):
+        return [f"{cid}: stored verdict {c.get('verdict')!r}, its stored measurements under "
+                f"the registered spec give {new.get('verdict')!r} (icr redecide)"]
+    return []

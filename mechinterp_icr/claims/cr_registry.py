@@ -141,7 +141,7 @@ CR_SPECS = (
         # finetuning K ~ U[finetune_k_min, finetune_k_max or max_demos] per batch; held-out
         # ICL evaluated at every K of eval_ks (the K condition uses K >= 2)
         hyperparameters=MAIN_RUN,
-        derive=cr2_derive,
+        derive=lambda cid, per_seed: cr2_derive(cid, per_seed, MAIN_RUN["eval_ks"]),
     ),
     ClaimSpec(
         "CR-3",
@@ -196,7 +196,7 @@ CR_SPECS = (
         # the shared-token variant's sharing rate (scripts/cr_shared_rate.py, chosen from the
         # ideal reader on task seeds 100-119 before any training; docs/registry.md, change log)
         hyperparameters={**MAIN_RUN, **TASKVEC, "shared_variant_share": 0.8},
-        derive=cr8_derive,
+        derive=lambda cid, per_seed: cr8_derive(cid, per_seed, TASKVEC["taskvec.ks"]),
         unreadable=lambda cid, per_seed: cr8_unreadable(cid, per_seed, CR8_HEADROOM),
     ),
     ClaimSpec(

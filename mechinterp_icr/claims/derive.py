@@ -97,33 +97,53 @@ def mean_curve(per_seed: Mapping[str, Any], key: str, x_min: float = -math.inf
 CR2_K_MIN = 2  # "between consecutive evaluated K from 2 to max_demos"
 
 
-def cr2_derive(claim_id: str, per_seed: Mapping[str, Any]) -> tuple[dict, dict]:
-    """CR-2's pooled statistic: the largest drop between consecutive K (>= 2) of the seed-mean
-    held-out ICL exact curve (``heldout_icl_exact_by_K``). A maximum over seven noisy
+def covers(c: Mapping[float, float], ks) -> bool:
+    """Whether the curve ``c`` has a number at every x of ``ks``."""
+    return all(float(k) in c for k in ks)
+
+
+def cr2_derive(claim_id: str, per_seed: Mapping[str, Any], ks) -> tuple[dict, dict]:
+    """CR-2's pooled statistic: the largest drop between consecutive K (>= 2, of the registered
+    evaluated ``ks``) of the seed-mean held-out ICL exact curve (``heldout_icl_exact_by_K``);
+    NaN (cannot be read) unless every seed has a number at every such K, so a point missing on
+    one seed cannot drop out of everyone's mean and hide a dip. A maximum over seven noisy
     differences per seed is a tail statistic the machine's rounding moves by more than the
     0.02 tolerance; the seed-mean curve's is not (SPEC 0, "robust to the machine")."""
-    mc = mean_curve(per_seed, "heldout_icl_exact_by_K", CR2_K_MIN)
+    want = [float(k) for k in ks if float(k) >= CR2_K_MIN]
+    curves = [curve(m, "heldout_icl_exact_by_K") for m in per_seed.values()]
+    if not curves or len(want) < 2 or not all(covers(c, want) for c in curves):
+        return {}, {"mean_curve_max_drop_over_k": float("nan")}
+    mc = {k: float(np.mean([c[k] for c in curves])) for k in want}
     return {}, {"mean_curve_max_drop_over_k": max_drop(list(mc), list(mc.values()))}
 
 
 # ------------------------------------------------------------------------------------------
 # CR-8: the paired partial eta^2 curve (finetuned minus mixed-type finetune) over K
 # ------------------------------------------------------------------------------------------
-def _paired(m: Any, arm: str) -> dict[float, float]:
+def _paired(m: Any, arm: str, ks) -> dict[float, float]:
+    """The arm's partial eta^2 minus the mixed-type finetune's per K of ``ks``; {} unless both
+    have a number at every registered K (a curve on fewer points would read a Spearman of 1
+    from two points, or a rise from a K other than the first)."""
     a, base = curve(m, f"{arm}_partial_eta2_by_k"), curve(m, "mixed_partial_eta2_by_k")
-    return {k: a[k] - base[k] for k in sorted(set(a) & set(base))}
+    want = sorted(float(k) for k in ks)
+    if not (covers(a, want) and covers(base, want)):
+        return {}
+    return {k: a[k] - base[k] for k in want}
 
 
-def cr8_derive(claim_id: str, per_seed: Mapping[str, Any]) -> tuple[dict, dict]:
+def cr8_derive(claim_id: str, per_seed: Mapping[str, Any], ks) -> tuple[dict, dict]:
     """Per seed: the paired curve (the ICL-finetuned model's partial eta^2 of type minus that
     of the mixed-type ICL finetune, same pretraining and prompts, per K), its Spearman with K
     and its rise from the smallest to the largest K; and the PT-only model paired against the
     same mixed-type finetune (the negative control: neither infers a type). Partial eta^2
     alone rises with K in models that infer nothing (averaging more demos shrinks the
-    residual; a demo-averager rises by 0.18-0.23), and pairing removes that shared rise."""
+    residual; a demo-averager rises by 0.18-0.23), and pairing removes that shared rise. Both
+    arms must be measured at every registered K (``ks``, taskvec.ks); otherwise the seed's
+    statistics are NaN (cannot be read). The rise is from the smallest to the largest of
+    ``ks``."""
     out = {}
     for s, m in per_seed.items():
-        ft, pt = _paired(m, "ft"), _paired(m, "pt")
+        ft, pt = _paired(m, "ft", ks), _paired(m, "pt", ks)
         rho, rise = trend(list(ft), list(ft.values()))
         out[str(s)] = {"paired_partial_eta2_by_k": {f"{k:g}": v for k, v in ft.items()},
                        "paired_partial_eta2_rho_k": rho, "paired_partial_eta2_rise_k": rise,

@@ -116,10 +116,36 @@ def _interval(values: list[float], metric: str) -> tuple[float, float, bool]:
 
 
 def condition_phrase(cond: Condition, per_seed: Mapping[str, Any], *,
-                     negative: bool = False) -> str:
+                     negative: bool = False, unreadable: Mapping[str, Any] | None = None,
+                     pooled: Any = None) -> str:
     """``cond``'s seed rule applied to ``per_seed`` (seed -> value), in words, with the
     number that decides it. ``negative``: worded for a negative control, which misbehaves
-    when it meets ``cond`` (under the every-seed rule: on any seed)."""
+    when it meets ``cond`` (under the every-seed rule: on any seed). ``unreadable`` (seed ->
+    why; ``"*"``: every seed) names seeds that cannot be read: they are neither the deciding
+    value nor counted as failing. ``pooled``: the one number of a ``pooled`` rule."""
+    op, thr = cond.op, cond.threshold
+    if cond.rule == "pooled":
+        v = _num(pooled)
+        if v is None:
+            return "over the seeds together: cannot be computed"
+        met = compare(v, op, thr)
+        return (f"over the seeds together: {_f(v)} {op if met else _NEG_OP[op]} {thr:g}"
+                + ("" if met else f" (needs {op} {thr:g})"))
+    bad = {str(s): str(r) for s, r in (unreadable or {}).items() if r != "no value"}
+    if "*" in bad:
+        return f"cannot be read ({bad['*']})"
+    tail = ""
+    if bad:
+        reasons = sorted(set(bad.values()))
+        tail = (f"; cannot be read on seed{'s' if len(bad) > 1 else ''} {_seeds(list(bad))} "
+                f"({'; '.join(reasons)})")
+        per_seed = {s: v for s, v in per_seed.items() if str(s) not in bad}
+        if not per_seed:
+            return tail[2:]
+    return _seed_rule_phrase(cond, per_seed, negative) + tail
+
+
+def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bool) -> str:
     vals = _values(per_seed)
     n = len(vals)
     missing = [s for s, v in vals.items() if v is None]
@@ -266,7 +292,9 @@ def condition_text(cond: Condition | None, entry: Mapping[str, Any]) -> str:
     label, seed rule and deciding number."""
     if cond is None:
         return str(entry.get("condition", "?"))
-    return f"{_label(cond)}, {condition_phrase(cond, entry.get('per_seed') or {})}"
+    return f"{_label(cond)}, " + condition_phrase(
+        cond, entry.get("per_seed") or {}, unreadable=entry.get("unreadable"),
+        pooled=entry.get("pooled_value"))
 
 
 def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:

@@ -222,6 +222,15 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
     they already do, None between; under ``pooled`` the one number ``pooled`` (None or NaN:
     unreadable) is compared."""
     vals = _values(per_seed, cond.metric)
+    if cond.rule == "pooled":  # one number over the seeds: no per-seed values of its own
+        value = None if _missing(pooled) else float(pooled)
+        bad = {str(s): str(r) for s, r in (unreadable or {}).items()}
+        if value is None:
+            bad.setdefault("*", "the pooled value cannot be computed")
+        met = None if bad else compare(value, cond.op, cond.threshold)
+        return {"condition": cond.describe(), "value": float("nan") if value is None else value,
+                "met": met, "per_seed": {}, "missing": [], "unreadable": dict(sorted(bad.items())),
+                "pooled_value": value, **cond.fields()}
     missing = sorted(s for s, v in vals.items() if _missing(v))
     bad = {s: "no value" for s in missing}
     bad.update(_unreadable_seeds(unreadable, vals))
@@ -229,13 +238,7 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
     ok = {s: compare(v, cond.op, cond.threshold) for s, v in readable.items()}
     mean = _mean([float(v) for v in readable.values()])
     n = len(vals)
-    if cond.rule == "pooled":
-        value = None if _missing(pooled) else float(pooled)
-        met = None if value is None else compare(value, cond.op, cond.threshold)
-        if value is None:
-            bad = {"*": "the pooled value cannot be computed"} if not bad else bad
-        mean = float("nan") if value is None else value
-    elif not vals:
+    if not vals:
         met, bad = None, {"*": "not measured in this run"}
     elif cond.rule == "fraction":
         need = cond.min_fraction - 1e-12
@@ -249,8 +252,6 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
     out = {"condition": cond.describe(), "value": mean, "met": met,
            "per_seed": {s: (None if s in missing else float(v)) for s, v in vals.items()},
            "missing": missing, "unreadable": dict(sorted(bad.items())), **cond.fields()}
-    if cond.rule == "pooled":
-        out["pooled_value"] = None if _missing(pooled) else float(pooled)
     return out
 
 

@@ -55,6 +55,12 @@ def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec
     metrics; None when the run has no value of the control's metric anywhere."""
     metric = cs.condition.metric
     ctrls = [k for k in stored.get("controls") or [] if isinstance(k, dict)]
+    per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
+    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+    if any(metric in d for d in derived.values()):  # the spec computes it: recompute
+        named = [k for k in ctrls if k.get("name") == cs.name]
+        note = _WHY.sub("", str(named[0].get("note") or "")) if named else ""
+        return {str(s): derived.get(str(s), {}).get(metric) for s in per_seed}, note
     same = [k for k in ctrls if k.get("name") == cs.name and k.get("metric") in (None, metric)]
     same = same or [k for k in ctrls if k.get("metric") == metric]
     if same:
@@ -62,8 +68,6 @@ def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec
         per_seed = k.get("per_seed") if isinstance(k.get("per_seed"), Mapping) else {}
         note = _WHY.sub("", str(k.get("note") or "")) if k.get("name") == cs.name else ""
         return dict(per_seed), note
-    per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
-    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
     vals = {str(s): ({**m, **derived.get(str(s), {})} if isinstance(m, Mapping) else {}
                      ).get(metric) for s, m in per_seed.items()}
     if all(v is None for v in vals.values()):

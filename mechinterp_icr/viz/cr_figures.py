@@ -33,6 +33,7 @@ __all__ = [
     "write_cr5_figure",
     "write_cr6_figure",
     "write_cr7_figure",
+    "cr8_figure",
     "write_cr8_figure",
     "write_cr9_figure",
     "task_vector_views_figure",
@@ -455,45 +456,78 @@ def _by_x(d: dict | None) -> tuple[list[float], list[float]]:
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroom: float,
-                     label: str = "default task", name: str = "cr8_by_k") -> str | None:
-    """CR-8: partial eta^2 of type, held-out exact accuracy and output-type accuracy against
-    K, one line per seed (the mixed-type control dashed), the headroom bound at K = 1
-    marked."""
+def cr8_figure(per_seed: dict[str, dict[str, Any]], headroom: float,
+               label: str = "default task"):
+    """CR-8's figure: the deciding paired curve (partial eta^2 of the ICL-finetuned model minus
+    the mixed-type finetune's, per K, as its rise from K = 1, with the registered rise drawn;
+    the PT-only model paired the same way, the control, dotted), then the unpaired partial
+    eta^2 (the mixed-type finetune dashed), held-out exact accuracy and output-type accuracy
+    against K, one colour per seed, the headroom bound at K = 1 marked. None without seeds."""
     if not per_seed:
         return None
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[
-        "partial eta^2 of type (query subject removed)", "held-out exact accuracy",
-        "held-out output-type accuracy"])
+    from mechinterp_icr.claims.registry import spec, threshold
+
+    rise = threshold("CR-8", "paired_partial_eta2_rise_k")
+    fig = make_subplots(rows=1, cols=4, subplot_titles=[
+        "paired partial eta^2, rise from K = 1 (decides)",
+        "partial eta^2 of type (unpaired)", "held-out exact accuracy",
+        "held-out output-type accuracy"], horizontal_spacing=0.06)
+    derived = spec("CR-8").derive("CR-8", per_seed)[0]  # the registered paired curve
     for i, (seed, m) in enumerate(sorted(per_seed.items(), key=lambda kv: str(kv[0]))):
         colr = _SEED_COLORS[i % len(_SEED_COLORS)]
+        x, y = _by_x((derived.get(str(seed)) or {}).get("paired_partial_eta2_by_k"))
+        if x:
+            fig.add_trace(go.Scatter(x=x, y=[v - y[0] for v in y], mode="lines+markers",
+                                     name=f"seed {seed}", legendgroup=f"{seed}ft",
+                                     line=dict(color=colr)), 1, 1)
+        base, pt = _by_x(m.get("mixed_partial_eta2_by_k")), _by_x(m.get("pt_partial_eta2_by_k"))
+        mixed = dict(zip(*base))
+        px = [k for k in pt[0] if k in mixed]
+        if px:
+            py = [v - mixed[k] for k, v in zip(*pt) if k in mixed]
+            fig.add_trace(go.Scatter(x=px, y=[v - py[0] for v in py], mode="lines",
+                                     name="PT-only paired (control, each seed)",
+                                     legendgroup="pt", showlegend=i == 0,
+                                     line=dict(color="#999999", dash="dot")), 1, 1)
         for c, key in enumerate(("partial_eta2_by_k", "exact_by_k", "output_type_by_k")):
-            for ph, dash, show in (("ft", "solid", c == 0), ("mixed", "dash", False)):
+            for ph, dash in (("ft", "solid"), ("mixed", "dash")):
                 x, y = _by_x(m.get(f"{ph}_{key}"))
                 if not x:
                     continue
-                nm = f"seed {seed}" if ph == "ft" else "mixed-type finetune (each seed)"
-                fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=nm,
-                                         legendgroup=f"{seed}{ph}", showlegend=show or (
-                                             ph == "mixed" and c == 0 and i == 0),
-                                         line=dict(color=colr if ph == "ft" else "#999999",
-                                                   dash=dash)), 1, c + 1)
-    fig.add_hline(y=headroom, line=dict(color="black", dash="dot"), row=1, col=3,
+                fig.add_trace(go.Scatter(
+                    x=x, y=y, mode="lines+markers" if ph == "ft" else "lines",
+                    name="mixed-type finetune (each seed)" if ph == "mixed" else f"seed {seed}",
+                    legendgroup=f"{seed}{ph}" if ph == "ft" else "mixed",
+                    showlegend=ph == "mixed" and c == 0 and i == 0,
+                    line=dict(color=colr if ph == "ft" else "#999999", dash=dash)), 1, c + 2)
+    fig.add_hline(y=rise, line=dict(color="black", dash="dash"), row=1, col=1,
+                  annotation_text=f"registered rise ({rise:g})", annotation_position="top left")
+    fig.add_hline(y=headroom, line=dict(color="black", dash="dot"), row=1, col=4,
                   annotation_text=f"headroom bound at K = 1 ({headroom:g})",
-                  annotation_position="top left")
+                  annotation_position="bottom right")
     fig.update_xaxes(title_text="number of demonstrations K")
-    fig.update_yaxes(title_text="SS_type / (SS_type + SS_residual)", row=1, col=1,
+    fig.update_yaxes(title_text="paired curve minus its K = 1 value", row=1, col=1)
+    fig.update_yaxes(title_text="SS_type / (SS_type + SS_residual)", row=1, col=2,
                      range=[0, 1.02])
-    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
     fig.update_yaxes(title_text="accuracy", row=1, col=3, range=[0, 1.02])
+    fig.update_yaxes(title_text="accuracy", row=1, col=4, range=[0, 1.02])
     fig.update_layout(title=f"CR-8 ({label}): the type code and recall against the number of "
-                            f"demonstrations, per seed (dashed grey: the mixed-type ICL "
-                            f"finetune, the control)<br><sub>"
-                            f"{seeds_caption(sorted(per_seed, key=str))}</sub>")
-    return save_figure(fig, Path(fig_dir) / name, width=1400, height=480)
+                            f"demonstrations, per seed; decided on the paired curve (finetuned "
+                            f"minus the mixed-type ICL finetune, dashed grey in the other "
+                            f"panels)<br><sub>{seeds_caption(sorted(per_seed, key=str))}</sub>")
+    return fig
+
+
+def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroom: float,
+                     label: str = "default task", name: str = "cr8_by_k") -> str | None:
+    """Write :func:`cr8_figure` as ``fig_dir/name`` (HTML and PNG)."""
+    fig = cr8_figure(per_seed, headroom, label)
+    if fig is None:
+        return None
+    return save_figure(fig, Path(fig_dir) / name, width=1700, height=500)
 
 
 def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, delta: float

@@ -65,32 +65,44 @@ def _verdicts(summary: Mapping[str, Any]) -> dict[str, str]:
 
 def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
                             registry: Mapping[str, ClaimSpec]) -> list[Path]:
-    """Redraw the verdict figure of every claim whose stored figure is one."""
+    """Redraw every figure that draws a registered rule: each claim's verdict figure and
+    CR-8's figure (its paired curve and registered rise)."""
+    from mechinterp_icr.claims.cr_registry import CR8_HEADROOM
     from mechinterp_icr.viz.claim_figures import verdict_figure
+    from mechinterp_icr.viz.cr_figures import cr8_figure
     from mechinterp_icr.viz.figures import save_figure
 
     seeds = [str(s) for s in summary.get("seeds") or []] or None
     written = []
     for cid, c in (summary.get("claims") or {}).items():
         fig_path = str(c.get("figure") or "") if isinstance(c, Mapping) else ""
-        if not fig_path.endswith("_verdict.html"):
+        if fig_path.endswith("_verdict.html"):
+            claim = rebuild_claim(cid, c, registry)
+            fig = None if claim is None else verdict_figure(claim, seeds=seeds)
+            width = 1200
+        elif fig_path.endswith("/cr8_by_k.html"):  # draws the registered paired rule
+            per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), Mapping) else {}
+            label = "shared-token variant" if "shared" in cid else "default task"
+            fig, width = cr8_figure(dict(per_seed), CR8_HEADROOM, label), 1700
+        else:
             continue
-        claim = rebuild_claim(cid, c, registry)
-        if claim is None:
-            continue
-        fig = verdict_figure(claim, seeds=seeds)
         if fig is None:
             continue
+        height = fig.layout.height or 500
         stem = (out_dir / fig_path).with_suffix("")
         if stem.parent.is_dir():
-            save_figure(fig, stem, width=1200, height=fig.layout.height)
+            save_figure(fig, stem, width=width, height=height)
             written.append(stem.with_suffix(".html"))
             continue
-        # a published folder (figures/) keeps only the PNG, beside the summary
+        # a published folder (figures/) keeps only the PNG, beside the summary, under the
+        # path the figure has below the run's figures/ folder
+        rel = Path(fig_path).with_suffix(".png")
+        dest = out_dir.joinpath(*rel.parts[1:]) if rel.parts[0] == "figures" else out_dir / rel
+        if not dest.parent.is_dir():
+            continue
         with tempfile.TemporaryDirectory() as tmp:
-            got = save_figure(fig, Path(tmp) / stem.name, width=1200, height=fig.layout.height)
+            got = save_figure(fig, Path(tmp) / stem.name, width=width, height=height)
             if "png" in got:
-                dest = out_dir / f"{stem.name}.png"
                 atomic_write_bytes(dest, Path(got["png"]).read_bytes())
                 written.append(dest)
     return written

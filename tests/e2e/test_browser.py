@@ -42,7 +42,7 @@ def _small_summary(out_dir):
                 {"0": {"acc": 0.95}, "1": {"acc": 0.97}, "2": {"acc": 0.93}},
                 figure="figures/demo"))
     s.add(Claim("IR-3", "second demo statement", "gap", "<=", 0.02,
-                {"0": {"gap": 0.05}, "1": {"gap": 0.01}}))
+                {"0": {"gap": 0.05}, "1": {"gap": 0.01}, "2": {"gap": 0.04}}))
     s.write(out_dir)
 
 

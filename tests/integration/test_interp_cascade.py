@@ -219,12 +219,13 @@ def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
 
 def test_preset_onset_is_read_at_the_normal_runs_level_not_the_arms_own_gain():
     """An arm whose KQ barely moves must not get an early onset from 10% of its own gain
-    (adversarial review): it never reaches the normal run's onset level -> nan."""
+    (adversarial review): it never reaches the normal run's onset level -> censored one step
+    past its budget, a ratio > 1 (not faster), never an early onset."""
     from mechinterp_icr.interp.cascade import kq_onset_ratio
 
     steps = list(range(0, 300, 10))
     normal = {"steps": steps, "kq": [0.0 if s < 100 else min(5.0, (s - 100) / 20) for s in steps]}
     flat = {"steps": steps, "kq": [0.0, 0.03] + [0.05] * (len(steps) - 2)}
-    assert np.isnan(kq_onset_ratio(flat, normal))
+    assert kq_onset_ratio(flat, normal) == pytest.approx((max(steps) + 1) / 110)
     fast = {"steps": steps, "kq": [min(5.0, s / 20) for s in steps]}
     assert kq_onset_ratio(fast, normal) == pytest.approx(10 / 110)

@@ -162,3 +162,82 @@ def test_an_unreadable_summary_is_one_line_and_exit_2(tmp_path, content):
     assert "Traceback" not in r.output and f.read_text() == content
     r = CliRunner().invoke(main, ["redecide", str(tmp_path / "missing")])
     assert r.exit_code == 2 and "No such file or directory" in r.output
+
+
+# ---- review findings: a statistic must not be read from a curve with points missing --------
+def _cr2_curves(s, curves):
+    for seed, c in zip(sorted(s["claims"]["CR-2"]["per_seed"]), curves):
+        s["claims"]["CR-2"]["per_seed"][seed]["heldout_icl_exact_by_K"] = c
+    return s
+
+
+def test_cr2_a_point_missing_on_one_seed_cannot_hide_a_dip():
+    """Every seed dips by 0.15 at K = 5; one seed lacks K = 5. The seed-mean curve must not
+    drop K = 5 for everyone (it read 'holds'): the pooled drop cannot be read."""
+    dip = {str(k): 0.80 if k == 5 else 0.95 for k in range(1, 9)}
+    gap = {k: v for k, v in dip.items() if k != "5"}
+    s = _cr2_curves(registry_summary(), [dip] * 4 + [gap])
+    new = redecide_summary(s)[0]["claims"]["CR-2"]
+    assert new["verdict"] == "inconclusive" and new["conditions"][1]["met"] is None
+    s = _cr2_curves(registry_summary(), [dip] * 5)
+    new = redecide_summary(s)[0]["claims"]["CR-2"]
+    assert new["verdict"] == NOT_HOLD and new["pooled"]["mean_curve_max_drop_over_k"] == \
+        pytest.approx(0.15)
+    assert "over the seeds together: 0.15 > 0.02" in new["headline"]
+
+
+def test_cr8_paired_curve_on_two_points_cannot_be_read():
+    """A mixed-type arm measured at K = 1 and 8 only would give a Spearman of 1 from two
+    points: the paired statistics need both arms at every registered K."""
+    s = registry_summary()
+    for m in s["claims"]["CR-8"]["per_seed"].values():
+        m["mixed_partial_eta2_by_k"] = {"1": 0.3, "8": 0.3}
+    new = redecide_summary(s)[0]["claims"]["CR-8"]
+    assert new["verdict"] == "inconclusive"
+
+
+def test_redecide_recomputes_a_control_the_spec_derives():
+    """CR-8's control is computed by the spec from the stored curves: a PT-only curve that
+    rises with the finetuned one shows the effect after a redecide, whatever value the stored
+    control entry holds."""
+    s = registry_summary()
+    for m in s["claims"]["CR-8"]["per_seed"].values():
+        m["pt_partial_eta2_by_k"] = dict(m["ft_partial_eta2_by_k"])
+    new = redecide_summary(s)[0]["claims"]["CR-8"]
+    assert new["verdict"] == "inconclusive"
+    assert new["controls"][0]["meets_rule"] is True
+
+
+def test_check_finds_a_hand_edited_curve():
+    """icr check compares each stored verdict with what its stored measurements give under the
+    spec: a curve edited after the verdict was written is found."""
+    from mechinterp_icr.claims.check import check_summary
+
+    s = registry_summary()
+    assert check_summary(s) == []
+    dip = {str(k): 0.5 if k == 5 else 0.95 for k in range(1, 9)}
+    s = _cr2_curves(s, [dip] * 5)
+    assert any(p.startswith("CR-2: stored verdict 'holds'") for p in check_summary(s))
+
+
+def test_an_unreadable_seed_is_named_not_counted_as_failing_in_the_headline():
+    from mechinterp_icr.claims.headline import condition_phrase
+    from mechinterp_icr.claims.protocol import Condition
+
+    cond = Condition("x", ">=", 0.1)
+    text = condition_phrase(cond, {"0": -0.8, "1": 0.05, "2": 0.3},
+                            unreadable={"0": "no headroom"})
+    assert "seed 0" not in text.split(";")[0] and "min 0.05 on seed 1" in text
+    assert "cannot be read on seed 0 (no headroom)" in text
+    assert condition_phrase(cond, {"0": 1.0}, unreadable={"*": "bound n/a"}) == \
+        "cannot be read (bound n/a)"
+
+
+def test_a_pooled_condition_with_an_unreadable_seed_is_not_met():
+    from mechinterp_icr.claims.protocol import Condition, evaluate_condition
+
+    cond = Condition("d", "<=", 0.02, rule="pooled")
+    r = evaluate_condition(cond, {"0": {}, "1": {}}, {"1": "bad curve"}, 0.01)
+    assert r["met"] is None
+    r = evaluate_condition(cond, {"0": {}, "1": {}}, None, 0.01)
+    assert r["met"] is True and r["unreadable"] == {}
