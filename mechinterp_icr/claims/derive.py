@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mechinterp_icr.claims.protocol import as_number as _num
+
 __all__ = ["SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable", "curve",
            "ir8_unreadable", "max_drop", "mean_curve", "shared_bound_unreadable", "spearman",
            "trend"]
@@ -56,14 +58,6 @@ def max_drop(xs, ys) -> float:
     if len(pts) < 2:
         return float("nan")
     return max(a[1] - b[1] for a, b in zip(pts, pts[1:]))
-
-
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def curve(m: Any, key: str) -> dict[float, float]:

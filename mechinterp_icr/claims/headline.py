@@ -44,6 +44,7 @@ from mechinterp_icr.claims.protocol import (
     compare,
     decisive,
 )
+from mechinterp_icr.claims.protocol import as_number as _num
 
 __all__ = ["Headline", "claim_headline", "condition_phrase", "condition_text", "control_phrase",
            "stored_condition", "stored_control_condition"]
@@ -67,16 +68,6 @@ class Headline:
     kind: str
     metric: str | None = None
     agrees: bool = True
-
-
-def _num(v: Any) -> float | None:
-    if v is None:
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def _f(v: float | None) -> str:

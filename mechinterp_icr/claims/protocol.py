@@ -43,6 +43,7 @@ __all__ = [
     "UNIT",
     "VERDICTS",
     "ClaimSpec",
+    "as_number",
     "Condition",
     "ControlResult",
     "ControlSpec",
@@ -191,6 +192,16 @@ def _values(per_seed: Mapping[str, Any], metric: str) -> dict[str, Any]:
 def _mean(vals) -> float:
     v = [float(x) for x in vals if x is not None and not math.isnan(float(x))]
     return sum(v) / len(v) if v else float("nan")
+
+
+def as_number(v: Any) -> float | None:
+    """``v`` as a float, or None when it is missing, not a number or NaN (no number, no
+    evidence)."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(x) else x
 
 
 def _missing(v: Any) -> bool:

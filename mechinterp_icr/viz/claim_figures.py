@@ -18,18 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Claim
+from mechinterp_icr.claims.protocol import as_number as _num
 from mechinterp_icr.claims.protocol import compare
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
 
 __all__ = ["verdict_figure", "verdict_panels", "write_verdict_figures"]
-
-
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from mechinterp_icr.interp import probes as pr
 TINY = TaskvecConfig(n_heldout=160, n_finetune=120, n_subject_split=80, n_shuffles=2,
                      n_random_dirs=2, ks=(1, 3), n_per_k=80, lams=(0.0, 0.9), lam_seeds=1,
                      lam_model="small", lam_d_model=16, lam_d_mlp=32, lam_pt_steps=30,
-                     lam_ft_steps=10, curve_max_checkpoints=1)
+                     lam_ft_steps=10, curve_max_checkpoints=1, lam_delta=-1.0)
 
 
 def _base(seed=0):
