@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from mechinterp_icr.config import ConfigError, parse_init
+from mechinterp_icr.config.rounding import ROUNDINGS, rounding_callback
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
@@ -39,13 +40,11 @@ def _os_error_line(e: OSError) -> str:
 
     from mechinterp_icr.store.io import target_of_temp
 
-    name = e.filename
-    if name is not None:
-        name = str(target_of_temp(name) or name)
+    name = None if e.filename is None else str(target_of_temp(e.filename) or e.filename)
     where = f" ({name})" if name else ""
-    what = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
-            errno.EFBIG: "file size limit reached",
-            errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+    what = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG:
+            "file size limit reached", errno.EACCES: "permission denied", errno.EPERM:
+            "operation not permitted",
             errno.EROFS: "read-only file system", errno.ENOENT: "no such file or directory",
             errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory",
             errno.EMFILE: "too many open files"}.get(e.errno)
@@ -116,6 +115,10 @@ def main() -> None:
     """
 
 
+_ROUNDING = click.option(  # re-executes the command with the setting's variables if needed
+    "--rounding", default=None, is_eager=True, expose_value=False, callback=rounding_callback,
+    type=click.Choice(list(ROUNDINGS)), help="A kernel setting that changes float rounding "
+    "(docs/reproduce.md), stamped on checkpoints and the summary. Default: the environment.")
 _PROFILE_TRAIN = click.option(
     "--profile", default="quick", show_default=True,
     help="cr and ir: the reproduction profile whose settings the phase uses (quick, paper).")
@@ -142,6 +145,7 @@ _PROFILE_TRAIN = click.option(
                    "e.g. runs/pt:phase:pretrain:last; default CHECKPOINT: the last of the "
                    "phase it starts from (cr), else last.")
 @_PROFILE_TRAIN
+@_ROUNDING
 @click.option("--preset", default=None, type=click.Choice(["tiny"]),
               help="tiny: small sizes and step counts (seconds to a minute per phase on one "
                    "CPU thread) for trying the workflow; --set items win over it. Without it "
@@ -406,6 +410,7 @@ _SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
                    "instead of starting a local one.")
 @click.option("--threads", type=int, default=1, show_default=True,
               help="Torch intra-op threads per job (never more workers x threads than cores).")
+@_ROUNDING
 @click.option("--eta-from", "eta_from", default=None, metavar="FILE",
               help="Expected job durations for the progress line's ETA where OUT/jobs holds no "
                    "record of a job: a job_seconds.json of a published reproduction "
@@ -417,9 +422,8 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     with one entry per claim (statement, per-seed metrics, mean, 95% CI, threshold, verdict)
     and prints the claim table. `icr config TARGET` lists every setting.
 
-    Seeds and sweep settings run as jobs (in parallel with --workers > 1); each finished
-    job's record is kept under OUT/jobs/, so rerunning the same command after a failure or
-    a kill skips what finished."""
+    Seeds and sweep settings run as jobs (in parallel with --workers > 1); each finished job's
+    record is kept under OUT/jobs/, so the same command after a failure or kill resumes."""
     from mechinterp_icr.config import check_range
     from mechinterp_icr.runner import default_workers
     from mechinterp_icr.store.job_seconds import read_job_seconds
@@ -451,10 +455,9 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     data = json.loads((out_dir / "summary.json").read_text())
     report = write_report(out_dir)
     click.echo("\n" + format_claim_table(data["claims"]))
-    click.echo("\nstage timings (s):")
-    for tname, stages in data.get("timings_by_target", {}).items():
-        for k, v in stages.items():
-            click.echo(f"  {tname:4} {k:40} {v:8.1f}")
+    click.echo("\nstage timings (s):\n" + "\n".join(
+        f"  {tname:4} {k:40} {v:8.1f}" for tname, stages in
+        data.get("timings_by_target", {}).items() for k, v in stages.items()))
     click.echo(f"wall time {time.perf_counter() - t0:.1f}s; peak memory "
                f"{data.get('peak_memory_mb', float('nan')):.0f} MiB")
     click.echo(f"\nsummary: {out_dir / 'summary.json'}\nreport:  {report}")

@@ -262,16 +262,23 @@ def _import_ray():
 
 def _start_ray(workers: int, ray_address: str | None) -> bool:
     """Start (or join) Ray unless it runs already; True when this call started it."""
+    import os
+
+    from mechinterp_icr.config.rounding import ROUNDING_VARS
+
     ray = _import_ray()
     if ray.is_initialized():
         return False
+    # the workers round like this process (--rounding): set before they load torch
+    env = {k: os.environ[k] for k in ROUNDING_VARS if os.environ.get(k)}
+    extra = {"runtime_env": {"env_vars": env}} if env else {}
     if ray_address:
-        ray.init(address=ray_address, log_to_driver=False)
+        ray.init(address=ray_address, log_to_driver=False, **extra)
     else:
         # address="local": always a new local instance, never a cluster that an earlier
         # `ray start` left recorded in Ray's temp folder
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                 log_to_driver=False)
+                 log_to_driver=False, **extra)
     return True
 
 

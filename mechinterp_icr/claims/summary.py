@@ -215,6 +215,7 @@ class Summary:
             "timings_s": {**self.timings, "total": time.perf_counter() - self._t0},
             "peak_memory_mb": peak_memory_mb(),
             "versions": package_versions(),
+            "rounding": package_versions()["rounding"],
             "git_revision": git_revision(),
             "code_state": self.code_state,
             "code_state_at_write": code_state(),

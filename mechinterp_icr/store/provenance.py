@@ -13,9 +13,13 @@ __all__ = ["TreeState", "code_state", "git_revision", "package_versions", "peak_
 
 
 def package_versions() -> dict[str, str]:
+    """Package versions and the kernel setting the process rounds under (``rounding``:
+    config.rounding)."""
     from importlib import metadata
 
-    out = {"python": platform.python_version()}
+    from mechinterp_icr.config.rounding import current_rounding
+
+    out = {"python": platform.python_version(), "rounding": current_rounding()}
     for pkg in ("mechinterp_icr", "torch", "transformer-lens", "numpy", "safetensors",
                 "scikit-learn", "plotly", "circuitsvis"):
         try:
