@@ -19,7 +19,7 @@ import numpy as np
 from mechinterp_icr.claims.protocol import as_number as _num
 
 __all__ = ["SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable", "curve",
-           "ir8_unreadable", "max_drop", "mean_curve", "shared_bound_unreadable", "spearman",
+           "ir8_unreadable", "max_drop", "shared_bound_unreadable", "spearman",
            "trend"]
 
 # the id suffix of the CR shared-token variant's claims (``CR-8 (shared tokens)``)
@@ -72,17 +72,6 @@ def curve(m: Any, key: str) -> dict[float, float]:
         if fx is not None and fv is not None:
             out[fx] = fv
     return out
-
-
-def mean_curve(per_seed: Mapping[str, Any], key: str, x_min: float = -math.inf
-               ) -> dict[float, float]:
-    """The seed-mean of the curves ``key`` at the x (>= ``x_min``) every seed has; {} when a
-    seed has no curve."""
-    curves = [curve(m, key) for m in per_seed.values()]
-    if not curves or any(not c for c in curves):
-        return {}
-    xs = sorted(set.intersection(*(set(c) for c in curves)))
-    return {x: float(np.mean([c[x] for c in curves])) for x in xs if x >= x_min}
 
 
 # ------------------------------------------------------------------------------------------

@@ -205,12 +205,7 @@ def as_number(v: Any) -> float | None:
 
 
 def _missing(v: Any) -> bool:
-    if v is None:
-        return True
-    try:
-        return math.isnan(float(v))
-    except (TypeError, ValueError):
-        return True
+    return as_number(v) is None
 
 
 def _unreadable_seeds(unreadable: Mapping[str, str] | None, seeds) -> dict[str, str]:

@@ -89,9 +89,10 @@ class Claim:
                    extra_checks=dict(extra_checks or {}), controls=list(controls),
                    conditions=tuple(spec.conditions), registered=True, spec=spec, **kw)
 
-    def values(self) -> list[float]:
-        """The headline metric per seed (a derived metric from the spec's ``derive``)."""
-        derived = self.derived()[0]
+    def values(self, derived: dict[str, dict[str, Any]] | None = None) -> list[float]:
+        """The headline metric per seed (a derived metric from the spec's ``derive``;
+        ``derived``: :meth:`derived`'s per-seed metrics when the caller has them)."""
+        derived = self.derived()[0] if derived is None else derived
         full = [{**m, **derived.get(str(s), {})} for s, m in self.per_seed.items()]
         return [m[self.metric] for m in full if self.metric in m]
 
@@ -116,12 +117,13 @@ class Claim:
                 unread.setdefault(m, {}).update(seeds)
         return per, pooled, unread
 
-    def evaluate(self, seeds=None) -> tuple[str, str, list[dict[str, Any]]]:
+    def evaluate(self, seeds=None, derived=None) -> tuple[str, str, list[dict[str, Any]]]:
         """Verdict over ``seeds`` (the seeds the run asked for; default: those in
         ``per_seed``). A requested seed without a ``per_seed`` entry (its job failed or was
-        skipped) has no value in any condition: it can never be dropped silently."""
+        skipped) has no value in any condition: it can never be dropped silently.
+        ``derived``: :meth:`derived`'s result when the caller has it."""
         want = [str(s) for s in (seeds if seeds is not None else self.per_seed)]
-        derived, pooled, unread = self.derived()
+        derived, pooled, unread = self.derived() if derived is None else derived
         full = {**{s: {} for s in want},
                 **{str(k): {**v, **derived.get(str(k), {})} for k, v in self.per_seed.items()}}
         conds = [evaluate_condition(c, full, unread.get(c.metric), pooled.get(c.metric))
@@ -133,13 +135,13 @@ class Claim:
     def to_dict(self, seeds=None) -> dict[str, Any]:
         from mechinterp_icr.claims.registry import metric_range
 
-        vals = [v for v in self.values() if v is not None]
-        vals = [float(v) for v in vals]
+        dr = self.derived()  # once: the values, the verdict and the stored entry share it
+        derived, pooled, _ = dr
+        vals = [float(v) for v in self.values(derived) if v is not None]
         mean = sum(vals) / len(vals) if vals else float("nan")
         bounds = metric_range(self.metric)
         lo, hi, clipped = interval(vals, bounds)
-        verdict, reason, conds = self.evaluate(seeds)
-        derived, pooled, _ = self.derived()
+        verdict, reason, conds = self.evaluate(seeds, dr)
         out = {
             "statement": self.statement,
             "metric": self.metric,
@@ -204,6 +206,7 @@ class Summary:
                       f"{dt:.1f}s", file=sys.stderr, flush=True)
 
     def to_dict(self) -> dict[str, Any]:
+        versions = package_versions()
         return {
             "target": self.target,
             "profile": self.profile,
@@ -214,8 +217,8 @@ class Summary:
             "config": self.config,
             "timings_s": {**self.timings, "total": time.perf_counter() - self._t0},
             "peak_memory_mb": peak_memory_mb(),
-            "versions": package_versions(),
-            "rounding": package_versions()["rounding"],
+            "versions": versions,
+            "rounding": versions["rounding"],
             "git_revision": git_revision(),
             "code_state": self.code_state,
             "code_state_at_write": code_state(),
