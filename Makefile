@@ -11,8 +11,10 @@ OUT ?= out
 PROFILE ?= quick
 SEEDS ?= 0,1,2,3,4
 WORKERS ?=
+# the second float rounding of the published rerun (make robustness; docs/reproduce.md)
+ROUNDING ?= avx2
 
-.PHONY: reproduce paper test test-slow chromium figures redecide lint clean-venv
+.PHONY: reproduce paper test test-slow chromium figures redecide robustness lint clean-venv
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +60,15 @@ figures: reproduce
 # changes.
 redecide: $(STAMP)
 	$(VENV)/bin/icr redecide figures --readme README.md
+
+# The published reproduction's rounding rerun (SPEC 0, "robust to the machine"): the same code,
+# profile and seeds under a second kernel setting, attached to figures/ (figures/rerun/), so
+# every claim carries the rerun's verdict and `fragile`. Run once after `make figures`, when
+# what is measured changes; a rule change is `make redecide`, which redecides both runs.
+robustness: $(STAMP) chromium
+	$(VENV)/bin/icr reproduce all --profile $(PROFILE) --out $(OUT)-$(ROUNDING) --seeds $(SEEDS) --rounding $(ROUNDING) $(if $(WORKERS),--workers $(WORKERS))
+	$(VENV)/bin/icr compare figures $(OUT)-$(ROUNDING) --noise || true
+	$(VENV)/bin/icr redecide figures --rerun $(OUT)-$(ROUNDING) --readme README.md
 
 # The paper profile end to end (about half an hour on 2 idle cores; run it in the background:
 # `nohup make paper > paper.log 2>&1 &`). Resumable: the same command skips finished jobs.

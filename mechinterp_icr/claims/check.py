@@ -189,6 +189,8 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
             problems.append(f"{cid}: not a claim entry")
             continue
         problems += _protocol(cid, c, min_seeds)
+        if isinstance(summary.get("rerun"), Mapping):
+            problems += _rerun(cid, c)
         if registry and registered_id(cid):
             problems += _registry(cid, c)
             problems += _decided(cid, c, summary.get("seeds"))
@@ -210,4 +212,17 @@ def _decided(cid: str, c: Mapping[str, Any], seeds) -> list[str]:
     if new.get("verdict") != c.get("verdict"):
         return [f"{cid}: stored verdict {c.get('verdict')!r}, its stored measurements under "
                 f"the registered spec give {new.get('verdict')!r} (icr redecide)"]
+    return []
+
+
+def _rerun(cid: str, c: Mapping[str, Any]) -> list[str]:
+    """A summary with a rounding rerun attached: the claim carries the rerun's verdict and a
+    ``fragile`` flag that says whether the two verdicts differ (``claims.rerun``)."""
+    r = c.get("rerun")
+    if not isinstance(r, Mapping) or "verdict" not in r or not isinstance(c.get("fragile"), bool):
+        return [f"{cid}: the summary has a rounding rerun but the claim has no rerun verdict "
+                "or fragile flag (icr redecide attaches them)"]
+    if c["fragile"] != (r.get("verdict") != c.get("verdict")):
+        return [f"{cid}: fragile is {c['fragile']} but the verdict is {c.get('verdict')!r} "
+                f"and the rerun's {r.get('verdict')!r}"]
     return []

@@ -40,7 +40,10 @@ __all__ = ["DECIDED", "differences", "rebuild_claim", "redecide_claim", "redecid
 DECIDED = ("statement", "verdict", "holds", "verdict_reason", "headline", "conditions",
            "controls", "mean",
            "ci95", "ci95_clipped", "metric", "metric_range", "threshold", "registered",
-           "derived", "pooled")
+           "derived", "pooled", "rerun", "fragile")
+# what a published summary says about its rounding rerun (claims.rerun.attach_rerun): attached
+# again from the rerun's own summary, never carried over from the stored entry
+RERUN_FIELDS = ("rerun", "fragile")
 
 # the reason evaluate_control appends to a control's note when it has no value on some seed;
 # stripped before the control is evaluated again so the note is not repeated
@@ -115,9 +118,10 @@ def redecide_claim(claim_id: str, stored: Mapping[str, Any], seeds,
     its measurements over ``seeds`` (the run's seeds). An unregistered claim is returned
     unchanged."""
     claim = rebuild_claim(claim_id, stored, registry)
+    kept = {k: v for k, v in stored.items() if k not in RERUN_FIELDS}
     if claim is None:
-        return dict(stored)
-    return {**stored, **claim.to_dict(seeds)}
+        return kept
+    return {**kept, **claim.to_dict(seeds)}
 
 
 def _unmeasured(claim_id: str, stored: Mapping[str, Any],
@@ -156,7 +160,8 @@ def redecide_summary(summary: Mapping[str, Any], registry: Mapping[str, ClaimSpe
         missing = _unmeasured(cid, c, registry)
         if missing:
             unmeasured[cid] = missing
-    return {**summary, "claims": new_claims}, unmeasured
+    kept = {k: v for k, v in summary.items() if k != "rerun"}
+    return {**kept, "claims": new_claims}, unmeasured
 
 
 def _same(a: Any, b: Any, tol: float) -> bool:
@@ -179,6 +184,8 @@ def differences(stored: Mapping[str, Any], redecided: Mapping[str, Any],
     """One line per decided field of a claim whose stored value is not the redecided one
     (``icr redecide --check``); numbers compare within ``tol``."""
     out = []
+    if not _same(stored.get("rerun"), redecided.get("rerun"), tol):
+        out.append("summary: its rerun record is not what the attached rerun gives")
     old, new = stored.get("claims") or {}, redecided.get("claims") or {}
     for cid in sorted(set(old) | set(new), key=lambda c: claim_key((c,))):
         a, b = old.get(cid), new.get(cid)

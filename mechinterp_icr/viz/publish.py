@@ -27,6 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from mechinterp_icr.claims.rerun import RERUN_DIR
 from mechinterp_icr.store.provenance import tree_state
 
 __all__ = ["publish", "main"]
@@ -60,6 +61,13 @@ def publish(out_dir: Path, dest: Path, allow_dirty: bool = False) -> list[Path]:
             old.unlink()
         shutil.copy2(out_dir / "summary.json", dest / "summary.json")
         copied.append(dest / "summary.json")
+        # a rounding rerun pairs with the decision run it reran: a new decision run drops it
+        # (`make robustness` attaches a rerun of the new one)
+        stale = dest / RERUN_DIR / "summary.json"
+        if stale.exists():
+            stale.unlink()
+            print(f"removed {stale}: it reran the previous decision run; `make robustness` "
+                  "attaches a rerun of this one", file=sys.stderr)
         # every job's seconds: the next fresh run's ETA (`icr reproduce --eta-from`)
         copied.append(write_job_seconds(out_dir / "jobs", dest / "job_seconds.json",
                                         source=summary.get("code_state")))

@@ -25,6 +25,7 @@ from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import rule_words
 from mechinterp_icr.claims.registry import metric_range
+from mechinterp_icr.claims.rerun import rerun_cell, shown_verdict
 from mechinterp_icr.store.io import write_or_check
 
 __all__ = ["BEGIN", "END", "MAX_WORDS", "claim_row", "claim_table", "replace_table"]
@@ -113,10 +114,21 @@ def claim_row(cid: str, c: dict[str, Any]) -> tuple[str, str, str, str]:
 def claim_table(summary: dict[str, Any]) -> str:
     """The markdown table of every claim in ``summary`` (sorted by id, a variant after its
     default claim): claim | verdict | number [95% interval] | rule, each cell at most
-    :data:`MAX_WORDS` words."""
-    rows = ["| claim | verdict | number [95% interval] | rule |", "| --- | --- | --- | --- |"]
+    :data:`MAX_WORDS` words. With a rounding rerun attached (``summary["rerun"]``) the verdict
+    of a fragile claim says so (:func:`mechinterp_icr.claims.rerun.shown_verdict`) and a last
+    column gives the rerun's verdict and its deciding number (the seed rule's statistic)."""
+    rerun = summary.get("rerun") if isinstance(summary.get("rerun"), dict) else None
+    head = ["claim", "verdict", "number [95% interval]", "rule"]
+    if rerun:
+        head.append(f"rerun under {rerun.get('rounding') or 'another'} rounding (its "
+                    "deciding number)")
+    rows = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for cid, c in sorted((summary.get("claims") or {}).items(), key=claim_key):
-        rows.append("| " + " | ".join(_cell(x) for x in claim_row(cid, c)) + " |")
+        cells = list(claim_row(cid, c))
+        if rerun:
+            cells[1] = shown_verdict(c)
+            cells.append(rerun_cell(c))
+        rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(rows)
 
 

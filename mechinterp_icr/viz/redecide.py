@@ -108,28 +108,80 @@ def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
     return written
 
 
-def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | None = None,
-                     registry: Mapping[str, ClaimSpec] = REGISTRY, report: bool = True,
-                     figures: bool = True) -> Redecided:
-    """Redecide the reproduction in ``out`` (a folder with ``summary.json`` or the file);
-    see the module docstring. Raises ``ConfigError`` when the summary cannot be read."""
-    from mechinterp_icr.viz.readme import claim_table, replace_table
-
-    path = summary_path(out)
+def _read(path: Path) -> dict[str, Any]:
     stored = read_summary(path)
     if not isinstance(stored["claims"], dict):
         raise ConfigError(f"summary {path} has no 'claims' object; expected the summary.json "
                           "that `icr reproduce` writes")
+    return stored
+
+
+def _rerun_path(path: Path, stored: Mapping[str, Any]) -> Path | None:
+    """The rerun summary the summary at ``path`` names (``rerun.summary``, relative to its
+    folder), or None when it names none. A named rerun that is missing is an error: the
+    verdicts' robustness would silently disappear."""
+    rec = stored.get("rerun")
+    if not isinstance(rec, Mapping) or not rec.get("summary"):
+        return None
+    where = Path(str(rec["summary"]))
+    if where.is_absolute() or ".." in where.parts:
+        raise ConfigError(f"{path}: rerun.summary {str(where)!r} must be a path inside "
+                          f"{path.parent}")
+    full = path.parent / where
+    if not full.is_file():
+        raise ConfigError(f"{path}: its rounding rerun {full} is missing; restore it, or attach "
+                          "a new one with `icr redecide OUT --rerun RERUN_OUT`")
+    return full
+
+
+def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | None = None,
+                     registry: Mapping[str, ClaimSpec] = REGISTRY, report: bool = True,
+                     figures: bool = True, rerun: str | Path | None = None) -> Redecided:
+    """Redecide the reproduction in ``out`` (a folder with ``summary.json`` or the file);
+    see the module docstring. With ``rerun`` (a reproduction of the same seeds and profile
+    under another rounding, or its summary file) its summary is copied to
+    ``OUT/rerun/summary.json`` and attached (:func:`mechinterp_icr.claims.rerun.attach_rerun`);
+    a rerun already attached is redecided with the decision run. Raises ``ConfigError`` when
+    a summary cannot be read or the rerun does not pair with the decision run."""
+    from mechinterp_icr.claims.rerun import RERUN_DIR, attach_rerun
+    from mechinterp_icr.viz.readme import claim_table, replace_table
+
+    path = summary_path(out)
+    stored = _read(path)
     new, unmeasured = redecide_summary(stored, registry)
+    rerun_stored, rerun_dest = None, None
+    if rerun is not None:
+        if check:
+            raise ConfigError("--rerun attaches a rerun (it writes); it cannot be used with "
+                              "--check")
+        rerun_stored = _read(summary_path(rerun))
+        for key in ("profile", "seeds"):
+            if rerun_stored.get(key) != stored.get(key):
+                raise ConfigError(f"the rerun's {key} {rerun_stored.get(key)!r} is not the "
+                                  f"decision run's {stored.get(key)!r}: not a rerun of it")
+        rerun_dest = path.parent / RERUN_DIR / "summary.json"
+    else:
+        rerun_dest = _rerun_path(path, stored)
+        rerun_stored = None if rerun_dest is None else _read(rerun_dest)
+    rerun_new = None
+    if rerun_stored is not None:
+        rerun_new, _ = redecide_summary(rerun_stored, registry)
+        new = attach_rerun(new, rerun_new, rerun_dest.relative_to(path.parent).as_posix())
     res = Redecided(path, _verdicts(stored), _verdicts(new), unmeasured=unmeasured)
     if check:
         res.problems = differences(stored, new)
+        if rerun_new is not None:
+            res.problems += [f"rerun {line}" for line in differences(rerun_stored, rerun_new)]
         if readme is not None:
             text = Path(readme).read_text()
             if replace_table(text, claim_table(new)) != text:
                 res.problems.append(f"{readme}: the claim table is not the one the specs give "
                                     f"on {path}")
         return res
+    if rerun_new is not None:
+        rerun_dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(rerun_dest, rerun_new)
+        res.written.append(rerun_dest)
     atomic_write_json(path, new)
     res.written.append(path)
     out_dir = path.parent

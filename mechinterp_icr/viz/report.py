@@ -50,6 +50,7 @@ from mechinterp_icr.claims.headline import (
 from mechinterp_icr.claims.intervals import clip_interval, interval
 from mechinterp_icr.claims.protocol import unreadable_reason
 from mechinterp_icr.claims.registry import metric_range
+from mechinterp_icr.claims.rerun import rerun_cell, shown_verdict
 from mechinterp_icr.store.io import atomic_write_text
 from mechinterp_icr.store.provenance import TreeState, tree_state
 
@@ -288,8 +289,11 @@ def _per_target(summary: dict[str, Any]) -> str:
 
 
 def _verdict(c: dict[str, Any]) -> tuple[str, str]:
+    """(the verdict as shown, its CSS class); a fragile verdict is shown as such, in the
+    inconclusive colour: never as settled (``claims.rerun.shown_verdict``)."""
     v = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
-    return v, {"holds": "holds", "inconclusive": "inconclusive"}.get(v, "fails")
+    cls = {"holds": "holds", "inconclusive": "inconclusive"}.get(v, "fails")
+    return shown_verdict(c), "inconclusive" if c.get("fragile") else cls
 
 
 def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | None = None,
@@ -306,7 +310,8 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
     items = sorted(claims.items(), key=claim_key)
     n_hold = sum(1 for _, c in items if c.get("holds"))
     heads = {cid: claim_headline(cid, c) for cid, c in items}
-    table = _claim_table(items, heads)
+    rerun = summary.get("rerun") if isinstance(summary.get("rerun"), dict) else None
+    table = _claim_table(items, heads, rerun)
     sections = [_claim_section(cid, c, heads[cid].text, out_dir, report_dir)
                 for cid, c in items]
     tables_html = _tables_html(summary, items, out_dir)
@@ -329,7 +334,7 @@ and controls); "decided by" names the condition that decided the verdict (for a 
 holds, its primary condition; otherwise the first unmet condition or the misbehaving control),
 with its seed rule. Brackets are 95% Student-t intervals of the mean over seeds, clipped to the
 metric's declared range (e.g. [0, 1] for an accuracy). {n_hold} of {len(items)} claims
-hold.</p>
+hold.{_rerun_words(rerun, items)}</p>
 <h2 id="claims">Claims</h2>
 {table}
 {"".join(sections)}
@@ -348,24 +353,36 @@ hold.</p>
 """
 
 
+def _rerun_words(rerun: Any, items) -> str:
+    if not rerun:
+        return ""
+    fragile = [str(cid) for cid, c in items if c.get("fragile")]
+    return (f" Every claim was decided again on a rerun of the same code and seeds under "
+            f"{html.escape(str(rerun.get('rounding')))} rounding (another machine's float "
+            f"rounding, SPEC 0); {len(fragile)} verdicts differ there and are marked fragile"
+            + (f" ({html.escape(', '.join(fragile))})" if fragile else "") + ".")
 
 
-def _claim_table(items, heads) -> str:
-    """The claim table at the top: claim, verdict, what decided it, controls, seeds."""
+def _claim_table(items, heads, rerun: Any = None) -> str:
+    """The claim table at the top: claim, verdict, what decided it, controls, seeds, and with
+    a rounding rerun attached its verdict and deciding number there."""
     rows = []
     for cid, c in items:
         verdict, cls = _verdict(c)
         eid = html.escape(str(cid))
         n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
+        cell = f'<td>{html.escape(rerun_cell(c))}</td>' if rerun else ""
         rows.append(
             f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
-            f'{verdict}</td><td>{html.escape(heads[cid].text)}</td>'
+            f'{html.escape(verdict)}</td><td>{html.escape(heads[cid].text)}</td>'
             f'<td class="num">{n_ok}/{len(c.get("controls", []))}</td>'
-            f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td></tr>')
+            f'<td class="num">{html.escape(str(c.get("n_seeds", "")))}</td>{cell}</tr>')
+    head = (f"<th>rerun under {html.escape(str(rerun.get('rounding')))} rounding (its deciding "
+            "number)</th>" if rerun else "")
     return ("<table id=\"claim-table\"><tr><th>claim</th><th>verdict</th>"
             "<th>decided by (the deciding condition or control, with its seed rule)</th>"
-            "<th>controls as expected</th><th>seeds</th></tr>" + "".join(rows) + "</table>")
-
+            f"<th>controls as expected</th><th>seeds</th>{head}</tr>" + "".join(rows)
+            + "</table>")
 
 
 def _met_class(met) -> str:
@@ -444,7 +461,6 @@ over {html.escape(str(c.get("n_seeds", "?")))} seeds, 95% CI [{_f(lo)},
 <h3>Per seed</h3><div class="scroll">{ps_table}</div>
 {_figure_html(c.get("figure"), out_dir, report_dir)}
 </section>"""
-
 
 
 def _tables_html(summary: dict[str, Any], items, out_dir: Path) -> str:

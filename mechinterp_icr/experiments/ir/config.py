@@ -327,7 +327,7 @@ def main_pgd(cfg: IRConfig) -> PGDConfig:
 
 
 # The flat keys of earlier versions -> their dotted keys now (an override or a stored summary
-# with an old key is read through this; scripts/compare_summaries.py --ir-flat-keys).
+# with an old key is read through this, as `icr compare` reads an older summary).
 FLAT_KEYS: dict[str, str] = {
     **{f"sweep_{k}": f"sample_complexity.{k}"
        for k in ("n", "d_n", "d", "retrieval_triples", "Ns", "runs", "steps", "eval",

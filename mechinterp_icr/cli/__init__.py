@@ -10,86 +10,19 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import click
 
+from mechinterp_icr.cli.group import _fail, error_line, main  # noqa: F401 (error_line: API)
 from mechinterp_icr.config import ConfigError, parse_init
 from mechinterp_icr.config.rounding import ROUNDINGS, rounding_callback
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
 
-
-
-def _fail(msg: str) -> None:
-    msg = " ".join(str(msg).split())  # one line
-    if len(msg) > 2000:
-        msg = msg[:1997] + "..."
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(2)
-
-
-def _os_error_line(e: OSError) -> str:
-    """One line for an I/O error: what happened and to which file (the file an atomic write's
-    temporary file stands for, not the temporary name)."""
-    import errno
-
-    from mechinterp_icr.store.io import target_of_temp
-
-    name = None if e.filename is None else str(target_of_temp(e.filename) or e.filename)
-    where = f" ({name})" if name else ""
-    what = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EFBIG:
-            "file size limit reached", errno.EACCES: "permission denied", errno.EPERM:
-            "operation not permitted",
-            errno.EROFS: "read-only file system", errno.ENOENT: "no such file or directory",
-            errno.ENOTDIR: "not a directory", errno.EISDIR: "is a directory",
-            errno.EMFILE: "too many open files"}.get(e.errno)
-    if what is None:
-        return str(e) if e.errno is None else f"{e.strerror or e}{where}"
-    return f"{what}{where}; files written before are intact"
-
-
-def error_line(e: BaseException) -> str | None:
-    """The one-line message for an expected error (bad config, damaged checkpoint or run
-    directory, I/O, disk full, permissions, bad JSON, out of memory); None for a bug."""
-    if isinstance(e, ConfigError):  # before the store (and torch) is imported: stays fast
-        return str(e)
-    from mechinterp_icr.store.checkpoint import CheckpointError
-    from mechinterp_icr.store.rundir import RunError
-
-    if isinstance(e, (CheckpointError, RunError)):
-        return str(e)
-    if isinstance(e, OSError):
-        return _os_error_line(e)
-    if isinstance(e, json.JSONDecodeError):
-        return f"invalid JSON: {e}"
-    if isinstance(e, UnicodeDecodeError):
-        return f"a file is not UTF-8 text: {e}"
-    if isinstance(e, MemoryError):
-        return ("out of memory; use a smaller model, batch or selection (the resource estimate "
-                "is checked against resources.max_gib)")
-    return None
-
-
-class _Main(click.Group):
-    """The command group: every command's expected errors become one line and exit code 2
-    (:func:`error_line`); anything else is a bug and keeps its traceback."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except Exception as e:  # noqa: BLE001 - re-raised unless expected
-            if isinstance(e, click.ClickException | click.exceptions.Exit
-                          | click.exceptions.Abort):
-                raise
-            line = error_line(e)
-            if line is None:
-                raise
-            _fail(line)
 
 
 def _seeds(text: str) -> list[int]:
@@ -102,17 +35,6 @@ def _seeds(text: str) -> list[int]:
         raise ConfigError(f"--seeds = {text!r} is not allowed; expected distinct non-negative "
                           "integers such as 0,1,2")
     return seeds
-
-
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """mechinterp_icr: train small HookedTransformers on in-context recall tasks, checkpoint
-    them, and take them apart (attention, OV/QK circuits, patching, task vectors, probes).
-
-    Start with `icr reproduce all --profile quick --out out/` (what `make reproduce` runs), or
-    `icr train --help` for a single run. Every command takes a run directory; analyses take
-    `--checkpoints all|last|first|phase:NAME|phase:NAME:last|steps:A-B|<name>`.
-    """
 
 
 _ROUNDING = click.option(  # re-executes the command with the setting's variables if needed
@@ -461,6 +383,12 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     click.echo(f"wall time {time.perf_counter() - t0:.1f}s; peak memory "
                f"{data.get('peak_memory_mb', float('nan')):.0f} MiB")
     click.echo(f"\nsummary: {out_dir / 'summary.json'}\nreport:  {report}")
+    from mechinterp_icr.cli.compare import against_published, published_summary
+
+    published = published_summary()
+    if published is not None and published.resolve() != (out_dir / "summary.json").resolve():
+        for line in against_published(data, published):
+            click.echo(line)
 
 
 @main.command("config")
@@ -486,33 +414,6 @@ def config_cmd(target: str, profile: str, overrides: tuple[str, ...], as_json: b
         click.echo(f"# {t} ({profile} profile)")
         for key, value in config_keys(cfg, prefix):
             click.echo(f"{key} = {json.dumps(value)}")
-
-
-@main.command()
-@click.argument("summary", type=click.Path())
-@click.option("--min-seeds", default=5, show_default=True, type=click.IntRange(1, None),
-              help="Per-seed values every claim must have.")
-@click.option("--protocol-only", is_flag=True,
-              help="Only the protocol checks, not the registry's (thresholds, rules, stored "
-                   "met flags recomputed from the per-seed values).")
-def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
-    """Check a reproduction's SUMMARY (summary.json) against the claim protocol: verdicts,
-    controls, seeds, and no `holds` beside a failing control; and against the registry:
-    every registered condition and control present with its registered rule, and each stored
-    `met` what the rule gives on the stored per-seed values. Prints one line per problem and
-    a count; exits 0 when there is none, 1 when there are problems, 2 when SUMMARY cannot be
-    read as a summary (not a regular file, too big, not JSON, nested too deep, or fields of
-    the wrong type)."""
-    from mechinterp_icr.claims.check import check_summary, read_summary
-
-    data = read_summary(summary)
-    problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
-    for line in problems:
-        click.echo(line)
-    n = len(data.get("claims", {})) if isinstance(data, dict) else 0
-    click.echo(f"{len(problems)} protocol problems over {n} claims")
-    if problems:
-        raise SystemExit(1)
 
 
 @main.command()
@@ -562,38 +463,8 @@ def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
     click.echo(str(path))
 
 
-@main.command()
-@click.argument("out", type=click.Path())
-@click.option("--check", is_flag=True,
-              help="Write nothing; exit 1 when a stored decision (or, with --readme, the README's "
-                   "claim table) is not what the registered specs give.")
-@click.option("--readme", default=None, type=click.Path(dir_okay=False),
-              help="Also rewrite (with --check: check) this README's claim table.")
-def redecide(out: str, check: bool, readme: str | None) -> None:
-    """Recompute every verdict, headline, interval, verdict figure and the report of the
-    reproduction in OUT (a folder with summary.json, or the file) from the measurements it
-    stored, under the registered claim specs, without training. A rule change is an edit of the
-    registry and this command; a rerun is needed only when what is measured changes.
-    Prints each verdict that changes; exits 0, or 1 with --check when anything is stale."""
-    from mechinterp_icr.viz.redecide import redecide_outputs
-
-    res = redecide_outputs(out, check=check, readme=readme)
-    for cid, missing in res.unmeasured.items():
-        click.echo(f"warning: {cid}: not measured in this run (a rerun is needed): "
-                   + ", ".join(missing), err=True)
-    for cid, (old, new) in res.changed.items():
-        click.echo(f"{cid}: {old} -> {new}")
-    if check:
-        for line in res.problems:
-            click.echo(line)
-        click.echo(f"{len(res.problems)} stale decisions over {len(res.after)} claims in "
-                   f"{res.summary}")
-        if res.problems:
-            raise SystemExit(1)
-        return
-    click.echo(f"{len(res.after)} claims redecided ({len(res.changed)} verdicts changed); "
-               f"wrote " + ", ".join(str(p) for p in res.written))
-
+# the commands on summaries (check, redecide, compare) register themselves on main
+from mechinterp_icr.cli import summaries as _summaries  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()
