@@ -17,6 +17,8 @@ the construction.
     highest-attention key is an in-context attribute; ``kq_mass_attr`` = mean mass on them.
   - **Subject OV probe** (``subject_ov_probe``): share of (subject, type) pairs where the
     subject's own value ranks first among that type's values in ``W_E[s] W_OV W_U``.
+- ``circuit_blocks``: the OV and QK blocks a figure draws (``analyses/ov_qk.py``), rows
+  centred, including the position-position QK block ``full_qk`` leaves out.
 - ``construction_similarity``: cosine between a trained head's row-centred OV blocks and the
   construction's (attribute x attribute for the Relation head, subject x attribute for the
   Subject head).
@@ -30,6 +32,7 @@ from transformer_lens import FactoredMatrix
 
 __all__ = [
     "centred_cosine",
+    "circuit_blocks",
     "construction_similarity",
     "full_ov",
     "full_qk",
@@ -176,4 +179,98 @@ def probes_over_checkpoints(run, selection: str, n: int = 128, seed: int = 0) ->
     for row in map_checkpoints(rd, selection, fn):
         for h in row.pop("heads"):
             out.append({**row, **h})
+    return out
+
+
+# the most tokens a circuit block keeps on an axis (a figure of a larger vocabulary would be
+# unreadable; a CR task's groups are well under it)
+MAX_BLOCK_TOKENS = 256
+
+
+def _groups(model, task) -> list[tuple[str, np.ndarray]]:
+    """The token groups a head's circuits are read on: a CR task's subjects, the attribute
+    tokens of each type (``type 0``, ...; ids are type-major) and grammar tokens; any other
+    task's whole vocabulary."""
+    if all(hasattr(task, k) for k in ("subject_ids", "attr_ids", "grammar_ids")):
+        types = np.asarray(task.attr_ids).reshape(int(task.cfg.n_types), -1)  # type-major
+        return [("subjects", np.asarray(task.subject_ids)),
+                *((f"type {i}", ids) for i, ids in enumerate(types)),
+                ("grammar", np.asarray(task.grammar_ids))]
+    return [("tokens", np.arange(int(model.cfg.d_vocab)))]
+
+
+def _centre_rows(m: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Each row minus its mean (over the unmasked entries): what a softmax over the row reads."""
+    if mask is None:
+        return m - m.mean(-1, keepdim=True)
+    mean = (m * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+    return torch.where(mask.bool(), m - mean, torch.full_like(m, float("nan")))
+
+
+@torch.no_grad()
+def circuit_blocks(model, task, layer: int, head: int,
+                   max_tokens: int = MAX_BLOCK_TOKENS) -> list[dict]:
+    """The blocks of one head's OV and QK circuits as labelled dense matrices, each row
+    centred (an OV row feeds a softmax over the vocabulary, a QK row one over the keys, so
+    only differences within a row matter):
+
+    - ``OV`` (``full_ov``, token -> logit): on a CR task attribute -> attribute (does an
+      in-context attribute promote its own type's values?) and subject -> attribute (does a
+      subject write its own attributes?); else token -> token;
+    - ``QK`` (``full_qk``, query token x key token, positions left out): on a CR task subject
+      queries against attribute, subject and grammar keys; else token x token;
+    - ``QK positions`` (``pos_qk``, query position x key position; keys after the query are
+      masked: NaN), which ``full_qk`` leaves out and which can carry a head's pattern alone.
+
+    Each block: ``{"name", "what", "z" (rows x cols, a list of lists), "rows", "cols" (labels),
+    "row_groups", "col_groups" ([(label, first index, last index)])}``. The token blocks are
+    left out when a group has more than ``max_tokens`` tokens (a vocabulary of thousands of
+    random-embedding tokens): the position block alone is returned."""
+    groups = dict(_groups(model, task))
+    too_big = any(len(ids) > max_tokens for ids in groups.values())
+    names = getattr(getattr(task, "vocab", None), "names", None)
+
+    def label(i):
+        return names[int(i)] if names is not None and int(i) < len(names) else str(int(i))
+
+    def block(name, what, fm, row_groups, col_groups, mask=None):
+        rows = np.concatenate([groups[g] for g in row_groups])
+        cols = np.concatenate([groups[g] for g in col_groups])
+        z = _centre_rows(restrict(fm, rows, cols).float(), mask)
+
+        def spans(gs):
+            out, start = [], 0
+            for g in gs:
+                out.append((g, start, start + len(groups[g]) - 1))
+                start += len(groups[g])
+            return out
+
+        return {"name": name, "what": what, "z": z.tolist(), "rows": [label(i) for i in rows],
+                "cols": [label(i) for i in cols], "row_groups": spans(row_groups),
+                "col_groups": spans(col_groups)}
+
+    ov, qk = full_ov(model, layer, head), full_qk(model, layer, head)
+    if too_big:
+        out = []
+    elif "subjects" in groups:
+        attrs = [g for g in groups if g.startswith("type ")]
+        out = [block("OV attribute -> attribute", "W_E W_OV W_U, rows centred", ov,
+                     attrs, attrs),
+               block("OV subject -> attribute", "W_E W_OV W_U, rows centred", ov,
+                     ["subjects"], attrs),
+               block("QK subject query x key token", "W_E W_QK W_E^T, rows centred", qk,
+                     ["subjects"], [*attrs, "subjects", "grammar"])]
+    else:
+        out = [block("OV token -> token", "W_E W_OV W_U, rows centred", ov, ["tokens"],
+                     ["tokens"]),
+               block("QK query token x key token", "W_E W_QK W_E^T, rows centred", qk,
+                     ["tokens"], ["tokens"])]
+    n_ctx = int(model.cfg.n_ctx)
+    pos = torch.arange(n_ctx)
+    groups["positions"] = pos.numpy()
+    causal = (pos[None, :] <= pos[:, None]).float()
+    blk = block("QK positions", "W_pos W_QK W_pos^T, keys after the query masked, rows "
+                "centred", pos_qk(model, layer, head), ["positions"], ["positions"], causal)
+    blk["rows"] = blk["cols"] = [str(i) for i in range(n_ctx)]
+    out.append(blk)
     return out

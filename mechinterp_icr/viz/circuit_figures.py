@@ -208,3 +208,59 @@ def save_heatmaps(static, slider, stem: str | Path) -> dict[str, str]:
     out.update(save_figure(slider, stem, png=False, width=slider.layout.width,
                            height=slider.layout.height))
     return out
+
+
+def circuit_figure(blocks: list[dict], title: str):
+    """One head's OV and QK circuit blocks (:func:`mechinterp_icr.interp.circuits.
+    circuit_blocks`) as heatmaps, two per row. Each panel is divided by its own largest
+    |value| (named in its title), so one diverging scale serves all (blue negative, red
+    positive, white 0); token groups are separated by black lines and named at their centre;
+    masked cells (keys after the query) are blank."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    n = len(blocks)
+    cols = 1 if n == 1 else 2
+    rows = math.ceil(n / cols)
+    scales = []
+    for b in blocks:
+        vals = [abs(v) for row in b["z"] for v in row
+                if v is not None and not (isinstance(v, float) and math.isnan(v))]
+        scales.append(max(vals) if vals and max(vals) > 0 else 1.0)
+    titles = [f"{b['name']}<br><sup>{b['what']}; largest |value| {s:.3g}</sup>"
+              for b, s in zip(blocks, scales)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.1,
+                        vertical_spacing=0.16 if rows > 1 else 0.1)
+    for k, (b, s) in enumerate(zip(blocks, scales)):
+        r, c = k // cols + 1, k % cols + 1
+        z = [[None if v is None or (isinstance(v, float) and math.isnan(v)) else v / s
+              for v in row] for row in b["z"]]
+        fig.add_trace(go.Heatmap(
+            z=z, coloraxis="coloraxis", customdata=[[f"{y} -> {x}" for x in b["cols"]]
+                                                    for y in b["rows"]],
+            hovertemplate="%{customdata}: %{z:.3f} of the largest<extra></extra>"),
+            row=r, col=c)
+        for axis, groups, labels in (("x", b["col_groups"], b["cols"]),
+                                     ("y", b["row_groups"], b["rows"])):
+            if len(groups) > 1:
+                vals = [(lo + hi) / 2 for _, lo, hi in groups]
+                text = [g for g, _, _ in groups]
+            else:  # one group (positions, a whole vocabulary): every few labels
+                step = max(1, len(labels) // 12)
+                vals = list(range(0, len(labels), step))
+                text = [labels[i] for i in vals]
+            upd = dict(tickvals=vals, ticktext=text, row=r, col=c)
+            if axis == "x":
+                fig.update_xaxes(**upd, title_text="key" if "QK" in b["name"] else "output")
+            else:
+                fig.update_yaxes(**upd, autorange="reversed",
+                                 title_text="query" if "QK" in b["name"] else "input")
+            for _, lo, _ in groups[1:]:
+                line = dict(line_color="black", line_width=1, row=r, col=c)
+                (fig.add_vline if axis == "x" else fig.add_hline)(lo - 0.5, **line)
+    fig.update_layout(title=title, coloraxis={
+        "colorscale": "RdBu_r", "cmin": -1, "cmax": 1,
+        "colorbar": {"title": {"text": "value / largest |value|<br>of its panel",
+                               "side": "right"}}},
+        margin={"t": 130})
+    return fig, 1300 if cols == 2 else 760, 150 + 560 * rows

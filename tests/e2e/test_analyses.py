@@ -208,3 +208,50 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
 
             png = Image.open(steps.with_suffix(".png")).convert("RGB")
             assert png.size[0] >= 1000 and len(png.getcolors(1 << 20)) > 20  # not blank
+
+
+def test_ov_qk_draws_the_circuit_blocks_of_one_head(cr_run):
+    """analyses/ov_qk.py: the OV blocks (attribute and subject rows), the token QK block and
+    the position QK block of one head, each the head's matrices restricted to the task's token
+    groups with rows centred; keys after the query masked in the position block."""
+    import math
+
+    import torch
+
+    import mechinterp_icr as mi
+    from mechinterp_icr.interp.circuits import circuit_blocks
+    from mechinterp_icr.viz.figures import chromium_path
+
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MECHINTERP_ICR_NO_PNG"}
+    res = subprocess.run([sys.executable, str(ROOT / "analyses" / "ov_qk.py"), str(cr_run),
+                          "--head", "L1H0", "--checkpoints", "last"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.loads((cr_run / "analyses" / "ov_qk.json").read_text())
+    assert [r["block"] for r in rows] == ["OV attribute -> attribute", "OV subject -> attribute",
+                                          "QK subject query x key token", "QK positions"]
+    assert 0 <= rows[0]["ov_top1"] <= 1
+    stem = cr_run / "analyses" / f"ov_qk-{rows[0]['checkpoint']}-L1H0"
+    assert stem.with_suffix(".html").exists()
+    if chromium_path():
+        assert stem.with_suffix(".png").stat().st_size > 1000
+
+    model, task = mi.load(cr_run)
+    blocks = {b["name"]: b for b in circuit_blocks(model, task, 1, 0)}
+    a = model.blocks[1].attn
+    attrs = torch.as_tensor(task.attr_ids)
+    ov = (model.W_E[attrs] @ a.W_V[0] @ a.W_O[0] @ model.W_U[:, attrs]).detach()
+    ov = ov - ov.mean(-1, keepdim=True)
+    got = torch.tensor(blocks["OV attribute -> attribute"]["z"])
+    assert torch.allclose(got, ov, atol=1e-5)
+    assert [g for g, _, _ in blocks["OV attribute -> attribute"]["col_groups"]] == \
+        [f"type {i}" for i in range(task.cfg.n_types)]
+    pos = blocks["QK positions"]["z"]
+    n = len(pos)
+    assert n == model.cfg.n_ctx
+    assert all(math.isnan(pos[i][j]) for i in range(n) for j in range(i + 1, n))
+    assert all(abs(sum(pos[i][: i + 1])) < 1e-4 for i in range(n))  # rows centred
+    r = _script("ov_qk", str(cr_run), "--head", "L7H0")
+    assert r.returncode == 2 and "--head = 'L7H0' is not allowed" in r.stderr
