@@ -10,13 +10,25 @@ block (W_pos W_QK W_pos^T, which a token-only QK leaves out), each row centred
 Writes RUN/analyses/ov_qk-<checkpoint>-L<layer>H<head>.png / .html (kept under the options'
 name like every result) and prints, per head, the largest |value| of each block and, on a CR
 run, the head's OV probe (interp.circuits.ov_probe: the share of attributes whose best other
-attribute output has the same type, and the same-type precision of the top V-1). A vocabulary larger than 256 tokens is drawn as its position block alone.
+attribute output has the same type, and the same-type precision of the top V-1). A
+vocabulary larger than 256 tokens is drawn as its position block alone.
 """
 
 import re
 
-from _common import CR, IR, checkpoints, fail, open_run, parser, print_figures, print_table
-from _common import run_main, save_json, setup
+from _common import (
+    CR,
+    IR,
+    checkpoints,
+    fail,
+    open_run,
+    parser,
+    print_figures,
+    print_table,
+    run_main,
+    save_json,
+    setup,
+)
 
 KINDS = (*CR, *IR, "induction")
 COLUMNS = {"checkpoint": "checkpoint", "head_name": "head", "block": "block",

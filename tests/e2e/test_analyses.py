@@ -215,14 +215,13 @@ def test_ov_qk_draws_the_circuit_blocks_of_one_head(cr_run):
     the position QK block of one head, each the head's matrices restricted to the task's token
     groups with rows centred; keys after the query masked in the position block."""
     import math
+    import os
 
     import torch
 
     import mechinterp_icr as mi
     from mechinterp_icr.interp.circuits import circuit_blocks
     from mechinterp_icr.viz.figures import chromium_path
-
-    import os
 
     env = {k: v for k, v in os.environ.items() if k != "MECHINTERP_ICR_NO_PNG"}
     res = subprocess.run([sys.executable, str(ROOT / "analyses" / "ov_qk.py"), str(cr_run),
