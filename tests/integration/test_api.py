@@ -2,6 +2,7 @@
 sidecar's HookedTransformerConfig loads the weights with plain TransformerLens."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -70,25 +71,20 @@ def test_load_selects_checkpoints(cr_run):
         mi.load(cr_run, 5, phase="pretrain")
 
 
-PLAIN_TL = textwrap.dedent('''
-    import json, sys
-    import torch
-    from safetensors.torch import load_file
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    stem, tokens_file, out = sys.argv[1:4]
-    cfg = json.load(open(stem + ".json"))["hooked_transformer_config"]
-    cfg["dtype"] = getattr(torch, cfg["dtype"])
-    model = HookedTransformer(HookedTransformerConfig.from_dict(cfg))
-    weights = load_file(stem + ".safetensors")
-    model.load_state_dict({k[len("model."):]: v for k, v in weights.items()
-                           if k.startswith("model.")})
-    model.eval()
-    tokens = torch.tensor(json.load(open(tokens_file)))
-    with torch.no_grad():
-        torch.save(model(tokens), out)
-    print("package imported:", any(m.startswith("mechinterp_icr") for m in sys.modules))
-''')
+def _readme_loader() -> str:
+    """The TransformerLens-only loading code README.md shows, with its example stem replaced by
+    the script's first argument and a forward pass on the tokens of the second appended."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = text.split("<!-- tl-only-loading:begin -->")[1].split("<!-- tl-only-loading:end -->")[0]
+    code = block.split("```python")[1].split("```")[0]
+    assert re.search(r"^stem = .*$", code, flags=re.M), "README's snippet names no stem"
+    code = re.sub(r"^stem = .*$", "stem = sys.argv[1]", code, flags=re.M)
+    return "import sys\n" + code + textwrap.dedent('''
+        tokens = torch.tensor(json.load(open(sys.argv[2])))
+        with torch.no_grad():
+            torch.save(model(tokens), sys.argv[3])
+        print("package imported:", any(m.startswith("mechinterp_icr") for m in sys.modules))
+    ''')
 
 
 def test_plain_transformer_lens_loads_a_checkpoint(cr_run, tmp_path):
@@ -96,7 +92,7 @@ def test_plain_transformer_lens_loads_a_checkpoint(cr_run, tmp_path):
     model, task = mi.load(cr_run, phase="pretrain")
     tokens = task.sample(np.random.default_rng(1), 3).tokens
     (tmp_path / "tokens.json").write_text(json.dumps(tokens.tolist()))
-    (tmp_path / "load.py").write_text(PLAIN_TL)
+    (tmp_path / "load.py").write_text(_readme_loader())
     res = subprocess.run([sys.executable, str(tmp_path / "load.py"), str(ck.stem),
                           str(tmp_path / "tokens.json"), str(tmp_path / "logits.pt")],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
