@@ -443,8 +443,8 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
               help="Checkpoints on the slider: all, last, first, phase:NAME[:first|:last], "
                    "steps:A-B, a name, or several joined by commas (at most 400).")
 @click.option("--prompt-seed", default=0, show_default=True, type=int,
-              help="Seed of the held-out prompt shown (CR: an ICL prompt on held-out "
-                   "subjects) and of the role-table batch.")
+              help="The held-out prompt shown: N is the prompt `icr view --example N` shows "
+                   "(CR: an ICL prompt on held-out subjects); also the role-table batch's seed.")
 @click.option("--prompt", default=None,
               help='Space-separated tokens instead of a drawn prompt, e.g. "[BOS] S1 A0_3 '
                    '[SEP] S2".')

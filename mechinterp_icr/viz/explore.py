@@ -42,8 +42,10 @@ MAX_CHECKPOINTS = 400  # patterns of every head at every checkpoint are stored i
 GENERIC_ROLES = ("self", "previous", "first", "induction", "other")
 
 
-def _prompt(task, seed: int, prompt: str | None, n_ctx: int):
-    """(tokens (T,), prediction position, correct answer id or None, description)."""
+def _prompt(task, run_seed: int, seed: int, prompt: str | None, n_ctx: int):
+    """(tokens (T,), prediction position, correct answer id or None, description). Prompt
+    seed N shows example N of the run's fixed example set: the prompt `icr view --example N`
+    shows (``views.example_prompt``)."""
     if prompt is not None:
         if not prompt.split():
             raise ConfigError("--prompt = '' is not allowed; expected space-separated tokens")
@@ -57,9 +59,9 @@ def _prompt(task, seed: int, prompt: str | None, n_ctx: int):
         return torch.tensor(ids), len(ids) - 1, None, "the given prompt"
     from mechinterp_icr.viz.views import example_prompt
 
-    toks, answer = example_prompt(task, seed, 0, stream="explore")
+    toks, answer = example_prompt(task, run_seed, seed)
     what = "held-out ICL prompt" if hasattr(task, "sample_icl") else "held-out example"
-    return toks, toks.numel() - 1, answer, f"{what} (prompt seed {seed})"
+    return toks, toks.numel() - 1, answer, f"{what} (prompt seed {seed}: icr view --example {seed})"
 
 
 def _role_batch(task, seed: int, n: int):
@@ -206,8 +208,9 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
     """Everything the page shows, as JSON-ready numbers (see the module docstring)."""
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.store.rundir import RunDir, RunError
+    from mechinterp_icr.viz.views import MAX_EXAMPLE
 
-    check_range("--prompt-seed", prompt_seed, 0, 2**31 - 1, integer=True)
+    check_range("--prompt-seed", prompt_seed, 0, MAX_EXAMPLE - 1, integer=True)
     check_range("--roles-n", n_roles, 1, 100_000, integer=True)
     run = RunDir(run_path)
     cfg, task, build = load_run_model(run)
@@ -217,7 +220,7 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
                        f"holds at most {MAX_CHECKPOINTS}: narrow it (e.g. phase:NAME, "
                        "steps:A-B, or names joined by commas)")
     kind = getattr(type(cfg.task), "kind", None)
-    toks, qp, answer, what = _prompt(task, prompt_seed, prompt, cfg.model.n_ctx)
+    toks, qp, answer, what = _prompt(task, cfg.seed, prompt_seed, prompt, cfg.model.n_ctx)
     rbatch, rqp = _role_batch(task, prompt_seed, n_roles)
     cr7 = _cr7_probes(task, prompt_seed) if kind == "cr" else None
     L, H = cfg.model.n_layers, cfg.model.n_heads

@@ -2,6 +2,7 @@
 the slider (the #ck=N fragment dispatches the slider's input event) changes the rendered
 attention, the role table and the marked step."""
 
+import json
 import re
 
 import numpy as np
@@ -163,3 +164,21 @@ def test_one_cr_checkpoint_shows_its_probes_and_says_why_there_is_no_curve(cr_pa
     lo, hi = c["axis"]
     assert lo < c["current"] < hi and c["ticks"] == ["24"]
     assert "one point" in c["note"] and "--checkpoints all" in c["note"]
+
+
+def test_one_prompt_seed_is_one_prompt_in_view_and_explore(cr_pages):
+    """`icr explore --prompt-seed N` shows the prompt `icr view --example N` shows."""
+    import mechinterp_icr as mi
+    from mechinterp_icr.viz.explore import explore_data
+    from mechinterp_icr.viz.views import example_prompt
+
+    run = cr_pages["all"].parent / "run"
+    _, task = mi.load(run)
+    seed = json.loads((run / "config.json").read_text())["seed"]
+    for n in (0, 3):
+        data = explore_data(run, "last", prompt_seed=n, n_roles=4)
+        toks, answer = example_prompt(task, seed, n)
+        assert data["tokens"] == task.vocab.tokens(toks.tolist())
+        assert data["answer"] == task.vocab.tokens([answer])[0]
+        assert f"icr view --example {n}" in data["prompt_desc"]
+    assert explore_data(run, "last", prompt_seed=0, n_roles=4)["tokens"] != data["tokens"]
