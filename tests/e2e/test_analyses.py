@@ -3,6 +3,7 @@ it exits with code 2 and one line naming the run's task kind and what the script
 (no traceback); the scripts that apply to the run finish and write their table."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -254,3 +255,16 @@ def test_ov_qk_draws_the_circuit_blocks_of_one_head(cr_run):
     assert all(abs(sum(pos[i][: i + 1])) < 1e-4 for i in range(n))  # rows centred
     r = _script("ov_qk", str(cr_run), "--head", "L7H0")
     assert r.returncode == 2 and "--head = 'L7H0' is not allowed" in r.stderr
+
+
+def test_ir_row_figure_puts_phases_in_sequence_with_the_ideal_row(ir_run):
+    """analyses/ir_attention_rows.py: one line per row position across both phases (the large
+    step, then PGD, in sequence), and the ideal row drawn and labelled."""
+    res = _script("ir_attention_rows", str(ir_run), "--checkpoints", "all", "--n-eval", "32")
+    assert res.returncode == 0, res.stderr[-2000:]
+    html = (ir_run / "analyses" / "ir_attention_rows.html").read_text()
+    names = re.findall(r'"name":"([^"]+)"', html)
+    assert [n for n in names if n in ("s1", "a1", "s2", "a2", "s_q")] == \
+        ["s1", "a1", "s2", "a2", "s_q"]  # one trace per position, not one per phase
+    assert "phases in sequence" in html and "ideal s_q: 0" in html
+    assert "ideal s1, a1: a = " in html
