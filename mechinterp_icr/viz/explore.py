@@ -153,14 +153,22 @@ def _list_names(key: str, n: int) -> list[str]:
     return [f"{key}[{i}]" for i in range(n)]
 
 
-def _curve_groups(kind: str | None, metric_names: list[str], n_heads: int) -> list[dict]:
-    """The curve menu: the paper's training-dynamics view first, then one entry per metric."""
+def _curve_groups(kind: str | None, metric_names: list[str], n_heads: int,
+                  mechanism: bool = False) -> list[dict]:
+    """The curve menu, the first entry shown when the page opens: the paper's
+    training-dynamics view that fits the model (CR-7's probes for a one-layer model such as the
+    mechanism model, whose layer-0 heads become the Relation and Subject heads; held-out
+    accuracy first for a deeper model such as the main CR model, on which those layer-0 probes
+    stay flat), then one entry per metric."""
     groups = []
+    cr7 = None
     if kind == "cr":
         keys = [f"CR-7 {p} probe L0H{h}" for h in range(n_heads) for p in ("OV", "KQ")]
-        groups.append({"label": "CR-7: OV and KQ probes (layer-0 heads)",
-                       "keys": [k for k in keys if k in metric_names],
-                       "y": "probe value (0 to 1)"})
+        cr7 = {"label": "CR-7: OV and KQ probes (layer-0 heads"
+                        + ("" if mechanism else "; the mechanism model's view") + ")",
+               "keys": [k for k in keys if k in metric_names], "y": "probe value (0 to 1)"}
+        if mechanism:
+            groups.append(cr7)
     if kind == "ir" or any(k.startswith("row1") for k in metric_names):
         groups.append({"label": "IR-4: step-1 attention row (query s_q)",
                        "keys": [k for k in metric_names if k.startswith("row1")],
@@ -169,6 +177,8 @@ def _curve_groups(kind: str | None, metric_names: list[str], n_heads: int) -> li
                                              "eval_acc", "heldout_iclgrm_exact", "pt_typed")]
     if accs:
         groups.append({"label": "held-out accuracy", "keys": accs, "y": "accuracy"})
+    if cr7 is not None and not mechanism:
+        groups.append(cr7)
     groups = [g for g in groups if g["keys"]]
     groups += [{"label": k, "keys": [k], "y": k} for k in metric_names]
     return groups
@@ -256,7 +266,7 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
         "answer": None if answer is None else task.vocab.tokens([answer])[0],
         "head_names": [f"L{l}H{h}" for l in range(L) for h in range(H)],
         "role_names": role_names, "role_n": n_roles, "checkpoints": entries,
-        "curves": curves, "curve_groups": _curve_groups(kind, names, H),
+        "curves": curves, "curve_groups": _curve_groups(kind, names, H, mechanism=L == 1),
     }
 
 

@@ -182,3 +182,16 @@ def test_one_prompt_seed_is_one_prompt_in_view_and_explore(cr_pages):
         assert data["answer"] == task.vocab.tokens([answer])[0]
         assert f"icr view --example {n}" in data["prompt_desc"]
     assert explore_data(run, "last", prompt_seed=0, n_roles=4)["tokens"] != data["tokens"]
+
+
+def test_the_page_opens_on_the_view_that_fits_the_model():
+    """A one-layer model (the mechanism model) opens on CR-7's layer-0 probes; a deeper one
+    (the main model, where those probes stay flat) on its held-out accuracy."""
+    from mechinterp_icr.viz.explore import _curve_groups
+
+    names = ["CR-7 KQ probe L0H0", "CR-7 OV probe L0H0", "heldout_icl_exact", "loss"]
+    mech = _curve_groups("cr", names, 1, mechanism=True)
+    main_model = _curve_groups("cr", names, 1, mechanism=False)
+    assert mech[0]["label"].startswith("CR-7") and main_model[0]["label"] == "held-out accuracy"
+    assert any(g["label"].startswith("CR-7") and "mechanism model's view" in g["label"]
+               for g in main_model)
