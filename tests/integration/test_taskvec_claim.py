@@ -206,3 +206,19 @@ def test_a_four_point_spearman_of_exactly_0_8_meets_a_0_8_rule():
     rho, rise = trend([0.0, 0.3, 0.6, 0.9], [0.1, 0.3, 0.2, 0.4])
     assert rho >= 0.8 and rho == 0.8 and rise == pytest.approx(0.3)
     assert cr_claims.spearman([1, 2, 3], [3, 2, 1]) == -1.0
+
+
+def test_pca_panels_face_the_same_way(tiny_runs):
+    """A PC's sign is arbitrary: pca_points orients each PC so type 0's points lie on its
+    positive side on average, whatever checkpoint (or sign the SVD picked)."""
+    import mechinterp_icr as mi
+    from mechinterp_icr.interp import taskvec as tv
+
+    _, paths = tiny_runs
+    hook = tv.write_hook(1)
+    for ck in ("first", "last"):
+        model, task = mi.load(paths[0], ck, phase="ft-icl" if ck == "last" else None)
+        d = ct.pca_points(model, task, 0, TINY, hook, n=80)
+        t = np.asarray(d["type"])
+        z = np.stack([d["x"], d["y"]], 1)[t == t.min()]
+        assert (z.mean(0) >= 0).all()

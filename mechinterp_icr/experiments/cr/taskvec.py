@@ -270,10 +270,14 @@ def analyse_checkpoint(model, task, seed: int, tvc: TaskvecConfig, full: bool = 
 
 def pca_points(model, task, seed: int, tvc: TaskvecConfig, hook: str, n: int = 400
                ) -> dict[str, Any]:
-    """2-D PCA coordinates of held-out task vectors at one hook (for the scatter)."""
+    """2-D PCA coordinates of held-out task vectors at one hook (for the scatter). A PC's
+    sign is arbitrary, so each is oriented to put the mean of type 0's points on its positive
+    side: panels of different checkpoints and phases then face the same way."""
     H = _tvset(model, task, n, seed, 9, task.heldout_subjects, names=[hook])
     p = tv.pca(H.at(0), 2)
     Z = p.transform(H.at(0))
+    first = np.asarray(H.types) == np.min(H.types)
+    Z = Z * np.where(Z[first].mean(0) < 0, -1.0, 1.0)
     return {"x": Z[:, 0].tolist(), "y": Z[:, 1].tolist(), "type": H.types.tolist(),
             "var_ratio": p.explained_variance_ratio_.tolist()}
 
