@@ -27,7 +27,7 @@ from _common import (
 KINDS = ("cr", "induction", "ir")
 COLUMNS = {"checkpoint": "checkpoint", "step": "step", "component": "component",
            "logit_attr": "direct attribution to the answer logit",
-           "diff_attr": "direct attribution to answer - corrupted answer logit"}
+           "diff_attr": "direct attribution to the logit difference LD (answer - corrupted answer)"}
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     write_table(run, "dla", rows, list(COLUMNS), a.csv, COLUMNS)
     for c in checks:
         print(f"{c['checkpoint']}: components sum to {c['sum_logit']:.4f} (model's answer "
-              f"logit {c['model_logit']:.4f}), {c['sum_diff']:.4f} (model's logit difference "
+              f"logit {c['model_logit']:.4f}), {c['sum_diff']:.4f} (model's logit difference LD "
               f"{c['model_diff']:.4f})")
     key = {"diff": "diff_attr", "logit": "logit_attr"}[a.metric]
     kind = type(cfg.task).kind

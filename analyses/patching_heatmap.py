@@ -25,7 +25,7 @@ from _common import (
 
 KINDS = ("cr", "induction", "ir")
 COLUMNS = {"checkpoint": "checkpoint", "step": "step", "head_name": "head", "pos": "position",
-           "token": "token (first clean prompt)", "gap": "clean - corrupted logit gap",
+           "token": "token (first clean prompt)", "gap": "LD gap (clean LD - corrupted LD)",
            "recovery": "exact patching recovery"}
 
 

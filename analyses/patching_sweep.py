@@ -61,7 +61,7 @@ def main() -> None:
              else r for r in rows]
     print_table(shown, ["checkpoint", "step", "layer", "pos", "head_name", "gap", "recovery",
                         "attribution_recovery"],
-                {"head_name": "head", "pos": "position", "gap": "clean - corrupted logit gap",
+                {"head_name": "head", "pos": "position", "gap": "LD gap (clean LD - corrupted LD)",
                  "recovery": "exact patching recovery",
                  "attribution_recovery": "attribution patching recovery"}, a.csv)
     print(f"wrote {out}")

@@ -28,7 +28,7 @@ from _common import (
 KINDS = ("cr", "induction", "ir")
 COLUMNS = {"checkpoint": "checkpoint", "step": "step", "sender": "sender head",
            "receiver": "receiver", "input": "receiver input",
-           "gap": "clean - corrupted logit gap", "recovery": "path patching recovery"}
+           "gap": "LD gap (clean LD - corrupted LD)", "recovery": "path patching recovery"}
 
 
 def main() -> None:

@@ -106,8 +106,8 @@ def shown_panels(n: int, most: int) -> list[int]:
 def gap_note(gap: float, min_gap: float) -> str:
     """A panel's caption: the clean - corrupted metric gap, or why nothing is shown."""
     if gap >= min_gap:
-        return f"clean - corrupted logit diff {gap:.2f}"
-    return (f"clean - corrupted logit diff {gap:.2f} < --min-gap {min_gap:g}: "
+        return f"LD gap (clean - corrupted logit difference) {gap:.2f}"
+    return (f"LD gap (clean - corrupted logit difference) {gap:.2f} < --min-gap {min_gap:g}: "
             "recovery not shown")
 
 

@@ -104,7 +104,7 @@ def test_tables_have_full_names_csv_and_gap_guards(induction_run, tmp_path):
                   "--csv", str(csv), "--min-gap", "1000")
     assert res.returncode == 0, res.stderr[-2000:]
     header = res.stdout.splitlines()[0]
-    assert "clean - corrupted logit gap" in header
+    assert "LD gap (clean LD - corrupted LD)" in header
     assert "attribution patching recovery" in header
     lines = csv.read_text().splitlines()
     assert lines[0].startswith("checkpoint,step,layer,position,head,")
