@@ -316,7 +316,8 @@ def write_guarded_table(run, name: str, rows: list[dict], labels: dict[str, str]
     out = save_json(run, name, rows)
     shown = [r if r["gap"] >= min_gap else dict(r, **{k: "n/a" for k in keys}) for r in rows]
     print_table(shown, list(labels), labels, csv)
-    print(f"recoveries where the LD gap (clean LD - corrupted LD) is below {min_gap:g} are shown as n/a; {_wrote(out)}")
+    print(f"recoveries where the LD gap (clean LD - corrupted LD) is below {min_gap:g} are "
+          f"shown as n/a; {_wrote(out)}")
     return out
 
 
