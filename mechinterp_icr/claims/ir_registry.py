@@ -12,7 +12,7 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR_ANALYSIS_CONSTANTS",
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
            "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
 
 # Analysis constants an IR verdict reads that are not config keys (SPEC 0): IR-8's
@@ -57,6 +57,13 @@ def _section(name: str, **values) -> dict:
 # experiments/ir/claims.py:perturbation_role.
 IR4_PERTURBATION_ROLE = Condition("gd_over_pgd_escape_eps", ">=", 2.0, "fraction", 0.8,
                                   "GD/PGD escape steps on eps-asymmetric data")
+
+# IR-8 is decided only on a token-dependent model that solves the task: its step-1 argmax on
+# token_model.eval fresh sequences, after the whole registered budget (no early stop: a run
+# stopped at validation >= 0.99 and then tested against 0.99 centres the test on its own bar,
+# SPEC 0), meets this; otherwise IR-8 is inconclusive (claims.derive.ir8_unreadable). A
+# condition of the model, not of the claim: not part of the rule.
+IR8_SOLVED = Condition("tok_learned_row_step1_acc", ">=", 0.99, text="solved")
 
 # IR-5's positive control: the learned-memory arm sees linear
 # growth when N(n_max) / N(n_min) >= IR5_LINEAR_FRACTION x (n_max / n_min), or when it misses
@@ -197,14 +204,13 @@ IR_SPECS = (
         "IR-8",
         "The learned head is not an induction head, decided on the "
         "token-dependent model (all of W_Q, W_K trainable, the same 1-layer model and data, "
-        "finetuned by the registered PGD; it must solve the task, step-1 argmax >= 0.99, else "
-        "inconclusive): an induction-style step-1 row drops step-1 accuracy to <= 0.5 while "
-        "the learned row gives >= 0.99, and its baseline-subtracted prefix-matching score on "
-        "repeated-token probes is <= 0.1. The position-only model's numbers are reported as "
-        "structural.",
+        "finetuned by the registered PGD for its whole budget; it must solve the task, step-1 "
+        "argmax >= 0.99 on 10,000 fresh sequences, else inconclusive): its baseline-subtracted "
+        "prefix-matching score on repeated-token probes is <= 0.1, while an induction-head model "
+        "scores >= 0.5 above the same baseline. Reported, labelled structural: an "
+        "induction-style step-1 row's accuracy (a row on one token cannot solve a two-pair "
+        "task, so it cannot fail) and the position-only model's numbers.",
         conditions=(
-            _c("tok_induction_row_step1_acc", "<=", 0.5, text="induction-style row"),
-            _c("tok_learned_row_step1_acc", ">=", 0.99, text="learned row"),
             _c("tok_head_score_minus_baseline", "<=", 0.1, text="baseline-subtracted score"),
         ),
         controls=(_pos("induction-head model, project score minus baseline",
@@ -215,7 +221,7 @@ IR_SPECS = (
                          **_section("hooked", n=32, attn_big_lr=1.0, attn_lr=0.05,
                                     attn_clip=1.0),
                          **_section("token_model", N=256, steps=300, check_every=100,
-                                    eval=2000),
+                                    eval=10000),
                          **_section("induction", steps=600, tokens=32, length=16, probes=256,
                                     min_period=2, max_period=6, d_model=64, lr=3e-3,
                                     batch=64)},

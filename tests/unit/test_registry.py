@@ -87,10 +87,9 @@ SPEC_PINS = {
     "IR-7": ([("within_pair_gap", "<=", 0.02, E), ("mass_s3", "<=", 0.02, E),
               ("solved", ">=", 1.0, E)],
              [("negative", "large_step_swap_expected_acc", ">=", 0.90, E)]),
-    # IR-8: decided on the token-dependent model
-    "IR-8": ([("tok_induction_row_step1_acc", "<=", 0.5, E),
-              ("tok_learned_row_step1_acc", ">=", 0.99, E),
-              ("tok_head_score_minus_baseline", "<=", 0.1, E)],
+    # IR-8: decided on the token-dependent model (solved, IR8_SOLVED, is not in the rule; the
+    # induction-style row test is reported as structural)
+    "IR-8": ([("tok_head_score_minus_baseline", "<=", 0.1, E)],
              [("positive", "induction_model_score_minus_baseline", ">=", 0.5, E),
               ("positive", "induction_model_tl_score_minus_baseline", ">=", 0.5, E)]),
 }

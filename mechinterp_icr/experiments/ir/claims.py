@@ -149,17 +149,18 @@ def _d(cfg: IRConfig, n) -> str:
 
 def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
     """Why IR-8 cannot be decided ('' when it can): the token-dependent model does not solve
-    the task (step-1 argmax < 0.99 on ``token_model.eval`` fresh sequences at the end of the
-    registered budget; SPEC 2) on some seed, or was not measured; or the query's token occurs
-    earlier in the context of some evaluation sequence, so (a)'s rows at fixed offsets would
-    not test the row to the token after that occurrence (a missing count counts as such)."""
+    the task (step-1 argmax < 0.99, ``IR8_SOLVED``, on ``token_model.eval`` fresh sequences
+    after the whole registered budget; SPEC 2) on some seed, or was not measured; or the
+    query's token occurs earlier in the context of some evaluation sequence, so (a)'s rows at
+    fixed offsets would not test the row to the token after that occurrence (a missing count
+    counts as such)."""
     if not per8:
         return "no seed measured"
     why = []
     bad = [k for k, m in per8.items() if m.get("tok_solved") != 1.0]
     if bad:
         why.append("the token-dependent model does not solve the task (step-1 argmax >= 0.99 "
-                   f"on {cfg.token_model.eval} fresh sequences within "
+                   f"on {cfg.token_model.eval} fresh sequences after "
                    f"{cfg.token_model.steps} small steps) on "
                    "seed(s) " + ", ".join(
                        f"{k} ({_fmt(per8[k].get('tok_learned_row_step1_acc'))})" for k in bad))
@@ -347,14 +348,15 @@ def _ir8(make, per, cfg: IRConfig) -> None:
     make("IR-8", figure="figures/ir_8_probe_attention.html",
          not_measurable=ir8_not_measurable(per8, cfg),
          notes=f"decided on the token-dependent model (all of W_Q, W_K trainable, n = "
-               f"{cfg.hooked.n}, {cfg.token_model.N} sequences, PGD until solved within "
-               f"{cfg.token_model.steps} small steps): "
-               "(a) step-1 argmax accuracy with its own rows vs "
-               "induction-style rows (all attention on t-1 or t-2; the larger counts; the "
-               "query never occurs earlier in an IR sequence); (b) prefix-matching score on "
-               "repeated-token probes of the IR context's length minus one, uniform causal "
-               "attention subtracted. The position-only model's numbers (details) are "
-               "structural: its scores cannot depend on the tokens.",
+               f"{cfg.hooked.n}, {cfg.token_model.N} sequences, PGD for the whole budget of "
+               f"{cfg.token_model.steps} small steps, solved read on {cfg.token_model.eval} "
+               "fresh sequences): the rule reads the prefix-matching score on repeated-token "
+               "probes of the IR context's length minus one, uniform causal attention "
+               "subtracted. Reported as structural (they cannot fail): step-1 argmax accuracy "
+               "with induction-style rows (all attention on t-1 or t-2; the larger; the query "
+               "never occurs earlier in an IR sequence; tok_induction_row_step1_acc per seed) "
+               "and the position-only model's numbers (details), whose scores cannot depend on "
+               "the tokens.",
          details={"position_only_structural_per_seed": {
                       k: m.get("posonly") for k, m in per8.items()},
                   "tok_tl_score_minus_baseline_per_seed": {

@@ -151,15 +151,16 @@ class HookedConfig:
 @dataclass(frozen=True)
 class TokenModelConfig:
     """IR-8 is decided on the token-dependent model (all of W_Q, W_K trainable, n =
-    ``hooked.n``, the attention step sizes ``hooked.attn_*``): N finetuning sequences, PGD
-    until it solves the task (step-1 argmax >= 0.99 on ``eval`` validation sequences, checked
-    every ``check_every`` small steps) within ``steps`` small steps; "solved" is then read on
-    ``eval`` other fresh sequences."""
+    ``hooked.n``, the attention step sizes ``hooked.attn_*``): N finetuning sequences, PGD for
+    the whole budget of ``steps`` small steps (no early stop; its step-1 argmax on ``eval``
+    validation sequences is logged every ``check_every`` small steps and never stops it);
+    "solved" (``claims.ir_registry.IR8_SOLVED``) is then read on ``eval`` other fresh
+    sequences."""
 
     N: int = 256
     steps: int = 300
     check_every: int = 100
-    eval: int = 2000
+    eval: int = 10000
 
     def __post_init__(self) -> None:
         _check_fields(self, "token_model.")
