@@ -2,7 +2,7 @@
 IR experiment writes per seed (``experiments/ir/claims.py``). ``hyperparameters`` are the
 ``IRConfig`` keys (dotted for a section) each verdict depends on, with their registered
 values (identical in the quick and paper profiles; ``profile_specific`` names what may differ).
-Changes: dated entries in docs/registry.md, heading "IR-1..IR-8"."""
+Changes: dated entries in docs/registry.md, heading "IR-1..IR-9"."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ IR_ANALYSIS_CONSTANTS = {
     "experiments.ir.ir5_dn.DN_STEP": 16,
     "experiments.ir.ir5_dn.DN_MIN": 0.995,
     "experiments.ir.ir5_dn.DN_SELECTION_SEEDS": tuple(range(100, 110)),
+    "experiments.ir.ir9.START_GAP": 0.05,
 }
 
 
@@ -227,6 +228,22 @@ IR_SPECS = (
                                     batch=64)},
         unreadable=ir8_unreadable,
     ),
+    ClaimSpec(
+        "IR-9",
+        "Within-pair equality is an attractor (not a claim of the paper: the test its "
+        "\"converges\" would need): from the main run's state right after the large step with "
+        "a within-pair offset imposed on the position block (step-1 within-pair gap 0.05), the "
+        "registered small steps bring the gap to <= 0.02 by the end of the registered budget "
+        "(stop_max small steps) on every seed.",
+        conditions=(_c("ir9_final_gap", "<=", 0.02, text="within-pair gap after the budget"),),
+        controls=(_neg("the same start at learning rate 0 (the gap must stay >= 0.04)",
+                       "ir9_frozen_final_gap", "<", 0.04),
+                  _pos("placebo: a synthetic gap decaying from the start gap to 0 is read as "
+                       "converged", "ir9_placebo_decay_read", ">=", 1.0),
+                  _neg("placebo: a synthetic gap flat at the start gap is read as converged",
+                       "ir9_placebo_flat_read", ">=", 1.0)),
+        hyperparameters={**_TASK, **_PGD, "n": 512, "N": 256, "eval_size": 1000},
+    ),
 )
 
 
@@ -247,7 +264,8 @@ IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
                      "large_step_swap_expected_acc", "induction_row_step1_acc",
                      "learned_row_step1_acc", "polylog_beats_linear_where_grows",
                      "learned_sees_growth", "tok_induction_row_step1_acc",
-                     "tok_learned_row_step1_acc"), UNIT),
+                     "tok_learned_row_step1_acc", "ir9_final_gap", "ir9_frozen_final_gap",
+                     "ir9_placebo_decay_read", "ir9_placebo_flat_read"), UNIT),
     # attention scores minus their baseline
     **dict.fromkeys(("ir_head_score_minus_baseline", "ir_head_tl_score_minus_baseline",
                      "tok_head_score_minus_baseline", "tok_head_tl_score_minus_baseline",

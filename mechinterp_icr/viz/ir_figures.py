@@ -65,13 +65,13 @@ def attention_rows_figure(traj: dict[str, list[dict[str, Any]]], n: int, seed: i
     return fig
 
 
-def _log_threshold(fig, y: float) -> None:
+def _log_threshold(fig, y: float, label: str = "threshold") -> None:
     """A dashed threshold line at ``y`` on a log y axis, labelled at the line (``add_hline``'s
     own annotation takes ``y`` as log10 on a log axis and lands at the top)."""
     import math
 
     fig.add_hline(y=y, line_dash="dash")
-    fig.add_annotation(x=1, xref="paper", y=math.log10(y), yref="y", text=f"threshold {y:g}",
+    fig.add_annotation(x=1, xref="paper", y=math.log10(y), yref="y", text=f"{label} {y:g}",
                        showarrow=False, xanchor="right", yanchor="bottom")
 
 
@@ -258,6 +258,35 @@ def gap_decay_figure(traces: dict[str, list[list[float]]], n: int, seeds: list |
     return fig
 
 
+def gap_from_offset_figure(traces: dict[str, dict[str, list[list[float]]]], n: int,
+                           seeds: list | None = None):
+    """IR-9: the within-pair gap from the imposed offset over the small steps, per seed, at the
+    registered learning rate (solid) and at 0 (the control, dotted), with the registered
+    converged gap and the control's bound."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+
+    fig = go.Figure()
+    for i, (s, tr) in enumerate(traces.items()):
+        colour = qualitative.Plotly[i % len(qualitative.Plotly)]
+        for arm, dash in (("learned", "solid"), ("frozen", "dot")):
+            pts = tr.get(arm) or []
+            fig.add_trace(go.Scatter(
+                x=[t[0] + 1 for t in pts], y=[t[1] for t in pts], mode="lines+markers",
+                line={"color": colour, "dash": dash}, marker={"size": 5},
+                name=f"seed {s}" + ("" if arm == "learned" else " at lr 0 (control)"),
+                legendgroup=str(s)))
+    _log_threshold(fig, threshold("IR-9", "ir9_final_gap"), "converged at")
+    _log_threshold(fig, threshold("IR-9", "ir9_frozen_final_gap", control=True),
+                   "the lr-0 control must stay above")
+    fig.update_xaxes(type="log", title_text="small steps + 1 (1 = the imposed offset)")
+    fig.update_yaxes(type="log", title_text="step-1 within-pair gap")
+    fig.update_layout(title=f"IR-9: the within-pair gap from an imposed offset (n={n}); "
+                            f"solid: the registered small steps, dotted: learning rate 0"
+                            f"<br><sub>{seeds_caption(list(traces), seeds)}</sub>")
+    return fig
+
+
 def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed: int,
                          seeds: list | None = None):
     """IR-3 / IR-4 causal: ``ow_runs[run]`` are checkpoint rows with ``label`` and ``acc`` /
@@ -303,7 +332,8 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      sweep_fits: dict[str, dict[str, Any] | None] | None = None,
                      gap_traces: dict[str, list[list[float]]] | None = None,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
-                     n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None
+                     n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None,
+                     ir9: dict[str, dict[str, list[list[float]]]] | None = None
                      ) -> dict[str, dict[str, str]]:
     """Write every IR figure there are rows for into ``fig_dir``; ``n`` and ``hooked.n`` (the
     sizes of the fast and HookedTransformer runs) go into titles. Returns the paths written
@@ -333,6 +363,10 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
     if ir8 and (fig := probe_attention_figure(ir8, seeds)) is not None:
         figs["ir_8_probe_attention"] = save_figure(fig, fig_dir / "ir_8_probe_attention",
                                                    width=1100, height=520)
+    if ir9:
+        figs["ir_9_gap_from_offset"] = save_figure(gap_from_offset_figure(ir9, n, seeds),
+                                                   fig_dir / "ir_9_gap_from_offset",
+                                                   width=1100, height=560)
     if ow_runs:
         figs["ir_causal_row_overwrite"] = save_figure(
             row_overwrite_figure(ow_runs, ht_n, seed, seeds), fig_dir / "ir_causal_row_overwrite",

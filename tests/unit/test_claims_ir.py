@@ -1,4 +1,4 @@
-"""IR-1..IR-8 verdicts from numbers (no training): for every claim, good numbers hold, a
+"""IR-1..IR-9 verdicts from numbers (no training): for every claim, good numbers hold, a
 negative control that shows the effect (or a positive control that misses it) keeps the claim
 from holding, and an unmet rule does not hold."""
 
@@ -36,6 +36,8 @@ GOOD = {
              "induction_model_score_minus_baseline": 0.7,
              "induction_model_tl_score_minus_baseline": 0.7,
              "posonly": {"induction_row_step1_acc": 0.36, "score_minus_baseline": -0.11}},
+    "IR-9": {"ir9_final_gap": 0.005, "ir9_frozen_final_gap": 0.05,
+             "ir9_placebo_decay_read": 1.0, "ir9_placebo_flat_read": 0.0},
 }
 
 # per claim: every control showing the effect (negative) / missing it (positive) on one seed,
@@ -53,6 +55,9 @@ BAD_CONTROLS = [
     ("IR-7", "large_step_swap_expected_acc", 0.93),
     ("IR-8", "induction_model_score_minus_baseline", 0.3),
     ("IR-8", "induction_model_tl_score_minus_baseline", 0.3),
+    ("IR-9", "ir9_frozen_final_gap", 0.03),
+    ("IR-9", "ir9_placebo_decay_read", 0.0),
+    ("IR-9", "ir9_placebo_flat_read", 1.0),
 ]
 BAD_CONTROL = {cid: (k, v) for cid, k, v in BAD_CONTROLS}
 UNMET = {
@@ -64,6 +69,7 @@ UNMET = {
     "IR-6": ("mass_s3", 0.07),
     "IR-7": ("within_pair_gap", 0.031),
     "IR-8": ("tok_head_score_minus_baseline", 0.3),
+    "IR-9": ("ir9_final_gap", 0.023),
 }
 
 
@@ -391,3 +397,26 @@ def test_runs_cut_off_by_the_length_bound_are_named():
     per = {"0": {"small_steps": 300}, "1": {"small_steps": QUICK.stop_max},
            "2": {"small_steps": None}, "3": {}}
     assert ran_to_stop_max(per, QUICK) == ["1"]
+
+
+def test_ir9_a_gap_that_does_not_decay_never_holds():
+    """A flat gap (the start gap kept) or one that settles above the converged gap does not
+    hold; the same flat numbers in the learning-rate-0 arm are what the control expects."""
+    for final in (0.05, 0.0201):
+        per = _per()
+        for s in SEEDS:
+            per["IR-9"][s]["ir9_final_gap"] = final
+        c = _verdicts(per)["IR-9"]
+        assert c["verdict"] == "does not hold" and "ir9_final_gap" in c["verdict_reason"]
+
+
+def test_ir9_reading_and_placebo_on_synthetic_trajectories():
+    """The code that reads convergence: a gap decaying to 0 is converged, a flat one and one
+    that dips below the bar and comes back are not."""
+    from mechinterp_icr.experiments.ir.ir9 import _placebo, converged, converged_gap
+
+    bar = converged_gap()
+    assert converged([[0, 0.05], [10, 0.01]]) and not converged([[0, 0.05], [10, 0.05]])
+    assert not converged([[0, 0.05], [5, bar / 2], [10, 2 * bar]])
+    assert _placebo([0, 1, 10, 100, 1000], 0.05) == {"placebo_decay_read": 1.0,
+                                                     "placebo_flat_read": 0.0}

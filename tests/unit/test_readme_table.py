@@ -45,7 +45,7 @@ def test_cells_are_short_and_the_table_is_on_the_first_screen():
         assert len(cells) == 4, row
         assert all(len(c.split()) <= rd.MAX_WORDS for c in cells), row
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) <= 130
+    assert len(lines) <= 160  # with the TransformerLens-only loading code (issue 40)
     assert lines.index(rd.BEGIN) < 40
 
 

@@ -83,7 +83,7 @@ def test_the_cr2_threshold_change_is_one_spec_edit_and_a_redecide(tmp_path, monk
 
     r = CliRunner().invoke(main, ["redecide", str(out), "--check", "--readme", str(readme)])
     assert r.exit_code == 0, r.output
-    assert "0 stale decisions over 17 claims" in r.output
+    assert "0 stale decisions over 18 claims" in r.output
 
 
 def test_a_stored_verdict_the_specs_do_not_give_is_found(tmp_path):

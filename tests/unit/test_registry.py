@@ -92,6 +92,11 @@ SPEC_PINS = {
     "IR-8": ([("tok_head_score_minus_baseline", "<=", 0.1, E)],
              [("positive", "induction_model_score_minus_baseline", ">=", 0.5, E),
               ("positive", "induction_model_tl_score_minus_baseline", ">=", 0.5, E)]),
+    # IR-9: within-pair equality is an attractor (SPEC 2, new 2026-12-05)
+    "IR-9": ([("ir9_final_gap", "<=", 0.02, E)],
+             [("negative", "ir9_frozen_final_gap", "<", 0.04, E),
+              ("positive", "ir9_placebo_decay_read", ">=", 1.0, E),
+              ("negative", "ir9_placebo_flat_read", ">=", 1.0, E)]),
 }
 
 

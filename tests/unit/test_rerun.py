@@ -141,3 +141,17 @@ def test_machine_noise_flags_a_rule_tighter_than_its_noise():
     same = [r for (c, _), r in rows.items() if c != "CR-2"]
     assert same and not any(r.tight for r in same)
     assert all(r.noise == 0 for r in same if r.noise is not None)
+
+
+def test_every_registered_machine_noise_names_a_registered_rule():
+    from mechinterp_icr.claims.noise import MACHINE_NOISE
+    from mechinterp_icr.claims.registry import REGISTRY, registered_id
+
+    for cid, rules in MACHINE_NOISE.items():
+        rid = registered_id(cid)
+        assert rid is not None, cid
+        spec = REGISTRY[rid]
+        names = {f"condition {c.metric}" for c in spec.conditions} | {
+            f"control {k.name}" for k in spec.controls}
+        assert set(rules) <= names, (cid, set(rules) - names)
+        assert all(v >= 0 for v in rules.values())

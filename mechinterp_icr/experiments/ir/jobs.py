@@ -39,7 +39,9 @@ from mechinterp_icr.experiments.ir.controls import (
 from mechinterp_icr.experiments.ir.conventions import stop_tol_variants
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
 from mechinterp_icr.experiments.ir.ir8 import tok_metrics
+from mechinterp_icr.experiments.ir.ir9 import attractor_metrics
 from mechinterp_icr.experiments.ir.records import (
+    AttractorRecord,
     HookedOverwriteRecord,
     HookedRecord,
     InductionRecord,
@@ -76,6 +78,7 @@ __all__ = [
     "MemoryFileError",
     "STAGES",
     "StageTimer",
+    "attractor_job",
     "gap_job",
     "hooked_job",
     "hooked_overwrite_job",
@@ -97,7 +100,7 @@ STAGES = ("IR-1 memory + ceiling", "IR-2/3/4 PGD vs GD (fast)",
           "IR-8 position-only (structural)", "IR-8 induction control",
           "IR-8 token-dependent model", "IR-3 gap vs n", "IR-7 K=3", "IR-6 pretrained memory",
           "IR-5 sample complexity", "IR-5 sample complexity (learned control)",
-          "HookedTransformer runs (checkpoints)")
+          "IR-9 within-pair attractor", "HookedTransformer runs (checkpoints)")
 
 
 class StageTimer:
@@ -263,6 +266,14 @@ def sample_job(*, cfg: IRConfig, seed: int, n: int, arm: str = "memory") -> dict
     with t("IR-5 sample complexity" + ("" if arm == "memory" else " (learned control)")):
         row = sample_complexity_row(cfg, seed, n, arm)
     return RowRecord(row, t.timings).to_json()
+
+
+def attractor_job(*, cfg: IRConfig, seed: int) -> dict[str, Any]:
+    """IR-9: the within-pair gap from an imposed offset, learning rate registered and 0."""
+    t = StageTimer()
+    with t("IR-9 within-pair attractor"):
+        m = attractor_metrics(cfg, seed)
+    return AttractorRecord(m, t.timings).to_json()
 
 
 def tok_job(*, cfg: IRConfig, seed: int) -> dict[str, Any]:

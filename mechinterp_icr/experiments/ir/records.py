@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from mechinterp_icr.jobs import Record, record_field
 
 __all__ = [
+    "AttractorRecord",
     "HookedOverwriteRecord",
     "HookedRecord",
     "InductionRecord",
@@ -70,6 +71,16 @@ class TokRecord(Record):
 
     KIND: ClassVar[str] = "ir8_tok"
     ir8: dict[str, Any] = record_field("ir8", "IR-8")
+    timings: dict[str, float] = record_field("timings")
+
+
+@dataclass(frozen=True)
+class AttractorRecord(Record):
+    """``seed<s>/ir9``: IR-9, the within-pair gap from an imposed offset."""
+
+    KIND: ClassVar[str] = "ir9"
+
+    ir9: dict[str, Any] = record_field("ir9", "IR-9")
     timings: dict[str, float] = record_field("timings")
 
 
@@ -130,7 +141,7 @@ class HookedOverwriteRecord(Record):
 # job kind -> its record class
 JOB_KINDS: dict[str, type[Record]] = {
     "main": MainRecord, "overwrite": OverwriteRecord, "induction": InductionRecord,
-    "ir8_tok": TokRecord, "k3": K3Record, "ir6_memory": MemoryRecord,
+    "ir8_tok": TokRecord, "ir9": AttractorRecord, "k3": K3Record, "ir6_memory": MemoryRecord,
     "ir6": PretrainedRecord, "gap": RowRecord, "sample": RowRecord,
     "sample_learned": RowRecord, "ht": HookedRecord, "ht_overwrite": HookedOverwriteRecord,
 }

@@ -40,6 +40,7 @@ from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed, sample_complexity_table
 from mechinterp_icr.experiments.ir.jobs import (
+    attractor_job,
     gap_job,
     hooked_job,
     hooked_overwrite_job,
@@ -113,6 +114,7 @@ def plan(cfg: IRConfig, out_dir: Path, seeds: list[int]) -> list[Job]:
     for s in seeds:
         add("induction", s, induction_job)
         add("ir8_tok", s, tok_job)
+        add("ir9", s, attractor_job)
         add("k3", s, k3_job)
         add("overwrite", s, overwrite_job, (job_name("main", s),),
             run_dir=seed_dir(out_dir, s))
@@ -165,6 +167,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
     ow_seed: dict[str, dict] = {}
     ir8_detail: dict[str, dict] = {}
     gap_traces: dict[str, list] = {}
+    ir9_traces: dict[str, dict] = {}
     def rec(kind: str, s: int, **kw):
         return read_record(records, kind, s, **kw)
 
@@ -181,6 +184,10 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                           "control": ctrl}
         gap_rows += [rec("gap", s, n=n).row for n in cfg.gap_n]
         per["IR-7"][sk] = rec("k3", s).ir7
+        ir9 = rec("ir9", s).ir9
+        per["IR-9"][sk] = {f"ir9_{k}": v for k, v in ir9.items()
+                           if k not in ("trace", "frozen_trace")}
+        ir9_traces[sk] = {"learned": ir9["trace"], "frozen": ir9["frozen_trace"]}
         per["IR-6"][sk] = rec("ir6", s).ir6
         sweep_rows += [rec(arm, s, n=n).row for arm in ("sample", "sample_learned")
                        for n in cfg.sample_complexity.n]
@@ -194,6 +201,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                                                                                    sweep_rows)
     summary.tables["IR-3 gap vs n"] = {"rows": gap_rows, "fit": gap_fit(gap_rows)}
     summary.tables["IR-3 gap decay"] = gap_traces
+    summary.tables["IR-9 gap from the imposed offset"] = ir9_traces
     summary.tables["IR-8 prefix-matching scores"] = ir8_detail
     causal = causal_table(ow_seed, ow_runs, cfg)
     summary.tables["IR-3/IR-4 causal: attention-row overwrite"] = causal
@@ -207,7 +215,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
         gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=ir5_table["rows"],
         sweep_fits={arm: ir5_table[arm]["fit_mean"] for arm in ("memory", "learned")},
-        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.hooked.n, ir8=ir8_detail)
+        ow_runs=ow_runs, n=cfg.n, ht_n=cfg.hooked.n, ir8=ir8_detail, ir9=ir9_traces)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 
     with summary.stage("attention views"):
