@@ -197,3 +197,17 @@ def ir8_unreadable(claim_id: str, per_seed: Mapping[str, Any]) -> dict[str, dict
         elif _num(m.get("tok_query_seen_before")) != 0.0:
             bad[str(s)] = "the query's token occurs earlier in the context"
     return {metric: dict(bad) for metric in IR8_METRICS} if bad else {}
+
+
+# ------------------------------------------------------------------------------------------
+# IR-9: a seed whose state already has a gap at least the start gap cannot be read
+# ------------------------------------------------------------------------------------------
+def ir9_unreadable(claim_id: str, per_seed: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """IR-9's condition cannot be read on a seed where no offset was imposed
+    (``ir9_imposed`` not 1: the state right after the large step already has a within-pair gap
+    at least the start gap, so there is no decay from the start to read)."""
+    bad = {str(s): "the state after the large step already has a within-pair gap at least "
+                   "the start gap (nothing imposed)"
+           for s, m in per_seed.items()
+           if _num((m if isinstance(m, Mapping) else {}).get("ir9_imposed")) != 1.0}
+    return {"ir9_final_gap": bad} if bad else {}

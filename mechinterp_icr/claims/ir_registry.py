@@ -6,7 +6,7 @@ Changes: dated entries in docs/registry.md, heading "IR-1..IR-9"."""
 
 from __future__ import annotations
 
-from mechinterp_icr.claims.derive import ir8_unreadable
+from mechinterp_icr.claims.derive import ir8_unreadable, ir9_unreadable
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
@@ -243,6 +243,7 @@ IR_SPECS = (
                   _neg("placebo: a synthetic gap flat at the start gap is read as converged",
                        "ir9_placebo_flat_read", ">=", 1.0)),
         hyperparameters={**_TASK, **_PGD, "n": 512, "N": 256, "eval_size": 1000},
+        unreadable=ir9_unreadable,
     ),
 )
 

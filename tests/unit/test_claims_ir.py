@@ -36,7 +36,7 @@ GOOD = {
              "induction_model_score_minus_baseline": 0.7,
              "induction_model_tl_score_minus_baseline": 0.7,
              "posonly": {"induction_row_step1_acc": 0.36, "score_minus_baseline": -0.11}},
-    "IR-9": {"ir9_final_gap": 0.005, "ir9_frozen_final_gap": 0.05,
+    "IR-9": {"ir9_imposed": 1.0, "ir9_final_gap": 0.005, "ir9_frozen_final_gap": 0.05,
              "ir9_placebo_decay_read": 1.0, "ir9_placebo_flat_read": 0.0},
 }
 
@@ -420,3 +420,12 @@ def test_ir9_reading_and_placebo_on_synthetic_trajectories():
     assert not converged([[0, 0.05], [5, bar / 2], [10, 2 * bar]])
     assert _placebo([0, 1, 10, 100, 1000], 0.05) == {"placebo_decay_read": 1.0,
                                                      "placebo_flat_read": 0.0}
+
+
+def test_ir9_a_seed_with_nothing_imposed_is_unreadable_not_failing():
+    per = _per({"IR-9": ("ir9_imposed", 0.0)})
+    per["IR-9"]["2"]["ir9_final_gap"] = None
+    c = _verdicts(per)["IR-9"]
+    assert c["verdict"] == "inconclusive" and "nothing imposed" in c["verdict_reason"]
+    per["IR-9"]["3"]["ir9_final_gap"] = 0.04  # a readable failing seed beside it decides
+    assert _verdicts(per)["IR-9"]["verdict"] == "does not hold"

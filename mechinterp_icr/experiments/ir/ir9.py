@@ -114,6 +114,8 @@ def _placebo(steps: list[int], start: float) -> dict[str, float]:
 
 def attractor_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     """IR-9's per-seed numbers (module docstring): the large-step state's gap, the offset d,
+    ``imposed`` (0 when that state's gap is already at least the start gap: nothing to impose,
+    and the seed cannot be read; a small n does this),
     the gap trajectory at the registered learning rate and at 0 over ``stop_max`` small
     steps, the final gaps, the first step at which the gap reaches the registered converged gap
     (None: never), and the placebo readings."""
@@ -129,11 +131,16 @@ def attractor_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
                                          steps=0), seed, record_rows=False)
         if arm == "learned":
             out["large_step_gap"] = _gap(fast, K)
+            if out["large_step_gap"] >= START_GAP:  # nothing to impose: not readable
+                return {**out, "imposed": 0.0, "start_gap": None, "final_gap": None,
+                        "frozen_final_gap": None, "first_step_at_converged_gap": None,
+                        "converged": None, "trace": [], "frozen_trace": [],
+                        **_placebo(sorted(eval_steps(cfg.stop_max)), START_GAP)}
         d = impose_gap(fast, K)
         out[f"{arm}_offset"] = d
         traces[arm] = _small_steps(fast, train, lr, cfg.stop_max, K)
     first = next((t for t, g in traces["learned"] if g <= converged_gap()), None)
-    return {**out, "start_gap": traces["learned"][0][1],
+    return {**out, "imposed": 1.0, "start_gap": traces["learned"][0][1],
             "final_gap": traces["learned"][-1][1],
             "frozen_final_gap": traces["frozen"][-1][1],
             "first_step_at_converged_gap": first,
