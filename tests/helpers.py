@@ -133,6 +133,8 @@ DERIVE_INPUTS = {
              "ft_output_type_acc_k1": 0.6},
     # IR-8 is read only on a token-dependent model that solves the task
     "IR-8": {"tok_solved": 1.0, "tok_query_seen_before": 0.0},
+    # IR-9 is read only where an offset was imposed
+    "IR-9": {"ir9_imposed": 1.0},
 }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
-from mechinterp_icr.claims.registry import REGISTRY, registered_id
+from mechinterp_icr.claims.registry import REGISTRY, metric_range, registered_id
 
 __all__ = ["VERDICTS", "check_summary", "registered_id", "summary_shape_problem"]
 
@@ -70,7 +70,7 @@ def _recomputed(stored: Mapping[str, Any], cond: Condition) -> bool | None:
     unread = stored.get("unreadable") if isinstance(stored.get("unreadable"), Mapping) else {}
     unread = {s: r for s, r in unread.items() if r != "no value"}
     return evaluate_condition(cond, stored.get("per_seed") or {}, unread,
-                              stored.get("pooled_value"))["met"]
+                              stored.get("pooled_value"), metric_range(cond.metric))["met"]
 
 
 def _registry(cid: str, c: Mapping[str, Any]) -> list[str]:
@@ -184,6 +184,13 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
     if not claims:
         return ["no claims in the summary"]
     problems = []
+    rec = summary.get("rerun") if isinstance(summary, Mapping) else None
+    if isinstance(rec, Mapping):
+        flagged = sorted(str(cid) for cid, c in claims.items()
+                         if isinstance(c, Mapping) and c.get("fragile") is True)
+        if sorted(str(x) for x in rec.get("fragile") or []) != flagged:
+            problems.append(f"summary: its rerun record lists fragile {rec.get('fragile')!r}, "
+                            f"the claims flag {flagged!r}")
     for cid, c in sorted(claims.items(), key=lambda kv: str(kv[0])):
         if not isinstance(c, Mapping):
             problems.append(f"{cid}: not a claim entry")
@@ -191,6 +198,9 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
         problems += _protocol(cid, c, min_seeds)
         if isinstance(summary.get("rerun"), Mapping):
             problems += _rerun(cid, c)
+        elif "rerun" in c or "fragile" in c:
+            problems.append(f"{cid}: carries a rerun verdict or fragile flag but the summary "
+                            "names no rounding rerun (its 'rerun' record is missing)")
         if registry and registered_id(cid):
             problems += _registry(cid, c)
             problems += _decided(cid, c, summary.get("seeds"))
@@ -226,3 +236,24 @@ def _rerun(cid: str, c: Mapping[str, Any]) -> list[str]:
         return [f"{cid}: fragile is {c['fragile']} but the verdict is {c.get('verdict')!r} "
                 f"and the rerun's {r.get('verdict')!r}"]
     return []
+
+
+def rerun_file_problems(summary: Mapping[str, Any], rerun: Mapping[str, Any]) -> list[str]:
+    """The attached rerun's own summary against what ``summary`` says of it: a rerun of the
+    same profile and seeds under another rounding (:func:`.rerun.pairing_problem`), and each
+    claim's stored rerun verdict the rerun's verdict."""
+    from mechinterp_icr.claims.rerun import pairing_problem
+
+    out = []
+    why = pairing_problem(summary, rerun)
+    if why:
+        out.append(f"summary: {why}")
+    other = rerun.get("claims") if isinstance(rerun.get("claims"), Mapping) else {}
+    for cid, c in (summary.get("claims") or {}).items():
+        if not isinstance(c, Mapping) or not isinstance(c.get("rerun"), Mapping):
+            continue
+        want = other.get(cid, {}).get("verdict") if isinstance(other.get(cid), Mapping) else None
+        if c["rerun"].get("verdict") != want:
+            out.append(f"{cid}: stored rerun verdict {c['rerun'].get('verdict')!r}, the "
+                       f"attached rerun's summary says {want!r}")
+    return out

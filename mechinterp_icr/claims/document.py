@@ -139,12 +139,29 @@ def _ranges() -> list[str]:
     return out + [""]
 
 
+def _noise() -> list[str]:
+    from mechinterp_icr.claims.noise import MACHINE_NOISE, MEASURED
+
+    out = ["## Machine noise", "",
+           "How far the number each rule's seed rule compares moves when the same code and "
+           "seeds run under another float rounding (`mechinterp_icr/claims/noise.py`; per seed "
+           "for a rule on a tail of the seeds, of the statistic for a mean or pooled rule). "
+           + (f"Measured {MEASURED}." if MEASURED else "Not measured yet."), ""]
+    if not MACHINE_NOISE:
+        return out
+    out += ["| claim | rule | machine noise |", "| --- | --- | --- |"]
+    for cid, rules in MACHINE_NOISE.items():
+        for what, v in rules.items():
+            out.append(f"| {_cell(cid)} | {_cell(what)} | {v:.3g} |")
+    return out + [""]
+
+
 def render() -> str:
     """The text of ``docs/claims.md``."""
     lines = [_HEAD]
     for s in REGISTRY.values():
         lines += _claim(s)
-    lines += _hyperparameters() + _constants() + _unread() + _ranges()
+    lines += _noise() + _hyperparameters() + _constants() + _unread() + _ranges()
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

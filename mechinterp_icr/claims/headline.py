@@ -61,13 +61,15 @@ class Headline:
     """``text``: the deciding condition or control in words; ``verdict``: the verdict the
     stored results give (``agrees``: it is the stored verdict); ``kind``: what decided it
     (:func:`.protocol.decisive`'s names); ``metric``: the deciding metric (None for a check,
-    a seed count or a reason)."""
+    a seed count or a reason); ``control``: the deciding control's name when a control
+    decided."""
 
     text: str
     verdict: str
     kind: str
     metric: str | None = None
     agrees: bool = True
+    control: str | None = None  # the deciding control's name (two may share a metric)
 
 
 def _f(v: float | None) -> str:
@@ -323,7 +325,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
         {str(k): bool(v) for k, v in (claim.get("extra_checks") or {}).items()},
         [c for c, _ in controls], not_measurable, seeds,
         int(claim.get("min_seeds", MIN_SEEDS)))
-    metric = None
+    metric, control = None, None
     if kind in ("condition", "primary"):
         cond = stored_condition(item, claim_id)
         metric = cond.metric if cond else None
@@ -342,7 +344,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
     else:  # a control decided it
         entry = next(k for c, k in controls if c is item)
         cond = stored_control_condition(entry, claim_id)
-        metric = cond.metric if cond else None
+        metric, control = (cond.metric if cond else None), item.name
         if kind == "uncovered":
             text = (f"{item.kind} control '{item.name}' measured on seeds "
                     f"{_seeds(item.per_seed)} only, claim seeds {_seeds(seeds)}")
@@ -352,4 +354,4 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
     agrees = verdict == stored
     if not agrees:
         text = f"[the stored verdict {stored!r} disagrees with its results: {verdict!r}] {text}"
-    return Headline(text, verdict, kind, metric, agrees)
+    return Headline(text, verdict, kind, metric, agrees, control)

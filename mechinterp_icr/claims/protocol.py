@@ -217,7 +217,8 @@ def _unreadable_seeds(unreadable: Mapping[str, str] | None, seeds) -> dict[str, 
 
 def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
                        unreadable: Mapping[str, str] | None = None,
-                       pooled: Any = None) -> dict[str, Any]:
+                       pooled: Any = None,
+                       value_range: tuple[float, float] | None = None) -> dict[str, Any]:
     """``{"condition", "value", "met", "per_seed", "missing", "unreadable"}`` for per-seed
     metric dicts (or values). ``unreadable`` maps a seed (``"*"``: every seed) to why its
     value cannot be read; a seed without a number is unreadable too ("no value"). ``met`` is
@@ -226,7 +227,10 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
     unreadable seed makes the mean unreadable; under ``fraction`` it is False when the seeds
     that pass could not reach the fraction even if every unreadable seed passed, True when
     they already do, None between; under ``pooled`` the one number ``pooled`` (None or NaN:
-    unreadable) is compared."""
+    unreadable) is compared. Under ``mean`` with unreadable seeds and a declared
+    ``value_range`` of the metric, the mean is False when even the unreadable seeds at the
+    range's most favourable end could not meet it (not measurable never hides a failure), else
+    None."""
     vals = _values(per_seed, cond.metric)
     if cond.rule == "pooled":  # one number over the seeds: no per-seed values of its own
         value = None if _missing(pooled) else float(pooled)
@@ -253,6 +257,11 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
                                                else None)
     elif cond.rule == "mean":
         met = None if bad else compare(mean, cond.op, cond.threshold)
+        if bad and readable and value_range is not None:
+            best = value_range[1] if cond.op in (">=", ">") else value_range[0]
+            vals_best = [float(v) for v in readable.values()] + [best] * len(bad)
+            if not compare(sum(vals_best) / len(vals_best), cond.op, cond.threshold):
+                met = False  # no value of the unreadable seeds could rescue the mean
     else:
         met = False if not all(ok.values()) else (None if bad else True)
     out = {"condition": cond.describe(), "value": mean, "met": met,

@@ -24,7 +24,7 @@ from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.protocol import as_number
 
 __all__ = ["RERUN_DIR", "NoiseRow", "attach_rerun", "decision_statistic", "machine_noise",
-           "rerun_cell", "shown_verdict"]
+           "pairing_problem", "rerun_cell", "shown_verdict"]
 
 RERUN_DIR = "rerun"  # a published folder keeps its rerun's summary in rerun/summary.json
 
@@ -35,10 +35,14 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     ``every_seed`` (for a negative control, which misbehaves when *any* seed meets it, the
     seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
     turns on (with 5 seeds and 80%, the 4th best). None when it cannot be read."""
+    if entry.get("met", True) is None or entry.get("meets_rule", True) is None:
+        return None  # the rule could not be read: no number decided it
     rule = str(entry.get("rule") or "every_seed")
     if rule == "pooled":
         return as_number(entry.get("pooled_value", entry.get("value")))
-    vals = [as_number(v) for v in (entry.get("per_seed") or {}).values()]
+    per_seed = entry.get("per_seed") if isinstance(entry.get("per_seed"), Mapping) else {}
+    bad = entry.get("unreadable") if isinstance(entry.get("unreadable"), Mapping) else {}
+    vals = [as_number(v) for s, v in per_seed.items() if str(s) not in bad]
     if not vals or any(v is None for v in vals):
         return None
     if rule == "mean":
@@ -48,7 +52,8 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
         high_good = not high_good  # the best seed decides "any seed meets it"
     ordered = sorted(vals, reverse=high_good)  # best first
     if rule == "fraction":
-        need = math.ceil(float(entry.get("min_fraction", 1.0)) * len(vals) - 1e-9)
+        frac = as_number(entry.get("min_fraction"))
+        need = math.ceil((1.0 if frac is None else min(max(frac, 0.0), 1.0)) * len(vals) - 1e-9)
         return ordered[max(need, 1) - 1]
     return ordered[-1]
 
@@ -59,14 +64,18 @@ def _margin(entry: Mapping[str, Any], stat: float | None) -> float | None:
 
 
 def _deciding(claim_id: str, claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The stored condition or control that decided the claim's verdict (None for a reason:
-    too few seeds, not measurable as a whole)."""
+    """The stored condition or control that decided the claim's verdict (a control by its
+    name: two controls may read one metric; None for a reason: too few seeds, not measurable
+    as a whole)."""
     h = claim_headline(claim_id, claim)
-    pool = [*(claim.get("conditions") or []), *(claim.get("controls") or [])]
-    for e in pool:
-        if isinstance(e, Mapping) and h.metric is not None and e.get("metric") == h.metric:
-            return e
-    return None
+    if h.control is not None:
+        pool = [e for e in claim.get("controls") or []
+                if isinstance(e, Mapping) and e.get("name") == h.control]
+    else:
+        pool = [e for e in claim.get("conditions") or []
+                if isinstance(e, Mapping) and h.metric is not None
+                and e.get("metric") == h.metric]
+    return pool[0] if pool else None
 
 
 def _entries(claim: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -85,6 +94,24 @@ def _key(claim: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str | Non
     if entry is None:
         return None
     return next((k for k, e in _entries(claim).items() if e is entry), None)
+
+
+def pairing_problem(main: Mapping[str, Any], rerun: Mapping[str, Any]) -> str | None:
+    """Why ``rerun`` is not a rounding rerun of ``main`` (None when it is): another profile or
+    seed set, or the same rounding (or none stamped) as the decision run: such a pair could
+    never show a fragile verdict."""
+    for key in ("profile", "seeds"):
+        if rerun.get(key) != main.get(key):
+            return (f"the rerun's {key} {rerun.get(key)!r} is not the decision run's "
+                    f"{main.get(key)!r}: not a rerun of it")
+    r, m = rerun.get("rounding"), main.get("rounding")
+    if not r:
+        return ("the rerun names no rounding (summary.json 'rounding'): run it with "
+                "`icr reproduce ... --rounding NAME`")
+    if r == m:
+        return (f"the rerun ran under the decision run's own rounding {r!r}: it cannot show "
+                "what another rounding does")
+    return None
 
 
 def attach_rerun(main: Mapping[str, Any], rerun: Mapping[str, Any], where: str
@@ -166,7 +193,7 @@ class NoiseRow:
     def noise(self) -> float | None:
         """The noise a rule must be wider than: per seed for a rule on a tail of the seeds
         (every seed, a fraction), of the statistic itself for a mean or a pooled number."""
-        tail = self.rule in ("every_seed", "fraction", "all_seeds")
+        tail = self.rule in ("every_seed", "fraction")
         return self.seed_noise if tail and self.seed_noise is not None else self.stat_noise
 
     @property

@@ -126,8 +126,10 @@ class Claim:
         derived, pooled, unread = self.derived() if derived is None else derived
         full = {**{s: {} for s in want},
                 **{str(k): {**v, **derived.get(str(k), {})} for k, v in self.per_seed.items()}}
-        conds = [evaluate_condition(c, full, unread.get(c.metric), pooled.get(c.metric))
-                 for c in self._conditions()]
+        from mechinterp_icr.claims.registry import metric_range
+
+        conds = [evaluate_condition(c, full, unread.get(c.metric), pooled.get(c.metric),
+                                    metric_range(c.metric)) for c in self._conditions()]
         verdict, reason = decide(conds, self.extra_checks, self.controls, self.not_measurable,
                                  seeds=list(full), min_seeds=self.min_seeds)
         return verdict, reason, conds

@@ -32,6 +32,13 @@ VOLATILE = {"timings_s", "timings_by_target", "peak_memory_mb", "versions", "git
 CODE_REVISION_TABLES = ("code revision of each job result", "code revision of each task result")
 
 
+# the fields of a claim entry, which end its id in a path (an id may hold dots or spaces)
+_CLAIM_FIELDS = (".per_seed", ".conditions", ".controls", ".derived", ".pooled", ".details",
+                 ".mean", ".ci95", ".unreadable", ".headline", ".verdict", ".notes",
+                 ".not_measurable", ".metric", ".threshold", ".registered", ".statement",
+                 ".extra_checks", ".holds", ".n_seeds", ".figure", ".min_seeds")
+
+
 @dataclass(frozen=True)
 class Difference:
     """One place where two summaries differ: its dotted ``path``, the two values, and for two
@@ -53,11 +60,8 @@ class Difference:
         if not self.path.startswith("claims."):
             return None
         rest = self.path[len("claims."):]
-        for key in (".per_seed", ".conditions", ".controls", ".derived", ".pooled", ".details",
-                    ".mean", ".ci95", ".unreadable", ".headline", ".verdict"):
-            if key in rest:
-                return rest[: rest.index(key)]
-        return rest.split(".")[0]
+        cuts = [rest.index(k) for k in _CLAIM_FIELDS if k in rest]
+        return rest[: min(cuts)] if cuts else rest.split(".")[0]
 
 
 def _walk(a: Any, b: Any, tol: float, path: str, out: list[Difference]) -> None:
@@ -80,7 +84,7 @@ def _walk(a: Any, b: Any, tol: float, path: str, out: list[Difference]) -> None:
         return
     if _number(a) and _number(b):
         fa, fb = float(a), float(b)
-        if math.isnan(fa) and math.isnan(fb):
+        if (math.isnan(fa) and math.isnan(fb)) or (math.isinf(fa) and fa == fb):
             return
         size = abs(fa - fb)
         if not size <= tol:  # NaN against a number differs
@@ -155,8 +159,17 @@ def verdict_changes(before: Mapping[str, Any], after: Mapping[str, Any]
             if _verdict(before, cid) != _verdict(after, cid)]
 
 
+def _by_id(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``summary`` with its claims keyed by id (an old summary stores a list of claims)."""
+    claims = summary.get("claims")
+    if isinstance(claims, list):
+        claims = {str(c.get("id")): c for c in claims if isinstance(c, Mapping)}
+    return {**summary, "claims": claims if isinstance(claims, Mapping) else {}}
+
+
 def _select(summary: Mapping[str, Any], claims: list[str] | None, target: str | None
             ) -> dict[str, Any]:
+    summary = _by_id(summary)
     s = _target_only(summary, target) if target else dict(summary)
     s["config"] = settings(s.get("config"))
     if claims:
@@ -247,9 +260,23 @@ def against_published(summary: Mapping[str, Any], published: str | Path,
     else:
         return []
     changed, diffs = compare(pub, summary, tol, target=target)
-    lines = [f"{cid}: {v1} on this machine; {path}: {v0} (the verdict differs on this "
-             "machine)" for cid, v0, v1 in changed]
+    # what else differs between the two runs: only where nothing does is the machine to blame
+    other = [f"{what} {a!r} there, {b!r} here" for what, a, b in (
+        ("code state", _state(pub, target), _state(summary, target)),
+        ("rounding", pub.get("rounding"), summary.get("rounding")))
+        if a != b and a is not None]
+    if any(d.path.startswith("config") for d in diffs):
+        other.append("the config")
+    cause = ("on this machine" if not other else "here; the runs also differ in "
+             + ", ".join(other))
+    lines = [f"{cid}: {v1 or 'absent'} here; {path}: {v0 or 'absent'} (the verdict differs "
+             f"{cause})" for cid, v0, v1 in changed]
     n = sum(1 for d in diffs if d.size is not None)
-    lines.append(f"{n} numbers differ from {path} by more than {tol:g}; {len(changed)} "
-                 "verdicts differ")
+    lines.append(f"{n} numbers and {len(diffs) - n} other values differ from {path} (numbers "
+                 f"by more than {tol:g}); {len(changed)} verdicts differ")
     return lines
+
+
+def _state(summary: Mapping[str, Any], target: str | None) -> Any:
+    by = summary.get("code_state_by_target") or {}
+    return by.get(target) if target and target in by else summary.get("code_state")

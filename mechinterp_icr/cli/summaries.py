@@ -30,6 +30,18 @@ def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
 
     data = read_summary(summary)
     problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
+    rec = data.get("rerun") if isinstance(data, dict) else None
+    if isinstance(rec, dict) and rec.get("summary"):  # the attached rounding rerun itself
+        from pathlib import Path
+
+        from mechinterp_icr.claims.check import rerun_file_problems
+        from mechinterp_icr.config import ConfigError
+
+        where = Path(summary).parent / str(rec["summary"])
+        try:
+            problems += rerun_file_problems(data, read_summary(where))
+        except ConfigError as e:
+            problems.append(f"summary: its rounding rerun {where} cannot be read ({e})")
     for line in problems:
         click.echo(line)
     n = len(data.get("claims", {})) if isinstance(data, dict) else 0
@@ -105,7 +117,15 @@ def compare_cmd(a: str, b: str, tol: float, claims: str, target: str | None, max
     from mechinterp_icr.viz.redecide import summary_path
 
     sa, sb = read_summary(summary_path(a)), read_summary(summary_path(b))
-    only = [c for c in claims.split(",") if c.strip()] or None
+    only = [c.strip() for c in claims.split(",") if c.strip()] or None
+    if only:
+        known = set(sa.get("claims") or {}) | set(sb.get("claims") or {})
+        unknown = [c for c in only if c not in known]
+        if unknown:
+            from mechinterp_icr.config import ConfigError
+
+            raise ConfigError(f"--claims names {unknown}, in neither summary; claims: "
+                              f"{sorted(known)}")
     for line in report_lines(sa, sb, tol, only, target, max_lines, names=(a, b)):
         click.echo(line)
     if noise:

@@ -143,7 +143,7 @@ def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | 
     ``OUT/rerun/summary.json`` and attached (:func:`mechinterp_icr.claims.rerun.attach_rerun`);
     a rerun already attached is redecided with the decision run. Raises ``ConfigError`` when
     a summary cannot be read or the rerun does not pair with the decision run."""
-    from mechinterp_icr.claims.rerun import RERUN_DIR, attach_rerun
+    from mechinterp_icr.claims.rerun import RERUN_DIR, attach_rerun, pairing_problem
     from mechinterp_icr.viz.readme import claim_table, replace_table
 
     path = summary_path(out)
@@ -155,16 +155,17 @@ def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | 
             raise ConfigError("--rerun attaches a rerun (it writes); it cannot be used with "
                               "--check")
         rerun_stored = _read(summary_path(rerun))
-        for key in ("profile", "seeds"):
-            if rerun_stored.get(key) != stored.get(key):
-                raise ConfigError(f"the rerun's {key} {rerun_stored.get(key)!r} is not the "
-                                  f"decision run's {stored.get(key)!r}: not a rerun of it")
         rerun_dest = path.parent / RERUN_DIR / "summary.json"
     else:
         rerun_dest = _rerun_path(path, stored)
         rerun_stored = None if rerun_dest is None else _read(rerun_dest)
     rerun_new = None
     if rerun_stored is not None:
+        if rerun_dest.resolve() == path.resolve():
+            raise ConfigError(f"{path}: its rerun is the decision run's own summary")
+        why = pairing_problem(stored, rerun_stored)
+        if why:
+            raise ConfigError(f"{rerun_dest if rerun is None else summary_path(rerun)}: {why}")
         rerun_new, _ = redecide_summary(rerun_stored, registry)
         new = attach_rerun(new, rerun_new, rerun_dest.relative_to(path.parent).as_posix())
     res = Redecided(path, _verdicts(stored), _verdicts(new), unmeasured=unmeasured)

@@ -308,7 +308,7 @@ def render_report(summary: dict[str, Any], out_dir: Path, report_dir: Path | Non
     tree = git_state
     claims = summary.get("claims", {})
     items = sorted(claims.items(), key=claim_key)
-    n_hold = sum(1 for _, c in items if c.get("holds"))
+    n_hold = sum(1 for _, c in items if c.get("holds") and not c.get("fragile"))
     heads = {cid: claim_headline(cid, c) for cid, c in items}
     rerun = summary.get("rerun") if isinstance(summary.get("rerun"), dict) else None
     table = _claim_table(items, heads, rerun)
@@ -334,7 +334,7 @@ and controls); "decided by" names the condition that decided the verdict (for a 
 holds, its primary condition; otherwise the first unmet condition or the misbehaving control),
 with its seed rule. Brackets are 95% Student-t intervals of the mean over seeds, clipped to the
 metric's declared range (e.g. [0, 1] for an accuracy). {n_hold} of {len(items)} claims
-hold.{_rerun_words(rerun, items)}</p>
+hold{" and are not fragile" if rerun else ""}.{_rerun_words(rerun, items)}</p>
 <h2 id="claims">Claims</h2>
 {table}
 {"".join(sections)}
@@ -444,7 +444,7 @@ def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
     eid = html.escape(str(cid))
     return f"""
 <section class="claim" id="{eid}">
-<h2>{eid} <span class="{cls}">&nbsp;{verdict}&nbsp;</span></h2>
+<h2>{eid} <span class="{cls}">&nbsp;{html.escape(verdict)}&nbsp;</span></h2>
 <p class="statement">{html.escape(str(c.get("statement", "")))}</p>
 <p class="decided"><b>Decided by:</b> {html.escape(head)}</p>
 <p class="muted">Verdict: {html.escape(reason)}</p>

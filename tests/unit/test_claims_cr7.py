@@ -84,8 +84,9 @@ def test_cr7_ov_frozen_arm_where_kq_still_learns_does_not_hold():
     assert c["verdict"] == NOT_HOLD and "OV frozen" in c["verdict_reason"]
     # KQ still learning at one lr only is enough
     assert _cr7(**{"frozen_kq_gain_ratio_lr_6e-3": 0.9})["verdict"] == NOT_HOLD
-    assert _cr7(frozen=[0.1, 0.1, 0.1, 0.1, 0.9])["verdict"] == HOLDS  # 4 of 5 seeds
-    assert _cr7(frozen=[0.1, 0.1, 0.1, 0.9, 0.9])["verdict"] == NOT_HOLD
+    # read on the seed mean (2026-12-05, machine noise): mean 0.26, then 0.58
+    assert _cr7(frozen=[0.1, 0.1, 0.1, 0.1, 0.9])["verdict"] == HOLDS
+    assert _cr7(frozen=[0.1, 0.5, 0.5, 0.9, 0.9])["verdict"] == NOT_HOLD
 
 
 def test_cr7_ov_preset_arm_that_does_not_speed_kq_does_not_hold():

@@ -52,6 +52,14 @@ def test_icr_compare_exits_1_on_a_verdict_and_0_on_numbers_only(tmp_path):
     assert r.exit_code == 1 and "IR-3: holds" in r.output and "-> does not hold" in r.output
     r = CliRunner().invoke(main, ["compare", str(a), str(tmp_path / "missing.json")])
     assert r.exit_code == 2 and "Traceback" not in r.output
+    # --claims: spaces stripped; an id in neither summary is refused, never compared as nothing
+    r = CliRunner().invoke(main, ["compare", str(a), str(c), "--claims", "CR-1, IR-3"])
+    assert r.exit_code == 2 and "CR-1" in r.output
+    assert CliRunner().invoke(main, ["compare", str(a), str(c), "--claims", " IR-3"]
+                              ).exit_code == 1
+    # an old summary that stores its claims as a list compares
+    old = {**_summary(), "claims": [{"id": "IR-3", **_summary()["claims"]["IR-3"]}]}
+    assert compare(old, _summary())[0] == []
 
 
 def test_configs_compare_under_the_present_key_names():
@@ -90,13 +98,21 @@ def test_the_end_of_a_reproduction_names_verdicts_that_differ_on_this_machine(tm
     pub.write_text(json.dumps({**_summary(), "target": "cr,ir"}))
     fresh = {**_summary(verdict="does not hold", mean=0.02), "target": "cr,ir"}
     lines = against_published(fresh, pub)
-    assert lines == [f"IR-3: does not hold on this machine; {pub}: holds (the verdict differs "
-                     "on this machine)",
-                     f"1 numbers differ from {pub} by more than 1e-09; 1 verdicts differ"]
+    assert lines == [f"IR-3: does not hold here; {pub}: holds (the verdict differs on this "
+                     "machine)",
+                     f"1 numbers and 0 other values differ from {pub} (numbers by more than "
+                     "1e-09); 1 verdicts differ"]
     # one paper of a full published run is compared on that paper
     assert against_published({**fresh, "target": "ir"}, pub)[-1].endswith("1 verdicts differ")
-    assert against_published({**_summary(), "target": "cr,ir"}, pub) == [
-        f"0 numbers differ from {pub} by more than 1e-09; 0 verdicts differ"]
+    assert against_published({**_summary(), "target": "cr,ir"}, pub)[-1].startswith(
+        f"0 numbers and 0 other values differ from {pub}")
+    # another commit or rounding is named: the machine is not blamed for it
+    moved = against_published({**fresh, "code_state": "def", "rounding": "avx2"}, pub)[0]
+    assert "on this machine" not in moved
+    assert "code state 'abc' there, 'def' here" in moved and "rounding 'native'" in moved
+    # a value that became None is counted
+    gone = {**_summary(per_seed={"0": {"gap": None}}), "target": "cr,ir"}
+    assert "0 numbers and 1 other values differ" in against_published(gone, pub)[-1]
     # another seed set or profile is another reproduction: nothing to say
     assert against_published({**fresh, "seeds": [0, 1]}, pub) == []
     assert against_published({**fresh, "profile": "paper"}, pub) == []

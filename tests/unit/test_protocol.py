@@ -228,3 +228,18 @@ def test_under_the_fraction_rule_a_missing_seed_decides_only_when_it_could(bad):
     assert evaluate_condition(cond, per)["met"] is None
     per["3"]["x"] = 0.0  # two failing: no missing seed can rescue it
     assert evaluate_condition(cond, per)["met"] is False
+
+
+def test_a_mean_no_unreadable_seed_could_rescue_is_not_met():
+    """SPEC 0, not measurable never hides a failure: under the mean rule an unreadable seed
+    leaves the condition unread unless even its most favourable value in the metric's declared
+    range could not lift the mean past the threshold."""
+    c = Condition("acc", ">=", 0.9, rule="mean")
+    four_low = {"0": 0.1, "1": 0.1, "2": 0.1, "3": 0.1, "4": None}
+    assert evaluate_condition(c, four_low, value_range=(0.0, 1.0))["met"] is False
+    assert evaluate_condition(c, four_low)["met"] is None  # no declared range: unread
+    near = {"0": 0.88, "1": 0.88, "2": 0.88, "3": 0.88, "4": None}
+    assert evaluate_condition(c, near, value_range=(0.0, 1.0))["met"] is None
+    low = Condition("gap", "<=", 0.02, rule="mean")
+    high = {"0": 0.5, "1": 0.5, "2": 0.5, "3": 0.5, "4": None}
+    assert evaluate_condition(low, high, value_range=(0.0, 1.0))["met"] is False

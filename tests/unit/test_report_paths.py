@@ -208,7 +208,7 @@ def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
     per = {str(s): dict(base) for s in range(5)}
     per["0"]["ft_acc_pc"] = 1.0
     per["1"]["ft_acc_pc"] = 0.96
-    per["3"]["ft_patch_gain"] = 0.6
+    per["3"]["ft_transfer_acc_pc"] = 0.6
     claim = Claim.from_spec(sp, per, controls=[evaluate_control(c, per) for c in sp.controls])
     summary = {"profile": "quick", "seeds": [0, 1, 2, 3, 4], "git_revision": "abc",
                "claims": {"CR-4": claim.to_dict([0, 1, 2, 3, 4])}}
@@ -216,12 +216,12 @@ def test_report_headline_is_the_deciding_condition_not_a_met_one(tmp_path):
     row = text[text.index('<tr><td><a href="#CR-4">'):]
     row = row[:row.index("</tr>")]
     assert "does not hold" in row
-    assert ("additive causal patch (minus the unpatched hit rate) (ft_patch_gain), every "
-            "seed: min 0.6 on seed 3 &lt; 0.8") in row
+    assert ("transfer to held-out subjects (ft_transfer_acc_pc), every seed: min 0.6 on "
+            "seed 3 &lt; 0.9") in row
     assert "ft_acc_pc" not in row
     sec = text[text.index('<section class="claim" id="CR-4">'):]
     decided = sec[sec.index("Decided by:"):sec.index("</p>", sec.index("Decided by:"))]
-    assert "ft_patch_gain" in decided and "ft_acc_pc" not in decided
+    assert "ft_transfer_acc_pc" in decided and "ft_acc_pc" not in decided
     assert summary["claims"]["CR-4"]["ci95"][1] <= 1.0  # t-interval 0.99 +- ... clipped
     assert "clipped to its range [0, 1]" in sec
 

@@ -155,3 +155,82 @@ def test_every_registered_machine_noise_names_a_registered_rule():
             f"control {k.name}" for k in spec.controls}
         assert set(rules) <= names, (cid, set(rules) - names)
         assert all(v >= 0 for v in rules.values())
+
+
+def test_a_rerun_that_cannot_show_fragility_is_refused(tmp_path):
+    """A rerun under the decision run's own rounding, or none named, or of other seeds, is
+    refused when attached and when an attached one is redecided (it could never show a
+    fragile verdict)."""
+    main_run, rerun = _pair()
+    out, other = tmp_path / "figures", tmp_path / "other"
+    out.mkdir()
+    other.mkdir()
+    (out / "summary.json").write_text(json.dumps({**main_run, "rounding": "avx2"}))
+    (other / "summary.json").write_text(json.dumps(rerun))
+    r = CliRunner().invoke(main, ["redecide", str(out), "--rerun", str(other)])
+    assert r.exit_code == 2 and "decision run's own rounding 'avx2'" in r.output
+    (out / "summary.json").write_text(json.dumps(main_run))
+    (other / "summary.json").write_text(json.dumps({**rerun, "rounding": None}))
+    r = CliRunner().invoke(main, ["redecide", str(out), "--rerun", str(other)])
+    assert r.exit_code == 2 and "names no rounding" in r.output
+    (other / "summary.json").write_text(json.dumps(rerun))
+    assert CliRunner().invoke(main, ["redecide", str(out), "--rerun", str(other)]).exit_code == 0
+    # the attached file replaced by a run of other seeds: every later redecide refuses it
+    swapped = {**json.loads((out / "rerun" / "summary.json").read_text()), "seeds": [5, 6]}
+    (out / "rerun" / "summary.json").write_text(json.dumps(swapped))
+    for args in (["redecide", str(out)], ["redecide", str(out), "--check"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "not a rerun of it" in r.output
+    r = CliRunner().invoke(main, ["check", str(out / "summary.json")])
+    assert r.exit_code == 1 and "not a rerun of it" in r.output
+
+
+def test_check_reads_the_attached_rerun_and_the_record(tmp_path):
+    main_run, rerun = _pair()
+    s = attach_rerun(main_run, rerun, "rerun/summary.json")
+    (tmp_path / "rerun").mkdir()
+    (tmp_path / "rerun" / "summary.json").write_text(json.dumps(rerun))
+    (tmp_path / "summary.json").write_text(json.dumps(s))
+    r = CliRunner().invoke(main, ["check", str(tmp_path / "summary.json")])
+    assert r.exit_code == 0, r.output
+    # CR-2 made consistent with itself but not with the rerun's summary
+    t = copy.deepcopy(s)
+    t["claims"]["CR-2"]["rerun"]["verdict"] = HOLDS
+    t["claims"]["CR-2"]["fragile"] = False
+    t["rerun"]["fragile"] = []
+    (tmp_path / "summary.json").write_text(json.dumps(t))
+    r = CliRunner().invoke(main, ["check", str(tmp_path / "summary.json")])
+    assert r.exit_code == 1 and "the attached rerun's summary says 'does not hold'" in r.output
+    # the record's list of fragile claims, and a record deleted under flagged claims
+    t = copy.deepcopy(s)
+    t["rerun"]["fragile"] = []
+    assert any("its rerun record lists fragile" in p for p in check_summary(t))
+    del t["rerun"]
+    assert any("names no rounding rerun" in p for p in check_summary(t))
+
+
+def test_the_deciding_number_is_the_deciding_controls_when_two_share_a_metric():
+    """CR-5's two Subject-head controls read one metric (pooled mean, every seed): when the
+    every-seed one decides, its number (the worst seed) is the one reported."""
+    base = registry_summary()
+    vals = dict(zip(["0", "1", "2", "3", "4"], [0.0, -0.1, -0.1, 0.0, 0.2]))
+    for k in base["claims"]["CR-5"]["controls"]:
+        if k["metric"] == "subject_same_query_changed":
+            k["per_seed"] = dict(vals)
+    s = redecide_summary(base)[0]
+    assert s["claims"]["CR-5"]["verdict"] == "inconclusive"
+    out = attach_rerun(s, {**s, "rounding": "avx2"}, "rerun/summary.json")
+    d = out["claims"]["CR-5"]["rerun"]["deciding"]
+    assert d["what"].startswith("control Subject head") and "(every seed)" in d["what"]
+    assert d["value"] == pytest.approx(0.2) and d["rerun_value"] == pytest.approx(0.2)
+
+
+def test_the_report_does_not_count_a_fragile_holds_as_holding(tmp_path):
+    main_run, rerun = _pair()
+    s = attach_rerun(main_run, rerun, "rerun/summary.json")
+    import re
+
+    n = sum(1 for c in s["claims"].values() if c["verdict"] == HOLDS)
+    got = re.search(r"(\d+) of (\d+) claims\s+hold and are not fragile",
+                    render_report(s, tmp_path))
+    assert got and (int(got[1]), int(got[2])) == (n - 1, len(s["claims"]))
