@@ -57,7 +57,7 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
     jobs = ir.plan(cfg, tmp_path, [0, 1, 2])
     after = {t.name: t.after for t in jobs}
     for s in (0, 1, 2):
-        for stage in ("main", "ir8_tok", "ir6_memory", "induction", "k3"):
+        for stage in ("main", "ir8_tok", "ir9", "ir6_memory", "induction", "k3"):
             assert after[f"seed{s}/{stage}"] == ()
         assert after[f"seed{s}/overwrite"] == (f"seed{s}/main",)
         assert after[f"seed{s}/ir6"] == (f"seed{s}/ir6_memory",)
@@ -70,7 +70,7 @@ def test_plan_cuts_every_stage_per_seed_and_setting_with_picklable_inputs(tmp_pa
     assert ht == [f"seed0/ht/{r}" for r in HOOKED_RUNS] + [
         f"seed0/ht_overwrite/{r}" for r in OW_RUNS]
     assert after["seed0/ht_overwrite/ht_raw_qk_pgd"] == ("seed0/ht/ht_raw_qk_pgd",)
-    assert len(jobs) == 3 * (7 + len(cfg.gap_n) + 2 * len(cfg.sample_complexity.n)) + 10
+    assert len(jobs) == 3 * (8 + len(cfg.gap_n) + 2 * len(cfg.sample_complexity.n)) + 10
     paper = {t.name for t in ir.plan(ir.profile("paper"), tmp_path, [3, 4, 5, 6])}
     assert {n for n in paper if n.startswith("sample/n128/")} == {
         "sample/n128/seed3", "sample/n128/seed4", "sample/n128/seed5", "sample/n128/seed6"}
