@@ -109,7 +109,7 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
     s = Summary("ir", "quick", [0])
     ir.reproduce(_cfg(TINY), tmp_path, [0], s)
     data = json.loads((tmp_path / "summary.json").read_text())
-    for i in range(1, 9):
+    for i in range(1, 10):
         c = data["claims"][f"IR-{i}"]
         assert c["n_seeds"] == 1 and isinstance(c["holds"], bool)
         assert c["verdict"] in ("holds", "does not hold", "inconclusive") and c["registered"]
