@@ -196,7 +196,7 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
             problems.append(f"{cid}: not a claim entry")
             continue
         problems += _protocol(cid, c, min_seeds)
-        if isinstance(summary.get("rerun"), Mapping):
+        if isinstance(rec, Mapping):
             problems += _rerun(cid, c)
         elif "rerun" in c or "fragile" in c:
             problems.append(f"{cid}: carries a rerun verdict or fragile flag but the summary "

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.protocol import as_number
+from mechinterp_icr.config import ConfigError
 
 __all__ = ["RERUN_DIR", "NoiseRow", "attach_rerun", "decision_statistic", "machine_noise",
-           "pairing_problem", "rerun_cell", "shown_verdict"]
+           "pairing_problem", "rerun_cell", "rerun_summary_path", "shown_verdict"]
 
 RERUN_DIR = "rerun"  # a published folder keeps its rerun's summary in rerun/summary.json
 
@@ -63,21 +65,6 @@ def _margin(entry: Mapping[str, Any], stat: float | None) -> float | None:
     return None if stat is None or thr is None else abs(stat - thr)
 
 
-def _deciding(claim_id: str, claim: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The stored condition or control that decided the claim's verdict (a control by its
-    name: two controls may read one metric; None for a reason: too few seeds, not measurable
-    as a whole)."""
-    h = claim_headline(claim_id, claim)
-    if h.control is not None:
-        pool = [e for e in claim.get("controls") or []
-                if isinstance(e, Mapping) and e.get("name") == h.control]
-    else:
-        pool = [e for e in claim.get("conditions") or []
-                if isinstance(e, Mapping) and h.metric is not None
-                and e.get("metric") == h.metric]
-    return pool[0] if pool else None
-
-
 def _entries(claim: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """A claim's stored conditions and controls by a key naming them."""
     out = {}
@@ -90,10 +77,32 @@ def _entries(claim: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
-def _key(claim: Mapping[str, Any], entry: Mapping[str, Any] | None) -> str | None:
-    if entry is None:
+def _deciding(claim_id: str, claim: Mapping[str, Any]) -> str | None:
+    """The key (:func:`_entries`) of the stored condition or control that decided the
+    claim's verdict (a control by its name: two controls may read one metric; None for a
+    reason: too few seeds, not measurable as a whole)."""
+    h = claim_headline(claim_id, claim)
+    key = (f"control {h.control}" if h.control is not None
+           else None if h.metric is None else f"condition {h.metric}")
+    return key if key in _entries(claim) else None
+
+
+def rerun_summary_path(path: Path, stored: Mapping[str, Any]) -> Path | None:
+    """The rerun summary the summary at ``path`` names (``rerun.summary``, relative to its
+    folder), or None when it names none. A path outside the folder, or a named rerun that is
+    missing, is a ``ConfigError``: the verdicts' robustness would silently disappear."""
+    rec = stored.get("rerun")
+    if not isinstance(rec, Mapping) or not rec.get("summary"):
         return None
-    return next((k for k, e in _entries(claim).items() if e is entry), None)
+    where = Path(str(rec["summary"]))
+    if where.is_absolute() or ".." in where.parts:
+        raise ConfigError(f"{path}: rerun.summary {str(where)!r} must be a path inside "
+                          f"{path.parent}")
+    full = path.parent / where
+    if not full.is_file():
+        raise ConfigError(f"{path}: its rounding rerun {full} is missing; restore it, or attach "
+                          "a new one with `icr redecide OUT --rerun RERUN_OUT`")
+    return full
 
 
 def pairing_problem(main: Mapping[str, Any], rerun: Mapping[str, Any]) -> str | None:
@@ -128,8 +137,8 @@ def attach_rerun(main: Mapping[str, Any], rerun: Mapping[str, Any], where: str
             claims[cid] = c
             continue
         r = other.get(cid)
-        entry = _deciding(str(cid), c)
-        key = _key(c, entry)
+        key = _deciding(str(cid), c)
+        entry = _entries(c)[key] if key else None
         if not isinstance(r, Mapping):
             rec = {"verdict": None, "headline": "not in the rerun", "deciding": None}
             fragile = True

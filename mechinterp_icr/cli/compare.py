@@ -193,13 +193,12 @@ def compare(before: Mapping[str, Any], after: Mapping[str, Any], tol: float = 0.
     return verdict_changes(a, b), diffs
 
 
-def report_lines(before: Mapping[str, Any], after: Mapping[str, Any], tol: float = 0.0,
-                 claims: list[str] | None = None, target: str | None = None,
-                 max_lines: int = 40, names: tuple[str, str] = ("A", "B")) -> list[str]:
-    """What ``icr compare`` prints: the verdicts that differ, the differences that are not
-    numbers, the numbers that differ (largest first, at most ``max_lines``), and a count per
-    claim with its largest difference."""
-    changed, diffs = compare(before, after, tol, claims, target)
+def report_lines(changed: list[tuple[str, Any, Any]], diffs: list[Difference],
+                 tol: float = 0.0, max_lines: int = 40,
+                 names: tuple[str, str] = ("A", "B")) -> list[str]:
+    """What ``icr compare`` prints from :func:`compare`'s result: the verdicts that differ,
+    the differences that are not numbers, the numbers that differ (largest first, at most
+    ``max_lines``), and a count per claim with its largest difference."""
     lines = [f"verdicts that differ: {len(changed)}"]
     lines += [f"  {cid}: {v0} ({names[0]}) -> {v1} ({names[1]})" for cid, v0, v1 in changed]
     other = [d for d in diffs if d.size is None]

@@ -30,25 +30,25 @@ def check(summary: str, min_seeds: int, protocol_only: bool) -> None:
 
     data = read_summary(summary)
     problems = check_summary(data, min_seeds=min_seeds, registry=not protocol_only)
-    rec = data.get("rerun") if isinstance(data, dict) else None
-    if isinstance(rec, dict) and rec.get("summary"):  # the attached rounding rerun itself
+    if isinstance(data, dict) and isinstance(data.get("rerun"), dict):  # the rerun itself
         from pathlib import Path
 
         from mechinterp_icr.claims.check import rerun_file_problems
+        from mechinterp_icr.claims.rerun import rerun_summary_path
         from mechinterp_icr.config import ConfigError
 
-        where = Path(summary).parent / str(rec["summary"])
         try:
-            problems += rerun_file_problems(data, read_summary(where))
+            where = rerun_summary_path(Path(summary), data)
+            if where is not None:
+                problems += rerun_file_problems(data, read_summary(where))
         except ConfigError as e:
-            problems.append(f"summary: its rounding rerun {where} cannot be read ({e})")
+            problems.append(f"summary: its rounding rerun cannot be read ({e})")
     for line in problems:
         click.echo(line)
     n = len(data.get("claims", {})) if isinstance(data, dict) else 0
     click.echo(f"{len(problems)} protocol problems over {n} claims")
     if problems:
         raise SystemExit(1)
-
 
 
 @main.command()
@@ -126,12 +126,12 @@ def compare_cmd(a: str, b: str, tol: float, claims: str, target: str | None, max
 
             raise ConfigError(f"--claims names {unknown}, in neither summary; claims: "
                               f"{sorted(known)}")
-    for line in report_lines(sa, sb, tol, only, target, max_lines, names=(a, b)):
+    changed, diffs = compare(sa, sb, tol, only, target)
+    for line in report_lines(changed, diffs, tol, max_lines, names=(a, b)):
         click.echo(line)
     if noise:
         for line in noise_lines(sa, sb):
             click.echo(line)
-    changed, diffs = compare(sa, sb, tol, only, target)
     if changed or (strict and diffs):
         raise SystemExit(1)
 

@@ -116,24 +116,6 @@ def _read(path: Path) -> dict[str, Any]:
     return stored
 
 
-def _rerun_path(path: Path, stored: Mapping[str, Any]) -> Path | None:
-    """The rerun summary the summary at ``path`` names (``rerun.summary``, relative to its
-    folder), or None when it names none. A named rerun that is missing is an error: the
-    verdicts' robustness would silently disappear."""
-    rec = stored.get("rerun")
-    if not isinstance(rec, Mapping) or not rec.get("summary"):
-        return None
-    where = Path(str(rec["summary"]))
-    if where.is_absolute() or ".." in where.parts:
-        raise ConfigError(f"{path}: rerun.summary {str(where)!r} must be a path inside "
-                          f"{path.parent}")
-    full = path.parent / where
-    if not full.is_file():
-        raise ConfigError(f"{path}: its rounding rerun {full} is missing; restore it, or attach "
-                          "a new one with `icr redecide OUT --rerun RERUN_OUT`")
-    return full
-
-
 def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | None = None,
                      registry: Mapping[str, ClaimSpec] = REGISTRY, report: bool = True,
                      figures: bool = True, rerun: str | Path | None = None) -> Redecided:
@@ -143,7 +125,12 @@ def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | 
     ``OUT/rerun/summary.json`` and attached (:func:`mechinterp_icr.claims.rerun.attach_rerun`);
     a rerun already attached is redecided with the decision run. Raises ``ConfigError`` when
     a summary cannot be read or the rerun does not pair with the decision run."""
-    from mechinterp_icr.claims.rerun import RERUN_DIR, attach_rerun, pairing_problem
+    from mechinterp_icr.claims.rerun import (
+        RERUN_DIR,
+        attach_rerun,
+        pairing_problem,
+        rerun_summary_path,
+    )
     from mechinterp_icr.viz.readme import claim_table, replace_table
 
     path = summary_path(out)
@@ -157,7 +144,7 @@ def redecide_outputs(out: str | Path, check: bool = False, readme: str | Path | 
         rerun_stored = _read(summary_path(rerun))
         rerun_dest = path.parent / RERUN_DIR / "summary.json"
     else:
-        rerun_dest = _rerun_path(path, stored)
+        rerun_dest = rerun_summary_path(path, stored)
         rerun_stored = None if rerun_dest is None else _read(rerun_dest)
     rerun_new = None
     if rerun_stored is not None:

@@ -34,7 +34,7 @@ def test_same_numbers_agree_and_differences_are_named_largest_first():
     assert [d.path for d in diffs] == ["claims.IR-3.per_seed.0.gap", "claims.IR-3.mean"]
     assert diffs[0].size > diffs[1].size and diffs[0].claim == "IR-3"
     assert compare(a, _summary(mean=0.0100001), tol=1e-3) == ([], [])
-    lines = report_lines(a, c, names=("A", "B"))
+    lines = report_lines(changed, diffs, names=("A", "B"))
     assert lines[:2] == ["verdicts that differ: 1", "  IR-3: holds (A) -> does not hold (B)"]
     assert "  IR-3: 2, largest 0.49 at claims.IR-3.per_seed.0.gap" in lines
 

@@ -21,6 +21,7 @@ one pair); from there the registered small steps (``lr``) run the registered bud
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -126,9 +127,7 @@ def attractor_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
     traces = {}
     for arm, lr in (("learned", cfg.lr), ("frozen", 0.0)):
         fast = FastIR(main.task, main.spec, seed=seed)
-        pgd = main_pgd(cfg)
-        pgd_fast(fast, train, type(pgd)(big_lr=pgd.big_lr, sigma=pgd.sigma, lr=pgd.lr,
-                                         steps=0), seed, record_rows=False)
+        pgd_fast(fast, train, replace(main_pgd(cfg), steps=0), seed, record_rows=False)
         if arm == "learned":
             out["large_step_gap"] = _gap(fast, K)
             if out["large_step_gap"] >= START_GAP:  # nothing to impose: not readable
