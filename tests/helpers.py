@@ -131,6 +131,11 @@ DERIVE_INPUTS = {
              "mixed_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),
              "pt_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),
              "ft_output_type_acc_k1": 0.6},
+    # CR-9: rising from lam_s = 0.1 (the first lam whose ICL reaches 0.80), the control flat
+    "CR-9": {"ft_eta2_by_lam": {"0": 0.2, "0.1": 0.4, "0.2": 0.5, "0.3": 0.55, "0.9": 0.7},
+             "mixed_eta2_by_lam": dict.fromkeys(("0", "0.1", "0.2", "0.3", "0.9"), 0.2),
+             "ft_icl_exact_by_lam": {"0": 0.3, "0.1": 0.85, "0.2": 0.9, "0.3": 0.95,
+                                     "0.9": 0.97}},
     # IR-8 is read only on a token-dependent model that solves the task
     "IR-8": {"tok_solved": 1.0, "tok_query_seen_before": 0.0},
     # IR-9 is read only where an offset was imposed

@@ -16,9 +16,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
 
-__all__ = ["SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable", "curve",
+__all__ = ["CR9_ICL_WORKS", "SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable",
+           "cr9_derive", "cr9_tolerance", "cr9_unreadable", "curve",
            "ir8_unreadable", "max_drop", "shared_bound_unreadable", "spearman",
            "trend"]
 
@@ -152,6 +154,109 @@ def cr8_unreadable(claim_id: str, per_seed: Mapping[str, Any], headroom: float
             bad[str(s)] = (f"no headroom: output-type accuracy at K = 1 is already >= "
                            f"{headroom:g}")
     return {metric: dict(bad) for metric in CR8_TREND_METRICS} if bad else {}
+
+
+# ------------------------------------------------------------------------------------------
+# CR-9: eta^2 against lam, from the first lam where the task works (revised 2026-12-05)
+# ------------------------------------------------------------------------------------------
+CR9_ICL_WORKS = 0.80  # lam_s: the smallest lam whose seed-mean held-out ICL exact is >= this
+CR9_POOLED = ("cr9_lam_s", "ft_rise_from_lam_s_lo95", "cr9_drop_tolerance",
+              "mean_curve_drop_over_tol_lam")
+CR9_PER_SEED = ("ft_rise_from_lam_s", "mixed_rise_from_lam_s", "ft_rise_from_lam0")
+
+
+def cr9_tolerance(sd: float, n_seeds: int) -> float:
+    """CR-9's drop tolerance for the seed-mean curve: 2 x sqrt(2) x ``sd`` / sqrt(n_seeds),
+    twice the standard deviation of the difference of two seed-mean points when one
+    retraining's eta^2 varies by ``sd`` (SPEC 1, CR-9); NaN without a registered sd."""
+    if sd is None or not sd > 0 or n_seeds < 1:
+        return float("nan")
+    return 2.0 * math.sqrt(2.0) * float(sd) / math.sqrt(n_seeds)
+
+
+def _cr9_curves(per_seed: Mapping[str, Any], key: str, want) -> dict[str, dict[float, float]]:
+    """Every seed's stored curve ``key`` restricted to the registered lam values ``want``;
+    {} unless every seed has a number at every one of them (a lam missing on one seed must
+    not drop out of the seed mean)."""
+    cs = {str(s): curve(m, key) for s, m in per_seed.items()}
+    if not cs or not all(covers(c, want) for c in cs.values()):
+        return {}
+    return {s: {x: c[x] for x in want} for s, c in cs.items()}
+
+
+def cr9_lam_s(per_seed: Mapping[str, Any], lams) -> float:
+    """lam_s: the smallest registered lam below the largest whose seed-mean held-out ICL
+    exact accuracy (``ft_icl_exact_by_lam``) is >= :data:`CR9_ICL_WORKS` (the task works
+    there); NaN when there is none or a seed lacks a point."""
+    want = sorted(float(x) for x in lams)
+    icl = _cr9_curves(per_seed, "ft_icl_exact_by_lam", want)
+    if len(want) < 2 or not icl:
+        return float("nan")
+    for x in want[:-1]:
+        if float(np.mean([c[x] for c in icl.values()])) >= CR9_ICL_WORKS - 1e-12:
+            return x
+    return float("nan")
+
+
+def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
+               ) -> tuple[dict, dict]:
+    """CR-9's statistics (SPEC 1, CR-9) from the stored per-lam curves of every seed, over
+    the registered ``lams`` and retraining standard deviation ``sd``:
+
+    - per seed: ``ft_rise_from_lam_s`` (eta^2 at the largest lam minus at lam_s, see
+      :func:`cr9_lam_s`), the same for the mixed-type finetune (``mixed_rise_from_lam_s``,
+      the negative control) and ``ft_rise_from_lam0`` (from the smallest lam, reported);
+    - pooled: ``cr9_lam_s``; ``ft_rise_from_lam_s_lo95``, the lower end of the 95% Student-t
+      interval of the seed-mean rise; ``cr9_drop_tolerance`` (:func:`cr9_tolerance`); and
+      ``mean_curve_drop_over_tol_lam``, the seed-mean eta^2 curve's largest drop between
+      consecutive lam from lam_s on, minus the tolerance.
+
+    Below lam_s the task does not work (held-out ICL near chance), so a rise from there says
+    that the task needs separation at all, not that more separation clears the code: the rule
+    reads the curve from lam_s. Everything is NaN (cannot be read) without lam_s or without a
+    number at every registered lam on every seed."""
+    want = sorted(float(x) for x in lams)
+    nan = float("nan")
+    pooled = dict.fromkeys(CR9_POOLED, nan)
+    ft = _cr9_curves(per_seed, "ft_eta2_by_lam", want)
+    mixed = _cr9_curves(per_seed, "mixed_eta2_by_lam", want)
+    lam_s = cr9_lam_s(per_seed, want)
+    per = {str(s): dict.fromkeys(CR9_PER_SEED, nan) for s in per_seed}
+    if not ft:
+        return per, pooled
+    top = want[-1]
+    for s, c in ft.items():
+        per[s]["ft_rise_from_lam0"] = c[top] - c[want[0]]
+    if math.isnan(lam_s):
+        return per, pooled
+    for s, c in ft.items():
+        per[s]["ft_rise_from_lam_s"] = c[top] - c[lam_s]
+        if mixed:
+            per[s]["mixed_rise_from_lam_s"] = mixed[s][top] - mixed[s][lam_s]
+    tol = cr9_tolerance(sd, len(ft))
+    xs = [x for x in want if x >= lam_s]
+    mean_curve = [float(np.mean([c[x] for c in ft.values()])) for x in xs]
+    pooled.update({"cr9_lam_s": lam_s, "cr9_drop_tolerance": tol,
+                   "ft_rise_from_lam_s_lo95": interval(
+                       [per[s]["ft_rise_from_lam_s"] for s in ft])[0],
+                   "mean_curve_drop_over_tol_lam": max_drop(xs, mean_curve) - tol})
+    return per, pooled
+
+
+def cr9_unreadable(claim_id: str, per_seed: Mapping[str, Any], lams
+                   ) -> dict[str, dict[str, str]]:
+    """CR-9 cannot be read when no lam below the largest has seed-mean held-out ICL exact
+    accuracy >= :data:`CR9_ICL_WORKS` (SPEC: then CR-9 is not measurable): its rules would
+    compare type codes of models that do not do the task."""
+    want = sorted(float(x) for x in lams)
+    if not _cr9_curves(per_seed, "ft_icl_exact_by_lam", want):
+        return {}  # no curve: the missing numbers say so themselves
+    if not math.isnan(cr9_lam_s(per_seed, want)):
+        return {}
+    why = (f"no lam below the largest has seed-mean held-out ICL exact >= "
+           f"{CR9_ICL_WORKS:g} (the task does not work there)")
+    return {m: {"*": why} for m in ("ft_rise_from_lam_s", "ft_rise_from_lam_s_lo95",
+                                    "mean_curve_drop_over_tol_lam", "mixed_rise_from_lam_s")}
 
 
 # ------------------------------------------------------------------------------------------

@@ -11,7 +11,10 @@ tail statistic (docs/registry.md, change log); ``docs/claims.md`` lists every va
 
 Keys: the claim id as ``summary.json`` names it (a variant such as ``CR-2 (shared tokens)``
 has its own noise) -> ``"condition METRIC"`` or ``"control NAME"`` -> noise. Rules a run could
-not read on both sides have no entry.
+not read on both sides have no entry, nor have rules registered after the pair was measured
+(CR-7's causal-arm rules and CR-9's, revised 2026-12-05 on arms and a lam grid the pair
+did not run) until the next pair measures
+them.
 """
 
 from __future__ import annotations
@@ -91,12 +94,6 @@ MACHINE_NOISE: dict[str, dict[str, float]] = {
         'control ICL construction with the Relation OV zeroed': 0.0,
     },
     'CR-7': {
-        'condition ov_first_lr_3e-3': 0.0,
-        'condition ov_first_lr_6e-3': 0.0,
-        'condition preset_kq_onset_ratio_lr_3e-3': 0.0,
-        'condition preset_kq_onset_ratio_lr_6e-3': 0.0,
-        'condition frozen_kq_gain_ratio_lr_3e-3': 0.0977,
-        'condition frozen_kq_gain_ratio_lr_6e-3': 0.0502,
         'control placebo: OV-first synthetic schedule read as OV first': 0.0,
         'control placebo: KQ-first synthetic schedule read as KQ first': 0.0,
         'control placebo: simultaneous schedule read as OV first': 0.0,
@@ -113,11 +110,6 @@ MACHINE_NOISE: dict[str, dict[str, float]] = {
         'condition paired_partial_eta2_rise_k': 0.0596,
         'condition ft_exact_rise_k': 0.001,
         'control PT-only model paired against the mixed-type finetune: rise over K': 0.00416,
-    },
-    'CR-9': {
-        'condition ft_rise_lam': 0.0733,
-        'condition ft_lam_drop_over_delta': 0.0258,
-        'control mixed-type ICL finetune: eta^2 rise over lam': 0.00179,
     },
     'IR-1': {
         'condition memory_acc': 0.0,

@@ -53,8 +53,9 @@ import torch
 
 __all__ = ["KQ_PROBE", "ONSET_FRACTION", "OV_PROBE", "PLACEBO_METRICS", "PLACEBO_ORDERS",
            "PLATEAU_TAIL", "SCHEDULE_RAMPS", "cascade_timing", "checkpoint_probes", "fraction_name",
-           "half_gain_step", "head_timing", "kq_gain_ratio", "kq_onset_ratio", "level_step",
-           "onset_step",
+           "ARM_STATISTICS", "SYNTHETIC_ARM_RATES", "arm_speedups", "half_gain_step",
+           "head_timing", "level_step", "onset_speedup", "onset_step",
+           "synthetic_arm_curves", "synthetic_arm_speedups",
            "ov_contrast", "ov_margin", "placebo_orders", "plateau_gain", "probe_rows",
            "synthetic_schedule"]
 
@@ -63,7 +64,7 @@ PLACEBO_NOISE = 0.2  # std of the fixed noise on the placebo Relation head's W_O
 PLATEAU_TAIL = 0.1  # the plateau = mean of the last 10% of checkpoints (at least 3)
 OV_PROBE, KQ_PROBE = "ov_margin", "kq_logit"  # the claim's probes (raw logits, module doc)
 PLACEBO_ORDERS = ("ov_first", "kq_first", "simultaneous", "kq_leads", "swapped_ov_first",
-                  "swapped_kq_first")
+                  "swapped_kq_first", "same_start")
 # each schedule's ramps on the path t in [0, 1]: (start, width, shape) of the OV and of the KQ
 # interpolation coefficient; "linear": (t - start) / width clipped to [0, 1], "cubic": its
 # cube (convex: slow, then fast). kq_leads' OV starts one checkpoint after its KQ (set per
@@ -81,6 +82,9 @@ SCHEDULE_RAMPS = {
     "kq_leads": ((None, 0.5, "linear"), (0.0, 0.5, "linear")),
     "swapped_ov_first": ((0.0, 0.8, "cubic"), (0.4, 0.4, "linear")),
     "swapped_kq_first": ((0.15, 0.1, "cubic"), (0.0, 0.8, "linear")),
+    # both start together, OV linear and KQ convex: what the measured curves look like, and
+    # read "OV first" at every onset fraction (why onset order does not decide CR-7)
+    "same_start": ((0.0, 0.6, "linear"), (0.0, 0.6, "cubic")),
 }
 # the placebo metric of each schedule: (name, the reading it is 1 for, control kind); a
 # positive control reads the schedule's own order, a negative one whether it is (wrongly)
@@ -92,6 +96,7 @@ PLACEBO_METRICS = {
     "kq_leads": ("placebo_kq_leads_ov_first", "ov_first", "negative"),
     "swapped_ov_first": ("placebo_swapped_ov_first", "ov_first", "positive"),
     "swapped_kq_first": ("placebo_swapped_kq_first", "kq_first", "positive"),
+    "same_start": ("placebo_same_start_ov_first", "ov_first_every_fraction", "positive"),
 }
 
 
@@ -255,34 +260,93 @@ def level_step(steps, values, level: float) -> float:
     return float(np.asarray(steps)[idx[0]]) if len(idx) else float("nan")
 
 
-def kq_onset_ratio(arm: dict[str, Any], normal: dict[str, Any],
-                   frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> float:
-    """The step at which an arm's KQ probe reaches the **normal run's** KQ onset level (the
-    normal start plus ``frac`` of the normal run's plateau gain), over the normal run's KQ
-    onset step; both ``head_timing``-style dicts with ``steps`` and ``kq``. Measured against
-    the normal run's level, not the arm's own gain: an arm whose KQ barely moves must not
-    get an early onset from 10% of its own small gain. nan (no number: the ratio cannot be
-    read) when the normal KQ does not rise or its onset is at step 0; an arm that never
-    reaches the level within its budget is censored at one step past its last checkpoint, a
-    lower bound (> 1: it is not faster), not nan."""
-    n_steps, n_kq = normal["steps"], normal["kq"]
-    n_on = onset_step(n_steps, n_kq, frac, tail)
-    gain = plateau_gain(n_kq, tail)
+def onset_speedup(arm: dict[str, Any], normal: dict[str, Any], probe: str,
+                  frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> float:
+    """How much sooner a causal arm's ``probe`` curve (``"ov"`` or ``"kq"``) reaches the
+    **normal run's** onset level (the normal start plus ``frac`` of the normal plateau gain)
+    than the normal run does: the normal onset step over the arm's step at that level (2: in
+    half the steps; 0.5: twice as late). Both are ``head_timing``-style dicts with ``steps``
+    and the probe's curve. Read against the normal run's level, not the arm's own gain: an
+    arm whose probe barely moves must not get an early onset from 10% of its own small gain.
+
+    An arm that never reaches the level within its budget gets 0 (infinitely late: "or never"
+    meets a "no earlier than" rule and fails a "no later than" one, whatever the budget; a
+    censored ratio would read "never" as "just after the budget"). An arm already at the
+    level at step 0 is read at its first logged step after 0 (a bound: it got there by then).
+    NaN (cannot be read) when the normal curve does not rise or its onset is at step 0."""
+    n_steps, n_v = normal["steps"], normal[probe]
+    n_on = onset_step(n_steps, n_v, frac, tail)
+    gain = plateau_gain(n_v, tail)
     if not (np.isfinite(n_on) and np.isfinite(gain)) or n_on <= 0 or gain <= 0:
         return float("nan")
-    a_on = level_step(arm["steps"], arm["kq"], float(n_kq[0]) + frac * gain * (1 - 1e-6))
+    a_on = level_step(arm["steps"], arm[probe], float(n_v[0]) + frac * gain * (1 - 1e-6))
     if not np.isfinite(a_on):
-        a_on = float(np.max(arm["steps"])) + 1.0
-    return a_on / n_on
+        return 0.0
+    if a_on <= 0:
+        a_on = float(min((x for x in arm["steps"] if x > 0), default=1.0))
+    return n_on / a_on
 
 
-def kq_gain_ratio(arm: dict[str, Any], normal: dict[str, Any]) -> float:
-    """An arm's KQ gain over the normal run's (both plateau gains, :func:`plateau_gain`, on
-    the same step budget); nan when the normal run's gain is not positive."""
-    a, n = float(arm["kq_gain"]), float(normal["kq_gain"])
-    if not (np.isfinite(a) and np.isfinite(n)) or n <= 0:
-        return float("nan")
-    return a / n
+# the four causal arms' statistics (SPEC 1, CR-7): (arm, probe read) in the order (ii)-(v)
+ARM_STATISTICS = {"ov_preset": "kq", "ov_frozen": "kq", "kq_preset": "ov", "kq_frozen": "ov"}
+
+
+def arm_speedups(arms: dict[str, dict[str, Any]], normal: dict[str, Any],
+                 frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL) -> dict[str, float]:
+    """``{arm: onset_speedup}`` of every arm in ``arms`` that :data:`ARM_STATISTICS` names,
+    each read on the probe the claim asks about (the OV arms move KQ, the KQ arms OV)."""
+    return {a: onset_speedup(arms[a], normal, p, frac, tail)
+            for a, p in ARM_STATISTICS.items() if a in arms}
+
+
+# the synthetic arm curves of CR-7's placebo: rates of the two coupled logistic-like probes
+# (per step, 300 steps), chosen so that the normal run rises over the budget in both models
+SYNTHETIC_ARM_RATES = {"one_way": (0.02, 0.05, 0.0), "mutual": (0.1, 0.1, 0.02)}
+
+
+def synthetic_arm_curves(coupling: str, n_steps: int = 300) -> dict[str, dict[str, Any]]:
+    """The normal run and the four causal arms of a synthetic two-probe system, for the arm
+    statistics' placebo (SPEC 1, CR-7). ``one_way``: a one-way cascade, OV' = a (1 - OV),
+    KQ' = b OV (1 - KQ) (KQ waits for OV, OV does not wait for KQ). ``mutual``: mutual
+    coupling without an order, OV' = a (e + KQ)(1 - OV), KQ' = b (e + OV)(1 - KQ). Both start
+    at 0; a preset arm starts the part at the normal run's end value and trains on, a frozen
+    arm holds it at 0. Returns ``{run: {"steps", "ov", "kq"}}`` for ``normal`` and the four
+    arms of :data:`ARM_STATISTICS`."""
+    if coupling not in SYNTHETIC_ARM_RATES:
+        raise ValueError(f"coupling {coupling!r} not in {sorted(SYNTHETIC_ARM_RATES)}")
+    a, b, e = SYNTHETIC_ARM_RATES[coupling]
+
+    def run(ov0: float, kq0: float, hold: str = "") -> dict[str, Any]:
+        ov, kq, ovs, kqs = ov0, kq0, [], []
+        for _ in range(n_steps + 1):
+            ovs.append(ov)
+            kqs.append(kq)
+            if coupling == "one_way":
+                d_ov, d_kq = a * (1 - ov), b * ov * (1 - kq)
+            else:
+                d_ov, d_kq = a * (e + kq) * (1 - ov), b * (e + ov) * (1 - kq)
+            ov = ov if hold == "ov" else ov + d_ov
+            kq = kq if hold == "kq" else kq + d_kq
+        return {"steps": list(range(n_steps + 1)), "ov": ovs, "kq": kqs}
+
+    normal = run(0.0, 0.0)
+    return {"normal": normal, "ov_preset": run(normal["ov"][-1], 0.0),
+            "ov_frozen": run(0.0, 0.0, hold="ov"), "kq_preset": run(0.0, normal["kq"][-1]),
+            "kq_frozen": run(0.0, 0.0, hold="kq")}
+
+
+def synthetic_arm_speedups(frac: float = ONSET_FRACTION, tail: float = PLATEAU_TAIL
+                           ) -> dict[str, float]:
+    """The arm statistics (:func:`arm_speedups`) on both synthetic systems
+    (:func:`synthetic_arm_curves`), as ``placebo_<coupling>_<arm>_speedup``: what CR-7's
+    placebo controls read (a one-way cascade must pass (ii)-(v), mutual coupling must fail
+    (iv) and (v))."""
+    out = {}
+    for coupling in SYNTHETIC_ARM_RATES:
+        c = synthetic_arm_curves(coupling)
+        for arm, v in arm_speedups(c, c["normal"], frac, tail).items():
+            out[f"placebo_{coupling}_{arm}_speedup"] = v
+    return out
 
 
 def probe_rows(models, task, batch) -> list[dict[str, Any]]:
@@ -388,6 +452,8 @@ def placebo_orders(task, batch, n_points: int = 21, frac: float = ONSET_FRACTION
         rows = probe_rows(models, task, batch)
         rel = int(np.argmax([r["demo_attribute"] for r in head_role_table(models[-1], batch)]))
         tm = _timing(list(range(n_points)), rows, rel, frac, tail, fractions)
+        tm["ov_first_every_fraction"] = float(tm["ov_first"] == 1.0 and all(
+            o["ov_first"] == 1.0 for o in tm["onsets"].values()))
         name, reading, kind = PLACEBO_METRICS[order]
         metrics[name] = tm[reading]
         out[order] = {"read_correctly" if kind == "positive" else "read_ov_first": tm[reading],

@@ -530,43 +530,69 @@ def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroo
     return save_figure(fig, Path(fig_dir) / name, width=1700, height=500)
 
 
-def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, delta: float
-                     ) -> str | None:
-    """CR-9: eta^2 at the CR-4 hook and held-out ICL exact accuracy against lam, one line per
-    seed (the mixed-type control dashed); each point's bar reaches delta below it (a drop to
-    the next lam within the bar is retraining noise)."""
+def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path) -> str | None:
+    """CR-9: eta^2 at the CR-4 hook and held-out ICL exact accuracy against lam, one thin line
+    per seed and the seed mean in black (the mixed-type control's seed mean dashed grey), with
+    what the registered rule reads drawn: lam_s (the first lam whose seed-mean ICL reaches
+    0.80, dotted), the registered rise above the curve's value at lam_s, and the drop
+    tolerance hanging below each seed-mean point from lam_s on (a drop to the next lam within
+    it is retraining noise). None without per-lam curves."""
     if not per_seed or not any(m.get("ft_eta2_by_lam") for m in per_seed.values()):
         return None
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
+    from mechinterp_icr.claims.derive import CR9_ICL_WORKS
+    from mechinterp_icr.claims.registry import spec
+
+    sp = spec("CR-9")
+    _, pooled = sp.derive(sp.id, per_seed)
+    lam_s, tol = pooled["cr9_lam_s"], pooled["cr9_drop_tolerance"]
+    rise = threshold("CR-9", "ft_rise_from_lam_s")
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
-        "eta^2 of type at the CR-4 hook (bar: the noise band delta below each point)",
+        "eta^2 of type at the CR-4 hook (bars: the drop tolerance)",
         "held-out ICL exact accuracy"])
-    measured = delta is not None and delta >= 0
-    for i, (seed, m) in enumerate(sorted(per_seed.items(), key=lambda kv: str(kv[0]))):
-        colr = _SEED_COLORS[i % len(_SEED_COLORS)]
-        x, y = _by_x(m.get("ft_eta2_by_lam"))
-        err = dict(type="data", symmetric=False, array=[0.0] * len(y),
-                   arrayminus=[delta] * len(y), color=colr) if measured else None
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"seed {seed}",
-                                 legendgroup=str(seed), line=dict(color=colr), error_y=err),
-                      1, 1)
-        x, y = _by_x(m.get("mixed_eta2_by_lam"))
-        if x:
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name="mixed-type finetune",
-                                     legendgroup="mixed", showlegend=i == 0,
-                                     line=dict(color="#999999", dash="dash")), 1, 1)
-        x, y = _by_x(m.get("ft_icl_exact_by_lam"))
-        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", showlegend=False,
-                                 legendgroup=str(seed), line=dict(color=colr)), 1, 2)
+    seeds = sorted(per_seed, key=str)
+    for col, key in ((1, "ft_eta2_by_lam"), (2, "ft_icl_exact_by_lam")):
+        curves = []
+        for i, seed in enumerate(seeds):
+            x, y = _by_x(per_seed[seed].get(key))
+            curves.append(dict(zip(x, y)))
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"seed {seed}",
+                                     legendgroup=str(seed), showlegend=col == 1, opacity=0.6,
+                                     line=dict(color=_SEED_COLORS[i % len(_SEED_COLORS)],
+                                               width=1)), 1, col)
+        xs = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+        mean = [float(np.mean([c[x] for c in curves])) for x in xs]
+        drawn = [x >= lam_s for x in xs] if not math.isnan(lam_s) else [False] * len(xs)
+        err = dict(type="data", symmetric=False, array=[0.0] * len(xs),
+                   arrayminus=[tol if d else 0.0 for d in drawn], color="black", width=6)
+        fig.add_trace(go.Scatter(x=xs, y=mean, mode="lines+markers", name="seed mean",
+                                 legendgroup="mean", showlegend=col == 1,
+                                 line=dict(color="black", width=3),
+                                 error_y=err if col == 1 and not math.isnan(tol) else None),
+                      1, col)
+        if col == 1 and not math.isnan(lam_s) and lam_s in xs:
+            base = mean[xs.index(lam_s)]
+            fig.add_trace(go.Scatter(x=[lam_s, xs[-1]], y=[base + rise] * 2, mode="lines",
+                                     name=f"rule: lam_s value + {rise:g}",
+                                     line=dict(color="#d62728", dash="dot")), 1, 1)
+    mixed = [_by_x(per_seed[s].get("mixed_eta2_by_lam")) for s in seeds]
+    mixed = [dict(zip(*c)) for c in mixed if c[0]]
+    if mixed:
+        xs = sorted(set.intersection(*(set(c) for c in mixed)))
+        fig.add_trace(go.Scatter(x=xs, y=[float(np.mean([c[x] for c in mixed])) for x in xs],
+                                 mode="lines+markers", name="mixed-type finetune (control)",
+                                 line=dict(color="#888888", dash="dash", width=2)), 1, 1)
+    fig.add_hline(y=CR9_ICL_WORKS, line=dict(color="#d62728", dash="dot"), row=1, col=2)
+    if not math.isnan(lam_s):
+        for col in (1, 2):
+            fig.add_vline(x=lam_s, line=dict(color="#555555", dash="dot"), row=1, col=col)
     fig.update_xaxes(title_text="pretraining grammar separation lam")
     fig.update_yaxes(title_text="between-type / total variance", row=1, col=1, range=[0, 1.02])
     fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
-    dl = f"delta = {delta:.3f}" if measured else "delta not registered"
+    ls = (f"lam_s = {lam_s:g} (dotted), tolerance {tol:.3f}" if not math.isnan(lam_s)
+          else f"no lam reaches seed-mean ICL {CR9_ICL_WORKS:g}: not measurable")
     fig.update_layout(title=f"CR-9: the type code against the grammar separation of "
-                            f"pretraining, per seed ({dl}; dashed grey: the mixed-type "
-                            f"finetune, the control)<br><sub>"
-                            f"{seeds_caption(sorted(per_seed, key=str))}</sub>")
+                            f"pretraining ({ls})<br><sub>{seeds_caption(seeds)}</sub>")
     return save_figure(fig, Path(fig_dir) / "cr9_by_lam", width=1300, height=480)
-

@@ -96,7 +96,8 @@ def _share_of(v, ref) -> list[float]:
 
 # CR-7 figure: the arms drawn per learning rate, and the onset-fraction marker symbols
 _CR7_ARMS = (("normal", "normal finetuning"), ("ov_preset", "OV preset (end-of-run OV)"),
-             ("ov_frozen", "OV frozen (PT OV)"))
+             ("ov_frozen", "OV frozen (PT OV)"), ("kq_preset", "KQ preset (end-of-run KQ)"),
+             ("kq_frozen", "KQ frozen (PT KQ)"))
 _CR7_SYMBOLS = ("circle-open", "circle", "diamond", "square", "triangle-up", "star")
 _CR7_PLACEBO_PANELS = (
     ("placebo: linear ramps", (("ov_first", "OV first", "#1f77b4"),
@@ -106,6 +107,7 @@ _CR7_PLACEBO_PANELS = (
     ("placebo: shapes swapped (OV cubic, KQ linear)",
      (("swapped_ov_first", "swapped, OV first", "#ff7f0e"),
       ("swapped_kq_first", "swapped, KQ first", "#8c564b"))),
+    ("placebo: same start, OV linear, KQ convex", (("same_start", "same start", "#17becf"),)),
 )
 
 
@@ -141,9 +143,12 @@ def _cr7_mark_onsets(fig, x, y, v: dict, key: str, fracs: list[float], colour: s
                                   f"step {t:g}", hoverinfo="text", row=row, col=col)
 
 
-def _cr7_arm_panels(fig, cr7: dict, lrs: list, arms: list, fracs: list, log_x: bool) -> None:
+def _cr7_arm_panels(fig, cr7: dict, lrs: list, arms: list, fracs: list, log_x: bool,
+                    level: float) -> None:
     """The grid's arm panels: row per lr, column per arm, every seed's OV (solid) and KQ
-    (dotted) probes as shares of the normal run's gain, onsets marked."""
+    (dotted) probes of the Relation head as shares of the normal run's gain, onsets marked,
+    the other head's probes in thin grey on the same scale, and the normal run's onset level
+    (``level`` of its gain, what the arm statistics read) as a dashed line."""
     colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
     xoff = 1 if log_x else 0  # step + 1 on a log axis (step 0 is the PT state)
     for i, lr in enumerate(lrs):
@@ -166,6 +171,16 @@ def _cr7_arm_panels(fig, cr7: dict, lrs: list, arms: list, fracs: list, log_x: b
                                     row=i + 1, col=j + 1)
                     _cr7_mark_onsets(fig, x, y, v, key, fracs, c, f"seed {s}", xoff, i + 1,
                                      j + 1)
+                    if f"other_{key}" in v:  # the other head (a frozen role may move to it)
+                        fig.add_scatter(x=x, y=_share_of(v[f"other_{key}"], normal[key]),
+                                        mode="lines", line={"color": "#bbbbbb", "width": 1,
+                                                            "dash": dash},
+                                        legendgroup="other", name="other head",
+                                        showlegend=i == 0 and j == 1 and k == 0
+                                        and key == "ov",
+                                        row=i + 1, col=j + 1)
+            fig.add_hline(y=level, line={"color": "#444", "dash": "dash", "width": 1},
+                          row=i + 1, col=j + 1)
             fig.update_xaxes(title_text="finetuning step + 1 (log)" if log_x
                              else "finetuning step", type="log" if log_x else "linear",
                              row=i + 1, col=j + 1)
@@ -198,10 +213,10 @@ def _cr7_placebo_row(fig, placebo: dict, row: int, fracs: list) -> None:
 
 def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> str | None:
     """CR-7 as a grid: one row per finetuning lr, one column per arm (normal finetuning, OV
-    preset, OV frozen; only the arms present), each panel the Relation head's OV (solid) and
-    KQ (dotted) probes of every seed as shares of the normal run's gain at that lr and seed
-    (so an arm reads against the normal run: preset OV starts near 1, frozen KQ stays low),
-    with each curve's onsets (against its own gain) marked at the claim's fraction and at
+    preset, OV frozen, KQ preset, KQ frozen; only the arms present), each panel the Relation
+    head's OV (solid) and KQ (dotted) probes of every seed as shares of the normal run's gain at
+    that lr and seed (so an arm reads against the normal run: preset OV starts near 1, frozen
+    KQ stays low; the normal onset level dashed, the other head grey), with each curve's onsets (against its own gain) marked at the claim's fraction and at
     every reported fraction, one symbol per fraction; a last row the placebo schedules of one
     seed (shares of their own gain)."""
     from plotly.subplots import make_subplots
@@ -215,7 +230,8 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
     for lr in lrs:
         titles += [f"lr {_lr_label(lr)}: {t}" for _, t in arms] + [""] * (n_cols - len(arms))
     if placebo:
-        titles += [t for t, _ in _CR7_PLACEBO_PANELS] + [""] * (n_cols - 3)
+        titles += [t for t, _ in _CR7_PLACEBO_PANELS] + [""] * (
+            n_cols - len(_CR7_PLACEBO_PANELS))
     n_rows = len(lrs) + (1 if placebo else 0)
     fig = make_subplots(rows=max(n_rows, 1), cols=n_cols, subplot_titles=titles,
                         vertical_spacing=0.12 if n_rows > 1 else 0.2, horizontal_spacing=0.06)
@@ -227,7 +243,8 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
     if placebo:
         timings += list(placebo[next(iter(placebo))]["schedules"].values())
     fracs = sorted({f for v in timings for f, _, _ in _cr7_onsets(v)})
-    _cr7_arm_panels(fig, cr7, lrs, arms, fracs, log_x)
+    level = float(next((v.get("onset_fraction", 0.1) for v in timings), 0.1))
+    _cr7_arm_panels(fig, cr7, lrs, arms, fracs, log_x, level)
     for f in fracs:  # the marker legend: one entry per onset fraction
         fig.add_scatter(x=[None], y=[None], mode="markers", name=f"onset at {100 * f:g}%",
                         legendgroup="onsets",
@@ -243,8 +260,10 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
     marks = ", ".join(f"{_CR7_SYMBOLS[i % len(_CR7_SYMBOLS)]} {100 * f:g}%"
                       for i, f in enumerate(fracs))
     fig.update_layout(title="CR-7: Relation-head OV (solid) and KQ (dotted) probes during ICL "
-                      "finetuning, normal run and causal arms<br><sub>markers: each curve's "
-                      f"onsets at a share of its own total gain ({marks or 'none'})</sub>"
+                      "finetuning, normal run and causal arms<br><sub>dashed: the normal run's "
+                      f"onset level ({100 * level:g}% of its gain), which each arm's speed-up "
+                      "is read at; grey: the other head; markers: each curve's onsets at a "
+                      f"share of its own total gain ({marks or 'none'})</sub>"
                       f"<br><sub>{caption}</sub>",
                       legend={"tracegroupgap": 2}, margin={"t": 170})
     fig.update_yaxes(range=[-0.5, 1.6])

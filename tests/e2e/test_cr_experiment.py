@@ -34,7 +34,7 @@ def _cfg(overrides, profile="quick"):
     (["taskvec.nope=1"], "taskvec.nope"),
     (["cascade.ft_lr=0"], "cascade.ft_lr = 0"),
     (["mechanism.n_pairs=0"], "mechanism.n_pairs = 0"),
-    (["taskvec.lam_delta=2"], "taskvec.lam_delta = 2"),
+    (["taskvec.lam_delta=2"], "taskvec.lam_delta"),
     (["taskvec.n_random_subspaces=0"], "taskvec.n_random_subspaces = 0"),
     (["shared_variant_share=1.5"], "shared_variant_share = 1.5"),
     (["task.attr_share=-0.1"], "task.attr_share = -0.1"),

@@ -133,13 +133,17 @@ def _tiny_cascade_cfg(**kw):
     return CascadeConfig(**{**base, **kw})
 
 
-def test_causal_arms_preset_and_freeze_only_the_relation_heads_ov():
+def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
     """OV frozen: the Relation head's W_V / W_O stay at their PT values while the other
-    head's (and the Relation head's W_K) train; OV preset: the finetune starts with the
-    Relation head's OV equal to the normal run's final OV and everything else at PT."""
+    head's (and the Relation head's W_K) train; KQ frozen: the same with W_Q, W_K, b_Q, b_K;
+    a preset arm starts with that part equal to the normal run's end, everything else at
+    PT."""
     from mechinterp_icr.experiments.cr.cascade import (
+        ARMS,
+        KQ_PARAMS,
         OV_PARAMS,
         causal_arms,
+        preset_head,
         preset_head_ov,
         train_mechanism_model,
     )
@@ -154,45 +158,52 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_ov():
                             cc.onset_fractions_reported)
     rel = normal["relation_head"]
     arms = causal_arms(pt, final, task, 0, cc, 6e-3, batch, rel, normal)
+    assert set(arms["models"]) == set(ARMS) == set(arms["speedups"])
     P = dict(pt.named_parameters())
     F = dict(final.named_parameters())
-    frozen = dict(arms["models"]["ov_frozen"].named_parameters())
-    for n in OV_PARAMS:
-        assert torch.equal(frozen[n][rel], P[n][rel])
-        assert not torch.equal(frozen[n][1 - rel], P[n][1 - rel])
-    assert not torch.equal(frozen["blocks.0.attn.W_K"][rel], P["blocks.0.attn.W_K"][rel])
+    for arm, params, other in (("ov_frozen", OV_PARAMS, "blocks.0.attn.W_K"),
+                               ("kq_frozen", KQ_PARAMS, "blocks.0.attn.W_V")):
+        frozen = dict(arms["models"][arm].named_parameters())
+        for n in params:
+            assert torch.equal(frozen[n][rel], P[n][rel]), (arm, n)
+        assert not torch.equal(frozen[params[0]][1 - rel], P[params[0]][1 - rel])
+        assert not torch.equal(frozen[other][rel], P[other][rel])
+    # the OV probe reads only the frozen weights; the KQ probe also reads the residual stream
+    # at the query and keys, where the (shared) positional embeddings still train
     fo = arms["ov_frozen"]["ov"]
     assert fo == [fo[0]] * len(fo) and math.isnan(arms["ov_frozen"]["t_onset_ov"])
-    # the preset start: only the Relation head's OV slices come from the normal run's end
-    start = copy.deepcopy(pt)
-    preset_head_ov(start, final, rel)
-    S = dict(start.named_parameters())
-    for n, p in S.items():
-        for h in range(2):
-            want = F[n][h] if (n in OV_PARAMS and h == rel) else P[n][h] if \
-                n in OV_PARAMS else P[n]
-            assert torch.equal(p[h] if n in OV_PARAMS else p, want)
-    # ... and the arm's probes at step 0: OV at the normal run's end, KQ at the PT value
+    # the preset start: only the Relation head's part comes from the normal run's end
+    for params in (OV_PARAMS, KQ_PARAMS):
+        start = copy.deepcopy(pt)
+        preset_head(start, final, rel, params)
+        for n, p in start.named_parameters():
+            if n in params:
+                assert torch.equal(p[rel], F[n][rel]) and torch.equal(p[1 - rel],
+                                                                      P[n][1 - rel])
+            else:
+                assert torch.equal(p, P[n])
+    # ... and the arms' probes at step 0: the preset part at the normal run's end
     assert arms["ov_preset"]["steps"] == normal["steps"]
     assert arms["ov_preset"]["ov"][0] == pytest.approx(normal["ov"][-1], abs=1e-9)
     assert arms["ov_preset"]["kq"][0] == pytest.approx(normal["kq"][0], abs=1e-9)
+    assert arms["kq_preset"]["ov"][0] == pytest.approx(normal["ov"][0], abs=1e-9)
     assert arms["ov_preset"]["onsets"].keys() == normal["onsets"].keys() == {"5", "20", "50"}
-    from mechinterp_icr.interp.cascade import kq_onset_ratio, level_step, plateau_gain
+    assert len(arms["kq_frozen"]["other_ov"]) == len(normal["steps"])
+    assert 0.0 <= arms["kq_frozen"]["icl_heldout_exact"] <= 1.0
+    from mechinterp_icr.interp.cascade import level_step, onset_speedup, plateau_gain
 
     level = normal["kq"][0] + 0.1 * plateau_gain(normal["kq"])  # the normal run's onset level
     want = level_step(arms["ov_preset"]["steps"], arms["ov_preset"]["kq"], level * (1 - 1e-12))
-    assert arms["preset_kq_onset_ratio"] == pytest.approx(want / normal["t_onset_kq"],
-                                                          nan_ok=True)
-    assert kq_onset_ratio(arms["ov_preset"], normal) == pytest.approx(
-        arms["preset_kq_onset_ratio"], nan_ok=True)
-    assert arms["frozen_kq_gain_ratio"] == pytest.approx(
-        arms["ov_frozen"]["kq_gain"] / normal["kq_gain"], nan_ok=True)
+    sp = arms["speedups"]["ov_preset"]
+    assert sp == pytest.approx(normal["t_onset_kq"] / want if want == want else 0.0,
+                               nan_ok=True)
+    assert onset_speedup(arms["ov_preset"], normal, "kq") == pytest.approx(sp, nan_ok=True)
     with pytest.raises(Exception, match=r"head = 2 is not allowed.*0\.\.1"):
         preset_head_ov(start, final, 2)
 
 
 def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
-    from mechinterp_icr.experiments.cr.cascade import run_cascade
+    from mechinterp_icr.experiments.cr.cascade import ARMS, run_cascade
     from mechinterp_icr.experiments.cr.claims_mech import cr7_seed_metrics
     from mechinterp_icr.experiments.cr.evaluate import to_record
 
@@ -200,32 +211,33 @@ def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
     task = _tiny_task()
     r = run_cascade(task, 0, _tiny_cascade_cfg(), tmp_path / "a")
     v = r["by_lr"]["0.006"]
-    assert set(v["arms"]) == {"ov_preset", "ov_frozen"} and set(r["arm_models"]["0.006"]) == \
-        {"ov_preset", "ov_frozen"}
+    assert set(v["arms"]) == set(ARMS) == set(r["arm_models"]["0.006"])
     assert set(v["onsets"]) == {"5", "20", "50"}
     phases = {json.loads(x)["phase"] for x in (tmp_path / "a" / "metrics.jsonl").open()}
-    assert {"ft-icl-lr0.006", "ft-icl-lr0.006-ov-preset", "ft-icl-lr0.006-ov-frozen"} <= phases
+    assert {"ft-icl-lr0.006", "ft-icl-lr0.006-ov-preset", "ft-icl-lr0.006-ov-frozen",
+            "ft-icl-lr0.006-kq-preset", "ft-icl-lr0.006-kq-frozen"} <= phases
     for k in ("pt_model", "models", "arm_models", "probe_batch"):
         r.pop(k)
     m = cr7_seed_metrics(to_record(r), {})
-    assert {"preset_kq_onset_ratio_lr_6e-3", "frozen_kq_gain_ratio_lr_6e-3",
-            "ov_first_at_5_lr_6e-3", "ov_first_at_50_lr_6e-3", "t_onset_kq_preset_lr_6e-3",
-            "t_onset_kq_frozen_lr_6e-3"} <= set(m)
+    assert {"ov_preset_kq_speedup_lr_6e-3", "ov_frozen_kq_speedup_lr_6e-3",
+            "kq_preset_ov_speedup_lr_6e-3", "kq_frozen_ov_speedup_lr_6e-3",
+            "kq_frozen_ov_speedup_at_50_lr_6e-3", "ov_first_at_5_lr_6e-3",
+            "t_onset_kq_ov_preset_lr_6e-3"} <= set(m)
     off = run_cascade(task, 0, _tiny_cascade_cfg(causal_arms=False), tmp_path / "b")
     assert "arms" not in off["by_lr"]["0.006"] and off["arm_models"] == {}
     m = cr7_seed_metrics({k: off[k] for k in ("by_lr",)}, {})
-    assert "preset_kq_onset_ratio_lr_6e-3" not in m
+    assert "ov_preset_kq_speedup_lr_6e-3" not in m
 
 
-def test_preset_onset_is_read_at_the_normal_runs_level_not_the_arms_own_gain():
+def test_an_arm_is_read_at_the_normal_runs_level_not_its_own_gain():
     """An arm whose KQ barely moves must not get an early onset from 10% of its own gain
-    (adversarial review): it never reaches the normal run's onset level -> censored one step
-    past its budget, a ratio > 1 (not faster), never an early onset."""
-    from mechinterp_icr.interp.cascade import kq_onset_ratio
+    (adversarial review): it never reaches the normal run's onset level -> speed-up 0 (never),
+    which fails a 'faster' rule whatever the budget."""
+    from mechinterp_icr.interp.cascade import onset_speedup
 
     steps = list(range(0, 300, 10))
     normal = {"steps": steps, "kq": [0.0 if s < 100 else min(5.0, (s - 100) / 20) for s in steps]}
     flat = {"steps": steps, "kq": [0.0, 0.03] + [0.05] * (len(steps) - 2)}
-    assert kq_onset_ratio(flat, normal) == pytest.approx((max(steps) + 1) / 110)
+    assert onset_speedup(flat, normal, "kq") == 0.0
     fast = {"steps": steps, "kq": [min(5.0, s / 20) for s in steps]}
-    assert kq_onset_ratio(fast, normal) == pytest.approx(10 / 110)
+    assert onset_speedup(fast, normal, "kq") == pytest.approx(110 / 10)

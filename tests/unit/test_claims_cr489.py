@@ -34,6 +34,14 @@ def _curve(start: float, rise: float) -> dict[str, float]:
     return {str(k): start + rise * (k - 1) / 7 for k in KS}
 
 
+LAMS = (0.0, 0.1, 0.2, 0.3, 0.9)  # the registered CR-9 grid
+
+
+def _lam(*vals) -> dict[str, float]:
+    """A curve over the registered lam grid."""
+    return {f"{x:g}": v for x, v in zip(LAMS, vals)}
+
+
 def _seed(**kw):
     m = {"hook": "blocks.1.hook_resid_mid", "ft_acc_pc": 0.99, "ft_transfer_acc_pc": 0.97,
          "ft_patch_gain": 0.9, "ft_output_type_acc": 0.98, "ft_necessity_type_acc": 0.26,
@@ -44,8 +52,10 @@ def _seed(**kw):
          "ft_partial_eta2_by_k": _curve(0.3, 0.3), "mixed_partial_eta2_by_k": _curve(0.3, 0.05),
          "pt_partial_eta2_by_k": _curve(0.25, 0.05), "ft_exact_rise_k": 0.2,
          "ft_output_type_acc_k1": 0.6, "ft_k_min": 1, "ft_n_k": 6,
-         # CR-9
-         "ft_rise_lam": 0.3, "ft_max_drop_lam": 0.02, "mixed_rise_lam": 0.02, "n_lam": 4}
+         # CR-9: eta^2, the mixed-type control's eta^2 and held-out ICL per lam
+         "ft_eta2_by_lam": _lam(0.30, 0.45, 0.55, 0.60, 0.70),
+         "mixed_eta2_by_lam": _lam(0.20, 0.21, 0.22, 0.22, 0.23),
+         "ft_icl_exact_by_lam": _lam(0.30, 0.85, 0.95, 0.97, 0.98), "n_lam": 5}
     m.update(kw)
     return m
 
@@ -64,8 +74,8 @@ def _cr8(**kw):
     return cr8_claim_from_metrics(_per(**kw)).to_dict()
 
 
-def _cr9(delta=0.05, **kw):
-    return cr9_claim_from_metrics(_per(**kw), delta).to_dict()
+def _cr9(**kw):
+    return cr9_claim_from_metrics(_per(**kw)).to_dict()
 
 
 # ------------------------------------------------------------------------------------------
@@ -194,35 +204,85 @@ def test_cr8_shared_variant_has_its_own_id():
 # ------------------------------------------------------------------------------------------
 # CR-9
 # ------------------------------------------------------------------------------------------
-def test_cr9_holds_when_it_rises_and_drops_within_the_noise():
-    c = _cr9(delta=0.05, ft_max_drop_lam=0.04)  # a plateau that dips by noise alone
+def test_cr9_registered_grid_and_tolerance():
+    from mechinterp_icr.claims.cr_registry import CR9_LAM_SD, TASKVEC
+    from mechinterp_icr.claims.derive import cr9_tolerance
+
+    assert TASKVEC["taskvec.lams"] == LAMS and CR9_LAM_SD == 0.0617
+    assert cr9_tolerance(CR9_LAM_SD, 5) == pytest.approx(0.0780, abs=1e-4)
+    assert math.isnan(cr9_tolerance(-1, 5))
+
+
+def test_cr9_holds_when_it_rises_from_lam_s():
+    c = _cr9()
     assert c["verdict"] == HOLDS, c["verdict_reason"]
+    assert c["pooled"]["cr9_lam_s"] == pytest.approx(0.1)  # ICL 0.85 >= 0.80 at lam 0.1
+    assert c["derived"]["0"]["ft_rise_from_lam_s"] == pytest.approx(0.25)
+    assert c["derived"]["0"]["ft_rise_from_lam0"] == pytest.approx(0.40)
 
 
-def test_cr9_a_drop_beyond_the_noise_does_not_hold():
-    c = _cr9(delta=0.05, ft_max_drop_lam=[0.08, 0.08, 0.0, 0.08, 0.08])
+def test_cr9_the_broken_point_at_lam_0_does_not_carry_it():
+    """The first rule's null model: the task fails at lam 0 (ICL at chance, eta^2 low), and
+    from the first working lam on the curve is flat. The rise from lam 0 is large, the rise
+    the rule reads is not."""
+    flat = [_lam(0.23, 0.61, 0.60, 0.62, 0.61 + d) for d in (0.01, -0.02, 0.0, 0.02, -0.01)]
+    c = _cr9(ft_eta2_by_lam=flat, ft_icl_exact_by_lam=_lam(0.28, 0.9, 0.95, 0.96, 0.97))
     assert c["verdict"] == NOT_HOLD
-    assert c["per_seed"]["4"]["ft_lam_drop_over_delta"] == pytest.approx(0.03)
-    # the drop over delta is read on the seed mean (2026-12-05, machine noise)
-    assert _cr9(delta=0.05, ft_max_drop_lam=[0.0, 0.0, 0.0, 0.0, 0.08])["verdict"] == HOLDS
+    assert all(d["ft_rise_from_lam0"] > 0.3 for d in c["derived"].values())
 
 
-def test_cr9_without_a_registered_delta_is_inconclusive():
-    c = _cr9(delta=-1.0)
-    assert c["verdict"] == INCONCLUSIVE and "lam_delta" in c["verdict_reason"]
+def test_cr9_a_flat_noisy_curve_above_lam_s_never_holds():
+    """Flat curves with retraining noise of the registered SD: no 5-seed draw holds."""
+    from mechinterp_icr.claims.cr_registry import CR9_LAM_SD
+
+    rng = np.random.default_rng(0)
+    held = 0
+    for _ in range(200):
+        eta = 0.6 + CR9_LAM_SD * rng.standard_normal((5, 5))
+        curves = [_lam(*row) for row in eta]
+        held += _cr9(ft_eta2_by_lam=curves)["verdict"] == HOLDS
+    assert held == 0
 
 
-def test_cr9_rule_unmet_does_not_hold():
-    assert _cr9(ft_rise_lam=0.05)["verdict"] == NOT_HOLD
+def test_cr9_rise_whose_interval_reaches_zero_does_not_hold():
+    # seed-mean rise 0.12 but one seed falls: the interval of the mean reaches below 0
+    rises = [0.6, 0.6, -0.4, 0.6, -0.8]
+    c = _cr9(ft_eta2_by_lam=[_lam(0.2, 0.3, 0.3, 0.3, 0.3 + r) for r in rises])
+    assert c["pooled"]["ft_rise_from_lam_s_lo95"] < 0 and c["verdict"] == NOT_HOLD
 
 
-def test_cr9_measured_over_too_few_lam_cannot_be_read():
-    assert _cr9(n_lam=3)["verdict"] == INCONCLUSIVE
+def test_cr9_a_drop_beyond_the_tolerance_does_not_hold():
+    # every seed rises by 0.25 overall but falls by 0.15 between lam 0.2 and 0.3
+    c = _cr9(ft_eta2_by_lam=_lam(0.3, 0.45, 0.70, 0.55, 0.70))
+    assert c["pooled"]["mean_curve_drop_over_tol_lam"] == pytest.approx(0.15 - 0.0780,
+                                                                         abs=1e-3)
+    assert c["verdict"] == NOT_HOLD
+    # a dip within the tolerance is retraining noise
+    assert _cr9(ft_eta2_by_lam=_lam(0.3, 0.45, 0.60, 0.55, 0.70))["verdict"] == HOLDS
+
+
+def test_cr9_drops_below_lam_s_are_not_read():
+    # the task does not work until lam 0.2: the curve's fall from lam 0 to 0.1 is not read
+    c = _cr9(ft_eta2_by_lam=_lam(0.6, 0.3, 0.45, 0.55, 0.70),
+             ft_icl_exact_by_lam=_lam(0.3, 0.5, 0.9, 0.95, 0.97))
+    assert c["pooled"]["cr9_lam_s"] == pytest.approx(0.2) and c["verdict"] == HOLDS
+
+
+def test_cr9_without_a_working_lam_is_not_measurable():
+    c = _cr9(ft_icl_exact_by_lam=_lam(0.3, 0.4, 0.5, 0.6, 0.95))
+    assert c["verdict"] == INCONCLUSIVE and "task does not work" in c["verdict_reason"]
+    assert all(x["met"] is None for x in c["conditions"])
+
+
+def test_cr9_a_missing_lam_point_cannot_be_read():
+    short = {"0": 0.3, "0.1": 0.45, "0.2": 0.55, "0.9": 0.7}  # no lam 0.3
+    assert _cr9(ft_eta2_by_lam=[short] + [_lam(0.30, 0.45, 0.55, 0.60, 0.70)] * 4,
+                n_lam=[4, 5, 5, 5, 5])["verdict"] == INCONCLUSIVE
 
 
 def test_cr9_mixed_control_rising_keeps_it_from_holding():
-    c = _cr9(mixed_rise_lam=0.2)
-    assert c["verdict"] == INCONCLUSIVE
+    c = _cr9(mixed_eta2_by_lam=_lam(0.2, 0.2, 0.3, 0.35, 0.45))
+    assert c["verdict"] == INCONCLUSIVE and "mixed-type" in c["verdict_reason"]
 
 
 def test_max_drop_between_consecutive_points():
@@ -356,7 +416,7 @@ def test_a_failed_measurement_is_inconclusive_not_does_not_hold():
     res = [{"seed": s, "phases": {"pretrain": {**ph, "seconds": 1}, "ft-icl": {**ph,
                                                                              "seconds": 1}},
             "k_sweep": {"ft-icl": ks}} for s in range(4)]
-    claims = taskvec_claims(res, TaskvecConfig(lam_delta=0.1), [], {
+    claims = taskvec_claims(res, TaskvecConfig(), [], {
         4: "RuntimeError: boom", "lam sweep, seed 3": "ValueError: bad lam"}, {})
     by = {c.id: c.to_dict([0, 1, 2, 3, 4]) for c in claims}
     for cid in ("CR-4", "CR-9"):

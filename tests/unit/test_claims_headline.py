@@ -92,14 +92,15 @@ def test_a_claim_that_holds_shows_its_primary_condition_with_the_mean_and_a_boun
 
 
 def test_a_fraction_rule_counts_seeds():
-    per = {str(s): {"ov_first_lr_3e-3": 1.0, "ov_first_lr_6e-3": 1.0, "placebo_ov_first": 1.0,
-                    "placebo_kq_first": 1.0, "placebo_simultaneous_ov_first": 0.0,
-                    "placebo_kq_leads_ov_first": 0.0} for s in SEEDS}
-    per["1"]["ov_first_lr_6e-3"] = per["3"]["ov_first_lr_6e-3"] = 0.0
+    good = {"ov_preset_kq": 3.0, "ov_frozen_kq": 0.0, "kq_preset_ov": 1.0, "kq_frozen_ov": 1.0}
+    per = {str(s): {f"{k}_speedup_lr_{lr}": v for k, v in good.items()
+                    for lr in ("3e-3", "6e-3")} for s in SEEDS}
+    per["1"]["ov_preset_kq_speedup_lr_6e-3"] = per["3"]["ov_preset_kq_speedup_lr_6e-3"] = 1.0
     h = claim_headline("CR-7", _claim("CR-7", per))
     assert h.verdict == NOT_HOLD
-    assert h.text == ("OV first at lr 6e-3 (ov_first_lr_6e-3), on >= 80% of seeds: 3 of 5 "
-                      "seeds >= 1 (4 needed; fails on seeds 1, 3)")
+    assert h.text == ("OV preset: KQ at least twice as fast at lr 6e-3 "
+                      "(ov_preset_kq_speedup_lr_6e-3), on >= 80% of seeds: 3 of 5 seeds >= 2 "
+                      "(4 needed; fails on seeds 1, 3)")
 
 
 def test_a_summary_without_the_stored_structure_gives_the_same_headline():

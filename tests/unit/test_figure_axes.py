@@ -139,7 +139,7 @@ def test_every_cr_figure_titles_its_axes(captured, tmp_path):
                  "ft_eta2_by_lam": {"0": 0.2, "0.9": 0.6}, "mixed_eta2_by_lam": {"0": 0.0},
                  "ft_icl_exact_by_lam": {"0": 0.3, "0.9": 0.9}}}
     cf.write_cr8_figure(per, tmp_path, 0.9)
-    cf.write_cr9_figure(per, tmp_path, 0.12)
+    cf.write_cr9_figure(per, tmp_path)
     expected = {"cr4_pca_scatter", "cr4_separation_vs_k", "cr4_separation_vs_lam",
                 "cr4_probe_layers", "cr4_overview", "cr_icl_by_k", "cr_finetune_curves",
                 "cr3_sweep", "cr3_sweep_wide", "cr5_head_roles", "cr6_construction",

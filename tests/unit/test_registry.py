@@ -44,23 +44,32 @@ SPEC_PINS = {
     "CR-6": ([("own_format_min", ">=", 0.99, E),
               ("pt_construction_icl_heldout_exact", "<=", 0.10, E)],
              [("negative", "zeroed_relation_ov_icl_exact", ">", 0.5, E)]),
-    "CR-7": ([("ov_first_lr_3e-3", ">=", 1.0, F8), ("ov_first_lr_6e-3", ">=", 1.0, F8),
-              ("preset_kq_onset_ratio_lr_3e-3", "<=", 0.5, F8),
-              ("preset_kq_onset_ratio_lr_6e-3", "<=", 0.5, F8),
-              ("frozen_kq_gain_ratio_lr_3e-3", "<=", 0.5, M),
-              ("frozen_kq_gain_ratio_lr_6e-3", "<=", 0.5, M)],
+    # revised 2026-12-05: four causal arms, each a speed-up at the normal onset level
+    "CR-7": ([(f"{arm}_speedup_lr_{lr}", op, thr, F8)
+              for arm, op, thr in (("ov_preset_kq", ">=", 2.0), ("ov_frozen_kq", "<=", 0.5),
+                                   ("kq_preset_ov", "<=", 2.0), ("kq_frozen_ov", ">=", 0.5))
+              for lr in ("3e-3", "6e-3")],
              [("positive", "placebo_ov_first", ">=", 1.0, E),
               ("positive", "placebo_kq_first", ">=", 1.0, E),
               ("negative", "placebo_simultaneous_ov_first", ">=", 1.0, E),
               ("negative", "placebo_kq_leads_ov_first", ">=", 1.0, E),
               ("positive", "placebo_swapped_ov_first", ">=", 1.0, E),
-              ("positive", "placebo_swapped_kq_first", ">=", 1.0, E)]),
+              ("positive", "placebo_swapped_kq_first", ">=", 1.0, E),
+              ("positive", "placebo_same_start_ov_first", ">=", 1.0, E),
+              ("positive", "placebo_one_way_ov_preset_speedup", ">=", 2.0, E),
+              ("positive", "placebo_one_way_ov_frozen_speedup", "<=", 0.5, E),
+              ("positive", "placebo_one_way_kq_preset_speedup", "<=", 2.0, E),
+              ("positive", "placebo_one_way_kq_frozen_speedup", ">=", 0.5, E),
+              ("negative", "placebo_mutual_kq_preset_speedup", "<=", 2.0, E),
+              ("negative", "placebo_mutual_kq_frozen_speedup", ">=", 0.5, E)]),
     # revised 2026-12-05: the paired curve (finetuned minus the mixed-type finetune)
     "CR-8": ([("paired_partial_eta2_rho_k", ">=", 0.8, M),
               ("paired_partial_eta2_rise_k", ">=", 0.1, E), ("ft_exact_rise_k", ">=", 0.05, M)],
              [("negative", "pt_paired_partial_eta2_rise_k", ">=", 0.1, M)]),
-    "CR-9": ([("ft_rise_lam", ">=", 0.1, E), ("ft_lam_drop_over_delta", "<=", 0.0, M)],
-             [("negative", "mixed_rise_lam", ">=", 0.1, E)]),
+    # revised 2026-12-05: from lam_s, the seed mean with its interval, the seed-mean curve
+    "CR-9": ([("ft_rise_from_lam_s", ">=", 0.1, M), ("ft_rise_from_lam_s_lo95", ">", 0.0, P),
+              ("mean_curve_drop_over_tol_lam", "<=", 0.0, P)],
+             [("negative", "mixed_rise_from_lam_s", ">=", 0.1, M)]),
     "IR-1": ([("memory_acc", ">=", 1.0, E)], [("negative", "shuffled_memory_acc", ">", 0.1, E)]),
     "IR-2": ([("step1_argmax_acc", ">=", 0.999, E), ("step1_expected_acc", ">=", 0.98, E),
               ("swap_expected_acc", ">=", 0.90, E), ("step2_expected_acc", ">=", 0.99, E)],
@@ -132,7 +141,7 @@ def test_every_claim_is_pinned():
 def test_cr_constants_are_specs():
     from mechinterp_icr.claims import cr_registry as cr
 
-    assert cr.CR8_HEADROOM == 0.90 and cr.CR8_MIN_K == 6 and cr.CR9_MIN_LAM == 4
+    assert cr.CR8_HEADROOM == 0.90 and cr.CR8_MIN_K == 6 and cr.CR9_MIN_LAM == 5
     assert (cr.SHARED_IDEAL_K1_MAX, cr.SHARED_IDEAL_KMAX_MIN) == (0.70, 0.99)
     assert cr.NECESSITY_BOUND == pytest.approx(0.35)
 

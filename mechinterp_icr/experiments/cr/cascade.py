@@ -11,15 +11,18 @@ continuous OV and KQ probes of both heads are logged
 (``interp.cascade.cascade_timing``, onsets at ``cfg.onset_fraction`` and at each of
 ``cfg.onset_fractions_reported``).
 
-The causal arms of CR-7 (:func:`causal_arms`, with ``cfg.causal_arms``; two more finetunes
+The causal arms of CR-7 (:func:`causal_arms`, with ``cfg.causal_arms``; four more finetunes
 per learning rate, the same seed, data order, step budget and probe steps as the normal run,
 read on the normal run's Relation head): **OV preset** starts from the PT state with the
 Relation head's ``W_V`` and ``W_O`` slices set to their values at the end of the normal run
 (everything else trains as in it); **OV frozen** starts from the PT state with the gradient
 of those two slices masked to zero (``train_phase``'s ``grad_masks``; the finetunes have no
 weight decay, so they stay at their PT values) while the Subject head and every other
-parameter train normally. The Relation head's ``b_V`` slice and the shared ``b_O`` are left
-to train in both arms: they add a constant to the head's output, not its token-to-token OV
+parameter train normally; **KQ preset** and **KQ frozen** do the same with the head's
+``W_Q``, ``W_K``, ``b_Q`` and ``b_K`` slices (:data:`KQ_PARAMS`: everything that sets its
+attention scores; the positional embeddings, shared by both heads, train in every arm, so a
+frozen KQ's scores can still move through them). The Relation head's ``b_V`` slice and the shared ``b_O`` are left to
+train in the OV arms: they add a constant to the head's output, not its token-to-token OV
 map that the OV probe reads.
 
 Embeddings (``cfg.embedding``), the construction-matched initialisation of CR-5:
@@ -48,27 +51,32 @@ from mechinterp_icr.experiments.cr.config import CascadeConfig
 from mechinterp_icr.interp.cascade import (
     cascade_timing,
     checkpoint_probes,
+    arm_speedups,
     head_timing,
-    kq_gain_ratio,
-    kq_onset_ratio,
 )
 from mechinterp_icr.models.factory import build_model
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
 from mechinterp_icr.training.loop import checkpoint_steps, resolve_trainable, train_phase
 
-__all__ = ["ARMS", "OV_PARAMS", "build_mechanism_model", "cascade_lrs", "causal_arms",
-           "freeze_embeddings", "head_ov_masks", "mechanism_finetune", "mechanism_ft_config",
-           "mechanism_model_config", "mechanism_pretrain", "mechanism_pt_config",
-           "mechanism_run_config", "preset_head_ov", "probe_batch_for", "probed_finetune",
-           "run_cascade", "train_mechanism_model"]
+__all__ = ["ARMS", "ARM_PARAMS", "KQ_PARAMS", "OV_PARAMS", "build_mechanism_model",
+           "cascade_lrs", "causal_arms", "freeze_embeddings", "head_masks", "head_ov_masks",
+           "mechanism_finetune", "mechanism_ft_config", "mechanism_model_config",
+           "mechanism_pretrain", "mechanism_pt_config", "mechanism_run_config", "preset_head",
+           "preset_head_ov", "probe_batch_for", "probed_finetune", "run_cascade",
+           "train_mechanism_model"]
 
-ARMS = ("ov_preset", "ov_frozen")  # the CR-7 causal arms, in the order they run
+# the CR-7 causal arms, in the order they run (SPEC 1, CR-7 (ii)-(v))
+ARMS = ("ov_preset", "ov_frozen", "kq_preset", "kq_frozen")
 PT_EVAL_N = 256  # PT-format prompts of the mechanism model's PT evaluation
 ICL_EVAL_N = 512  # held-out ICL prompts of each finetuned mechanism model's accuracy
 PROBE_BATCH_TAG = 77  # the rng stream of the held-out ICL batch the OV / KQ probes read
 # the weights of one head's OV map: the head's slice (first index) of each
 OV_PARAMS = ("blocks.0.attn.W_V", "blocks.0.attn.W_O")
+# ... and of its attention scores (b_K shifts every key's score alike, but is frozen with the
+# rest so that a frozen KQ is the whole score map)
+KQ_PARAMS = ("blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.b_Q", "blocks.0.attn.b_K")
+ARM_PARAMS = {"ov": OV_PARAMS, "kq": KQ_PARAMS}  # an arm's part (its name's prefix)
 
 
 def mechanism_model_config(task, cfg: CascadeConfig) -> ModelConfig:
@@ -229,61 +237,82 @@ def _check_head(model, head) -> int:
 
 
 @torch.no_grad()
-def preset_head_ov(model, source, head: int) -> None:
-    """Set ``head``'s ``W_V`` and ``W_O`` slices of ``model`` (in place) to those of
-    ``source`` (same architecture); every other weight is left as it is."""
+def preset_head(model, source, head: int, params=OV_PARAMS) -> None:
+    """Set ``head``'s slices of ``params`` in ``model`` (in place) to those of ``source`` (same
+    architecture); every other weight is left as it is."""
     head = _check_head(model, head)
     src = dict(source.named_parameters())
     for n, p in model.named_parameters():
-        if n in OV_PARAMS:
+        if n in params:
             p[head].copy_(src[n][head])
 
 
-def head_ov_masks(model, head: int, trainable: str = "all") -> dict[str, torch.Tensor]:
-    """Gradient masks (``train_phase``'s ``grad_masks``) that freeze ``head``'s ``W_V`` and
-    ``W_O`` slices: 0 on the slice, 1 elsewhere; only for those of the two parameters that
-    ``trainable`` trains (a parameter the finetune does not train needs no mask)."""
+def preset_head_ov(model, source, head: int) -> None:
+    """:func:`preset_head` on the head's OV map (``W_V``, ``W_O``)."""
+    preset_head(model, source, head, OV_PARAMS)
+
+
+def head_masks(model, head: int, params=OV_PARAMS, trainable: str = "all"
+               ) -> dict[str, torch.Tensor]:
+    """Gradient masks (``train_phase``'s ``grad_masks``) that freeze ``head``'s slices of
+    ``params``: 0 on the slice, 1 elsewhere; only for those parameters that ``trainable``
+    trains (a parameter the finetune does not train needs no mask)."""
     head = _check_head(model, head)
     names = set(resolve_trainable(model, trainable))
     masks = {}
     for n, p in model.named_parameters():
-        if n in OV_PARAMS and n in names and p.requires_grad:
+        if n in params and n in names and p.requires_grad:
             m = torch.ones_like(p)
             m[head] = 0.0
             masks[n] = m
     return masks
 
 
+def head_ov_masks(model, head: int, trainable: str = "all") -> dict[str, torch.Tensor]:
+    """:func:`head_masks` on the head's OV map (``W_V``, ``W_O``)."""
+    return head_masks(model, head, OV_PARAMS, trainable)
+
+
 def causal_arms(pt_model, final_model, task, seed: int, cfg: CascadeConfig, lr: float,
                 probe_batch, head: int, normal: dict, run: RunDir | None = None) -> dict:
-    """The two CR-7 causal arms at ``lr`` (module doc), each a copy of ``pt_model`` finetuned
-    as the normal run was (:func:`probed_finetune`) and read on ``head`` (the normal run's
-    Relation head) with :func:`~mechinterp_icr.interp.cascade.head_timing`. ``ov_preset``
-    starts with ``head``'s OV from ``final_model`` (the normal run's end); ``ov_frozen`` keeps
-    it at the PT value. ``normal``: the normal run's timing (``cascade_timing``). Returns
-    ``{arm: timing + seconds, "preset_kq_onset_ratio", "frozen_kq_gain_ratio"}``; with a
-    ``run``, each arm's probe rows are logged as phase ``ft-icl-lr<lr>-<arm>``. The
-    finetuned models are ``{arm: model}`` under ``"models"`` (not serialisable: popped by
-    the caller)."""
+    """The four CR-7 causal arms at ``lr`` (:data:`ARMS`, module doc), each a copy of
+    ``pt_model`` finetuned as the normal run was (:func:`probed_finetune`) and read on
+    ``head`` (the normal run's Relation head) with
+    :func:`~mechinterp_icr.interp.cascade.head_timing`, plus the other head's probe curves
+    (``other_ov``, ``other_kq``: a frozen Relation head's role may move to it), the held-out
+    ICL curve and the arm's final held-out ICL exact accuracy. A ``*_preset`` arm starts with
+    ``head``'s part (:data:`ARM_PARAMS`) from ``final_model`` (the normal run's end); a
+    ``*_frozen`` arm keeps it at the PT value. ``normal``: the normal run's timing
+    (``cascade_timing``). Returns ``{arm: timing + seconds, "speedups": {arm: speed-up}}``
+    (:func:`~mechinterp_icr.interp.cascade.arm_speedups`); with a ``run``, each arm's probe
+    rows are logged as phase ``ft-icl-lr<lr>-<arm>``. The finetuned models are
+    ``{arm: model}`` under ``"models"`` (not serialisable: popped by the caller)."""
     fr = cfg.onset_fractions_reported
+    other = 1 - head
     out: dict = {"models": {}}
     for arm in ARMS:
+        part, kind = arm.split("_")
         m = copy.deepcopy(pt_model)
         masks = None
-        if arm == "ov_preset":
-            preset_head_ov(m, final_model, head)
+        if kind == "preset":
+            preset_head(m, final_model, head, ARM_PARAMS[part])
         else:
-            masks = head_ov_masks(m, head, cfg.ft_trainable)
+            masks = head_masks(m, head, ARM_PARAMS[part], cfg.ft_trainable)
         rows, secs = probed_finetune(m, task, seed, cfg, lr, probe_batch, grad_masks=masks)
         if run is not None:
             for r in rows:
                 run.log_metrics({"phase": f"ft-icl-lr{lr:g}-{arm.replace('_', '-')}", **r})
         out[arm] = {**head_timing(rows, head, cfg.onset_fraction, cfg.plateau_tail, fr),
-                    "relation_head": head, "seconds": secs}
+                    "relation_head": head, "seconds": secs,
+                    "other_ov": [r[f"h{other}_ov_margin"] for r in rows],
+                    "other_kq": [r[f"h{other}_kq_logit"] for r in rows],
+                    "icl_curve": [r["icl_heldout_exact"] for r in rows],
+                    "icl_heldout_exact": evaluate_icl(m, task, seed + 202,
+                                                      subjects=task.heldout_subjects,
+                                                      n=ICL_EVAL_N)["exact"]}
         out["models"][arm] = m
-    out["preset_kq_onset_ratio"] = kq_onset_ratio(out["ov_preset"], normal, cfg.onset_fraction,
-                                                  cfg.plateau_tail)
-    out["frozen_kq_gain_ratio"] = kq_gain_ratio(out["ov_frozen"], normal)
+    out["speedups"] = arm_speedups({a: out[a] for a in ARMS}, normal, cfg.onset_fraction,
+                                   cfg.plateau_tail)
     return out
 
 
@@ -293,8 +322,7 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
     ``cfg.causal_arms``, run the causal arms (:func:`causal_arms`) per learning rate.
 
     Result: ``by_lr`` {str(lr): cascade timing + ``icl_heldout_exact`` + ``seconds`` (+
-    ``arms`` {``ov_preset``, ``ov_frozen``: timing}, ``preset_kq_onset_ratio``,
-    ``frozen_kq_gain_ratio`` with the arms)}, the PT numbers, and (not serialisable, popped by
+    ``arms`` {arm: timing} and ``speedups`` {arm: speed-up} with the arms)}, the PT numbers, and (not serialisable, popped by
     the caller) ``pt_model``, ``models`` {lr: finetuned model}, ``arm_models`` {lr: {arm:
     model}} (empty without the arms) and ``probe_batch``."""
     if run_path is None:
@@ -322,8 +350,7 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
             arms = causal_arms(pt_model, m, task, seed, cfg, lr, probe_batch,
                                v["relation_head"], v, run)
             arm_models[f"{lr:g}"] = arms.pop("models")
-            v["preset_kq_onset_ratio"] = arms.pop("preset_kq_onset_ratio")
-            v["frozen_kq_gain_ratio"] = arms.pop("frozen_kq_gain_ratio")
+            v["speedups"] = arms.pop("speedups")
             v["arms"] = arms
         by_lr[f"{lr:g}"] = v
     return {"by_lr": by_lr, "pt_typed": pt_eval.get("typed"),

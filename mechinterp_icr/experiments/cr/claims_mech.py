@@ -5,8 +5,8 @@
 - CR-5 from ``mechanism.mechanism_roles`` of the 1-layer 2-head mechanism model (the 2-layer
   main model's head roles are reported beside it, not deciding);
 - CR-6 from ``mechanism.construction_numbers``;
-- CR-7 from the cascade timings per finetuning learning rate, its causal arms (OV preset, OV
-  frozen) and the synthetic placebo.
+- CR-7 from the causal arms per finetuning learning rate (OV and KQ each preset and
+  frozen), the onset timings (reported) and the synthetic placebos.
 
 Nothing here trains, reads a run directory or draws a figure.
 """
@@ -17,8 +17,16 @@ import re
 from typing import Any
 
 from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims.cr_registry import CR7_LRS
 from mechinterp_icr.claims.protocol import condition, evaluate_condition, spec_controls
-from mechinterp_icr.interp.cascade import ONSET_FRACTION, PLATEAU_TAIL, kq_onset_ratio
+from mechinterp_icr.interp.cascade import (
+    ARM_STATISTICS,
+    ONSET_FRACTION,
+    PLATEAU_TAIL,
+    arm_speedups,
+    fraction_name,
+    synthetic_arm_speedups,
+)
 
 __all__ = ["CR7_PLACEBO_METRICS", "cr5_claim", "cr5_claim_from_metrics",
            "cr5_seed_metrics", "cr5_table", "cr6_claim", "cr7_claim", "cr7_claim_from_metrics",
@@ -123,20 +131,24 @@ def lr_name(lr: float) -> str:
     return f"{float(mant):g}e{int(exp)}"
 
 
-# the placebo readings of CR-7's controls (the registered controls' metrics)
-CR7_PLACEBO_METRICS = tuple(c.condition.metric for c in spec("CR-7").controls)
+# the placebo readings of CR-7's controls (the registered controls' metrics) that
+# ``placebo_orders`` measures on the synthetic schedules; the arm placebos are computed here
+CR7_PLACEBO_METRICS = tuple(c.condition.metric for c in spec("CR-7").controls
+                            if not c.condition.metric.endswith("_speedup"))
 _AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
 
 
 def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[str, Any]:
-    """One seed's CR-7 metrics from a ``run_cascade`` record and ``placebo_orders``: the six
-    placebo readings; per finetuning lr ``<n>`` (:func:`lr_name`) ``ov_first_lr_<n>``, the
-    onsets ``t_onset_ov_lr_<n>`` / ``t_onset_kq_lr_<n>``, the KQ gain ``kq_gain_lr_<n>``, at
-    each reported fraction ``<p>`` (percent) ``ov_first_at_<p>_lr_<n>`` and its onsets; with
-    the causal arms ``preset_kq_onset_ratio_lr_<n>``, ``frozen_kq_gain_ratio_lr_<n>`` and each
-    arm's onsets and KQ gain (``t_onset_kq_preset_lr_<n>``, ``kq_gain_frozen_lr_<n>``, ...).
-    Without the arms their metrics are absent (the conditions on them are then unmet)."""
+    """One seed's CR-7 metrics from a ``run_cascade`` record and ``placebo_orders``: the
+    schedule placebo readings and the arm statistics on the synthetic arm curves
+    (``interp.cascade.synthetic_arm_speedups``); per finetuning lr ``<n>`` (:func:`lr_name`)
+    the onset order ``ov_first_lr_<n>`` and onsets (reported, not deciding; also at each
+    reported fraction ``<p>``, ``ov_first_at_<p>_lr_<n>``), and with the causal arms each
+    arm's speed-up ``<arm>_<probe>_speedup_lr_<n>`` (``interp.cascade.onset_speedup``,
+    recomputed from the stored curves; also ``..._at_<p>_lr_<n>``), its onsets and held-out
+    ICL. Without the arms their metrics are absent (the conditions on them cannot be read)."""
     m: dict[str, Any] = {k: placebo.get(k) for k in CR7_PLACEBO_METRICS}
+    m.update(synthetic_arm_speedups())
     m["pt_typed"] = cascade.get("pt_typed")
     for lr, r in cascade["by_lr"].items():
         n = lr_name(float(lr))
@@ -150,56 +162,56 @@ def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[s
                       f"t_onset_ov_at_{p}_lr_{n}": o["t_onset_ov"],
                       f"t_onset_kq_at_{p}_lr_{n}": o["t_onset_kq"]})
         arms = r.get("arms")
-        if arms:
-            # recomputed from the stored curves (the normal run's onset level, not the arm's)
-            m[f"preset_kq_onset_ratio_lr_{n}"] = kq_onset_ratio(
-                arms["ov_preset"], r, r.get("onset_fraction", ONSET_FRACTION),
-                r.get("plateau_tail", PLATEAU_TAIL))
-            m[f"frozen_kq_gain_ratio_lr_{n}"] = r["frozen_kq_gain_ratio"]
-            for arm, short in (("ov_preset", "preset"), ("ov_frozen", "frozen")):
-                a = arms[arm]
-                m.update({f"t_onset_ov_{short}_lr_{n}": a["t_onset_ov"],
-                          f"t_onset_kq_{short}_lr_{n}": a["t_onset_kq"],
-                          f"kq_gain_{short}_lr_{n}": a["kq_gain"],
-                          f"ov_gain_{short}_lr_{n}": a["ov_gain"]})
+        if not arms:
+            continue
+        frac = r.get("onset_fraction", ONSET_FRACTION)
+        tail = r.get("plateau_tail", PLATEAU_TAIL)
+        for f in [frac] + [o["fraction"] for o in (r.get("onsets") or {}).values()]:
+            at = "" if f == frac else f"at_{fraction_name(f)}_"
+            for arm, v in arm_speedups(arms, r, f, tail).items():
+                m[f"{arm}_{ARM_STATISTICS[arm]}_speedup_{at}lr_{n}"] = v
+        for arm, a in arms.items():
+            m.update({f"t_onset_ov_{arm}_lr_{n}": a["t_onset_ov"],
+                      f"t_onset_kq_{arm}_lr_{n}": a["t_onset_kq"],
+                      f"icl_heldout_exact_{arm}_lr_{n}": a.get("icl_heldout_exact")})
     return m
 
 
 def cr7_convention_notes(per_seed: dict[str, dict[str, Any]]) -> str:
-    """SPEC 0 "robust to conventions" for CR-7: for each reported onset fraction (from the
-    ``ov_first_at_<p>_lr_<n>`` metrics), on how many seeds OV comes first at each registered
-    learning rate, whether condition (i) would be met under that fraction (the registered
-    fraction rule of ``ov_first_lr_<n>``), and whether that differs from the registered
-    onset fraction, i.e. whether the verdict flips under the convention. Empty without
-    reported fractions."""
-    conds = [c for c in spec("CR-7").conditions if c.metric.startswith("ov_first_lr_")]
+    """SPEC 0 "robust to conventions" for CR-7: the onset order (reported, not deciding) at
+    the registered and at each reported onset fraction (how many seeds read OV first per
+    learning rate), and whether the registered arm conditions would be met with the onset
+    levels at each reported fraction (the ``..._at_<p>_lr_<n>`` speed-ups) instead of the
+    registered one: if not, the verdict flips under that convention. Empty without reported
+    fractions."""
     seeds = sorted(per_seed)
     pcts = sorted({int(g.group(1)) for m in per_seed.values() for k in m
                    if (g := _AT.match(k))})
-    if not pcts or not conds:
+    if not pcts:
         return ""
 
-    def status(metric_of) -> tuple[bool, list[str]]:
-        met, parts = True, []
-        for c in conds:
-            lr = c.metric[len("ov_first_lr_"):]
-            ev = evaluate_condition(condition(metric_of(lr), c.op, c.threshold, c.rule,
-                                              min_fraction=c.min_fraction), per_seed)
-            k = sum(1 for v in ev["per_seed"].values() if v is not None and v >= c.threshold)
-            miss = f", no value on seeds {ev['missing']}" if ev["missing"] else ""
-            parts.append(f"{k}/{len(seeds)} at lr {lr}{miss}")
-            met = met and ev["met"]
-        return met, parts
+    def first(metric_of) -> str:
+        return ", ".join(
+            f"{sum(1 for m in per_seed.values() if m.get(metric_of(lr)) == 1.0)}/{len(seeds)} "
+            f"at lr {lr}" for lr in CR7_LRS)
 
-    base, _ = status(lambda lr: f"ov_first_lr_{lr}")
-    out = []
+    def arms_met(at: str) -> bool:
+        conds = spec("CR-7").conditions
+        return all(evaluate_condition(condition(
+            c.metric.replace("_lr_", f"_{at}lr_"), c.op, c.threshold, c.rule,
+            min_fraction=c.min_fraction), per_seed)["met"] for c in conds)
+
+    base = arms_met("")
+    out = [f"onset order (reported, not deciding): OV first at 10% of the gain on "
+           f"{first(lambda lr: f'ov_first_lr_{lr}')}"]
     for p in pcts:
-        met, parts = status(lambda lr, p=p: f"ov_first_at_{p}_lr_{lr}")
-        same = "as at the registered fraction" if met == base else (
-            "unlike the registered fraction: the verdict flips under this convention")
-        out.append(f"at {p}% of the gain OV first on {', '.join(parts)}: condition (i) "
-                   f"would {'' if met else 'not '}be met ({same})")
-    return "Onset order under other onset fractions: " + "; ".join(out) + "."
+        met = arms_met(f"at_{p}_")
+        same = "as at the registered level" if met == base else (
+            "unlike the registered level: the verdict flips under this convention")
+        out.append(f"at {p}%: OV first on {first(lambda lr, p=p: f'ov_first_at_{p}_lr_{lr}')}"
+                   f"; the arm conditions read at the {p}% onset levels would "
+                   f"{'' if met else 'not '}be met ({same})")
+    return "Conventions: " + "; ".join(out) + "."
 
 
 def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
@@ -217,15 +229,21 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
             "of the last 10% of the logged steps) minus the start, onset = first logged step "
             "with 10% of it; OV first = OV onset strictly earlier (a tie is not OV first). "
             "Causal arms, each finetuned like the normal run (same PT state, seed, data order, "
-            "steps) and read on its Relation head: OV preset = that head's W_V and W_O set to "
-            "the normal run's end values, preset_kq_onset_ratio = its KQ onset / the normal "
-            "KQ onset (nan when either KQ does not rise); OV frozen = the gradient of that "
-            "head's W_V and W_O masked (they stay at their PT values, the other head trains), "
-            "frozen_kq_gain_ratio = its KQ gain / the normal KQ gain (nan when the normal gain "
-            "is not positive). A nan on any seed leaves a condition unmet. Placebo: the "
+            "steps) and read on its Relation head: OV preset / KQ preset = that head's W_V, "
+            "W_O / W_Q, W_K, b_Q, b_K set to the normal run's end values; OV frozen / KQ "
+            "frozen = their gradients masked (they stay at their PT values while everything "
+            "else trains). Each arm is read by its speed-up: the normal run's onset step of "
+            "the probe the rule asks about over the step at which the arm's probe reaches the "
+            "normal run's onset level (0: never within the budget, which meets 'no earlier "
+            "than' and fails 'no later than'; nan: the normal probe does not rise). Both "
+            "heads' probes and each arm's held-out ICL are in the details. Placebo: the "
             "OV-first and KQ-first synthetic schedules (linear ramps, and the same orders "
             "with OV convex and KQ linear) must be read in their order, a simultaneous one "
-            "and one with KQ a checkpoint ahead must not be read as OV first.",
+            "and one with KQ a checkpoint ahead must not be read as OV first, and a schedule "
+            "starting together with OV linear and KQ convex is read as OV first at every "
+            "onset fraction (why the onset order does not decide); the arm statistics on a "
+            "synthetic one-way cascade must pass (ii)-(v) and on a synthetic mutual coupling "
+            "must fail (iv) and (v).",
             cr7_convention_notes(per_seed), notes) if x).strip(),
         figure=figure, details=dict(details or {}))
 
@@ -242,11 +260,14 @@ def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
     details = {str(s): {"by_lr": {lr: {**pick(v, keys + ("icl_curve", "relation_head",
                                                           "ov_precision", "kq_top_attr",
                                                           "ov_contrast", "kq_mass")),
-                                       "arms": {a: pick(x, keys)
+                                       "arms": {a: pick(x, keys + (
+                                           "other_ov", "other_kq", "icl_curve",
+                                           "icl_heldout_exact"))
                                                 for a, x in (v.get("arms") or {}).items()}}
                                   for lr, v in r["by_lr"].items()},
                         "placebo": placebo[s]["schedules"]} for s, r in cr7.items()}
-    arms = ("with the causal arms (OV preset, OV frozen) at each of those lrs"
+    arms = ("with the causal arms (OV preset, OV frozen, KQ preset, KQ frozen) at each of "
+            "those lrs"
             if getattr(ccfg, "causal_arms", False) else
             "without the causal arms (cascade.causal_arms = false: their conditions are unmet)")
     notes = (f"Mechanism model ({ccfg.embedding} embeddings) pretrained {ccfg.pt_steps} steps "

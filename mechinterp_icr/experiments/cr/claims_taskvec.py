@@ -10,9 +10,10 @@
   held-out exact accuracy against K; a seed whose output-type accuracy at K = 1 already
   reaches the registered headroom bound cannot be read; control: the PT-only model paired
   against the same mixed-type finetune.
-- **CR-9** more grammar separation: eta^2 against lam, rising by >= 0.1 and never dropping
-  between consecutive lam by more than the registered retraining noise delta; control: the
-  mixed-type finetune's eta^2 over the same lam runs.
+- **CR-9** more grammar separation: eta^2 against lam from lam_s (the first lam where the
+  task works) to the largest, its seed mean rising by >= 0.1 (interval above 0) and never
+  dropping by more than the registered tolerance; control: the mixed-type finetune's eta^2
+  over the same lam runs.
 
 The shared-token variant (``task.attr_share > 0``) is decided by the same functions under the
 ids ``CR-1 (shared tokens)`` etc. (:func:`variant_id`).
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import Claim, ci95, spec
-from mechinterp_icr.claims.cr_registry import CR8_HEADROOM, CR8_MIN_K, CR9_MIN_LAM
+from mechinterp_icr.claims.cr_registry import CR8_HEADROOM, CR8_MIN_K, CR9_LAM_SD, CR9_MIN_LAM
 from mechinterp_icr.claims.derive import SHARED_SUFFIX, max_drop, spearman, trend
 from mechinterp_icr.claims.protocol import spec_controls
 from mechinterp_icr.claims.registry import metric_range
@@ -247,36 +248,29 @@ def cr8_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
 # ------------------------------------------------------------------------------------------
 # CR-9
 # ------------------------------------------------------------------------------------------
-def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], delta: float,
-                           notes: str = "", figure: str | None = None,
-                           details: dict | None = None) -> Claim:
-    """CR-9 from per-seed metrics (:func:`per_seed_metrics`) and the registered retraining
-    noise ``delta`` (``taskvec.lam_delta``; -1: not measured, the claim is then
-    ``inconclusive``). Adds ``ft_lam_drop_over_delta`` = the largest drop between
-    consecutive lam minus delta to every seed."""
-    measured = delta is not None and delta >= 0
-    per = {s: {**m, "ft_lam_drop_over_delta": (float(m["ft_max_drop_lam"]) - delta
-                                               if measured and m.get("ft_max_drop_lam")
-                                               is not None else float("nan"))}
-           for s, m in per_seed.items()}
-    n_lam = min((m.get("n_lam", 0) for m in per.values()), default=0)
+def cr9_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
+                           figure: str | None = None, details: dict | None = None) -> Claim:
+    """CR-9 from per-seed metrics (:func:`per_seed_metrics`, with their per-lam curves): the
+    registered spec derives lam_s, the rises from it and the seed-mean curve's drop
+    (``claims.derive.cr9_derive``) and decides; every registered lam must be measured on
+    every seed (an extra check)."""
+    n_lam = min((m.get("n_lam", 0) for m in per_seed.values()), default=0)
     checks = {f"measured over >= {CR9_MIN_LAM} values of lam on every seed (fewest {n_lam})":
               n_lam >= CR9_MIN_LAM}
+    sp = spec("CR-9")
+    _, pooled = sp.derive(sp.id, per_seed)
     claim = Claim.from_spec(
-        spec("CR-9"), per, controls=spec_controls(spec("CR-9"), per),
-        extra_checks=checks,
-        not_measurable="" if measured else (
-            "the retraining noise delta (taskvec.lam_delta) is not registered; measure it "
-            "with scripts/cr9_noise.py on seeds outside the decision seeds"),
+        sp, per_seed, controls=spec_controls(sp, per_seed), extra_checks=checks,
         notes=(f"eta^2 at the CR-4 hook of a full PT + ICL finetune per lam (the main run's "
-               f"config with only task.lam changed); delta = {delta:g} (2 x the standard "
-               f"deviation of eta^2 over retrainings at the default lam on seeds outside the "
-               f"decision seeds; docs/registry.md). Held-out ICL exact accuracy per lam is "
-               f"in ft_icl_exact_by_lam. " + notes).strip(),
+               f"config with only task.lam changed); lam_s = {pooled['cr9_lam_s']:g}, the "
+               f"drop tolerance {pooled['cr9_drop_tolerance']:.4f} = 2 x sqrt(2) x SD / "
+               f"sqrt(n_seeds) with SD = {CR9_LAM_SD:g} (eta^2 over retrainings at the "
+               f"default lam on seeds outside the decision seeds; docs/registry.md). Held-out "
+               f"ICL exact accuracy per lam is in ft_icl_exact_by_lam; the rise from the "
+               f"smallest lam (ft_rise_from_lam0) is reported, not deciding. " + notes).strip(),
         figure=figure, details=dict(details or {}))
-    return _finish(claim, "CR-9", "", (
-        "ft_rise_lam", "ft_max_drop_lam", "ft_lam_drop_over_delta", "mixed_rise_lam",
-        "ft_rho_lam"))
+    return _finish(claim, "CR-9", "", ("ft_rise_lam", "ft_max_drop_lam", "mixed_rise_lam",
+                                       "ft_rho_lam"))
 
 
 # ------------------------------------------------------------------------------------------
@@ -295,7 +289,7 @@ def taskvec_claims(results: list[dict[str, Any]], tvc: TaskvecConfig, skipped: l
     claims = [cr4_claim_from_metrics(per_seed, tvc, figure=fig.get("overview"), variant=variant),
               cr8_claim_from_metrics(per_seed, figure=fig.get("cr8"), variant=variant)]
     if not variant:
-        claims.append(cr9_claim_from_metrics(per_seed, tvc.lam_delta, figure=fig.get("cr9")))
+        claims.append(cr9_claim_from_metrics(per_seed, figure=fig.get("cr9")))
     seed_errors = {k: v for k, v in errors.items() if not str(k).startswith("lam sweep")}
     lam_errors = {k: v for k, v in errors.items() if str(k).startswith("lam sweep")}
     for claim in claims:

@@ -148,7 +148,7 @@ class TaskvecConfig:
     n_random_dirs: int = 8  # draws of n_pc random directions (the control), averaged
     ks: tuple = (1, 2, 3, 4, 6, 8)  # eta^2 vs K: at least 6 values (SPEC)
     n_per_k: int = 600
-    lams: tuple = (0.0, 0.3, 0.6, 0.9)  # eta^2 vs lam: at least 4 values (SPEC)
+    lams: tuple = (0.0, 0.1, 0.2, 0.3, 0.9)  # eta^2 vs lam (SPEC 1, CR-9)
     lam_seeds: int = 0  # the lam sweep runs on the first this-many seeds; 0: every seed
     # "main": each lam run is the main run's config (model, pretrain, finetune) with only
     # task.lam changed, the main lam reusing the main run (SPEC 0, one configuration);
@@ -163,10 +163,6 @@ class TaskvecConfig:
     transplant_scale: float = 1.0  # the additive patch adds this times (mean[l'] - mean[l])
     # CR-4 necessity: the random-subspace control's draws of (L-1)-dim random subspaces
     n_random_subspaces: int = 8
-    # CR-9: the retraining noise band delta (2 x the std of eta^2 over retrainings at the
-    # default lam on seeds 200-207, outside the decision seeds: scripts/cr9_noise.py; the
-    # change log in docs/registry.md); -1: not measured, CR-9 is then inconclusive
-    lam_delta: float = 0.1234
 
     def __post_init__(self) -> None:
         for name in ("n_heldout", "n_finetune", "n_subject_split", "n_per_k"):
@@ -200,9 +196,6 @@ class TaskvecConfig:
         _check_count("taskvec.curve_max_checkpoints", self.curve_max_checkpoints, 1, 100_000)
         check_range("taskvec.transplant_scale", self.transplant_scale, 0, 1e3)
         _check_count("taskvec.n_random_subspaces", self.n_random_subspaces, 1, 10_000)
-        check(isinstance(self.lam_delta, (int, float)) and not isinstance(self.lam_delta, bool)
-              and (self.lam_delta == -1 or 0 <= self.lam_delta <= 1),
-              "taskvec.lam_delta", self.lam_delta, "a number in [0, 1] (-1: not measured)")
 
 
 @dataclass(frozen=True)

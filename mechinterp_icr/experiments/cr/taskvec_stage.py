@@ -142,7 +142,7 @@ def add_cr4(summary: Summary, out_dir: Path, seeds: list[int], seed_records: dic
         figs = write_cr4_figures(results, fig_dir)
         figs["cr8"] = write_cr8_figure(per_seed, fig_dir, CR8_HEADROOM, label)
         if not variant:
-            figs["cr9"] = write_cr9_figure(per_seed, fig_dir, tvc.lam_delta)
+            figs["cr9"] = write_cr9_figure(per_seed, fig_dir)
     # a claim names its figure by its path relative to the output folder
     figs = {k: _relative(v, Path(out_dir)) for k, v in figs.items()}
     for claim in taskvec_claims(results, tvc, skipped, errors, figs, variant, per_seed):
