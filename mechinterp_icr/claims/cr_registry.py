@@ -17,8 +17,8 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["ANALYSIS_CONSTANTS", "CR8_HEADROOM", "CR8_MIN_K", "CR7_ARM_RULES", "CR7_LRS", "CR9_LAM_SD", "CR9_MIN_LAM",
-           "CR_METRIC_RANGES",
+__all__ = ["ANALYSIS_CONSTANTS", "CR7_ARM_RULES", "CR7_LRS", "CR8_HEADROOM", "CR8_MIN_K",
+           "CR9_LAM_SD", "CR9_MIN_LAM", "CR_METRIC_RANGES",
            "CR_SPECS",
            "MAIN_RUN", "MECH_MODEL", "NECESSITY_BOUND", "SHARED_IDEAL_K1_MAX",
            "SHARED_IDEAL_KMAX_MIN", "TASK", "TASKVEC", "TYPE_BOUND"]

@@ -27,16 +27,20 @@ reaches ``frac`` (the claim's 10%) of it. :func:`cascade_timing` picks the Relat
 comes strictly before its KQ onset, at the claim's fraction and at each reported fraction
 (``onsets``, keyed by :func:`fraction_name`); :func:`head_timing` reads the same numbers for
 a given head (the causal arms of ``experiments.cr.cascade``, read on the normal run's
-Relation head), and :func:`kq_onset_ratio` / :func:`kq_gain_ratio` compare an arm with the
-normal run.
+Relation head), and :func:`onset_speedup` / :func:`arm_speedups` compare an arm with the
+normal run (what CR-7 decides on; the onset order is reported only).
 
 Placebo (:func:`synthetic_schedule`, :func:`placebo_orders`): models interpolated between
 the PT and the ICL construction (``models.construction``). Positive (the same probe and onset
 code must read each order correctly): one schedule moving the Relation head's OV first and
 its KQ second, one the other way round (both linear ramps), and the same two orders with the
 curve shapes swapped (KQ linear, OV convex: a cubic ramp), which must be read by onset, not
-by shape. Negative (must NOT be read as OV first): both moving together, and KQ leading by
-one checkpoint (``kq_leads``).
+by shape, and one where both start together with OV linear and KQ convex (``same_start``),
+which is read "OV first" at every onset fraction: why the onset order cannot decide.
+Negative (must NOT be read as OV first): both moving together, and KQ leading by one
+checkpoint (``kq_leads``). The arm statistics have their own placebo on synthetic arm curves
+of a one-way cascade and of a mutual coupling (:func:`synthetic_arm_curves`,
+:func:`synthetic_arm_speedups`).
 
 Nothing here trains: the mechanism model is trained by the CR experiment
 (``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its evaluation.

@@ -545,8 +545,7 @@ def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path) -> str 
     from mechinterp_icr.claims.derive import CR9_ICL_WORKS
     from mechinterp_icr.claims.registry import spec
 
-    sp = spec("CR-9")
-    _, pooled = sp.derive(sp.id, per_seed)
+    pooled = spec("CR-9").derive("CR-9", per_seed)[1]
     lam_s, tol = pooled["cr9_lam_s"], pooled["cr9_drop_tolerance"]
     rise = threshold("CR-9", "ft_rise_from_lam_s")
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
@@ -564,30 +563,33 @@ def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path) -> str 
                                                width=1)), 1, col)
         xs = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
         mean = [float(np.mean([c[x] for c in curves])) for x in xs]
-        drawn = [x >= lam_s for x in xs] if not math.isnan(lam_s) else [False] * len(xs)
-        err = dict(type="data", symmetric=False, array=[0.0] * len(xs),
-                   arrayminus=[tol if d else 0.0 for d in drawn], color="black", width=6)
         fig.add_trace(go.Scatter(x=xs, y=mean, mode="lines+markers", name="seed mean",
                                  legendgroup="mean", showlegend=col == 1,
-                                 line=dict(color="black", width=3),
-                                 error_y=err if col == 1 and not math.isnan(tol) else None),
-                      1, col)
+                                 line=dict(color="black", width=3)), 1, col)
+        if col == 1 and not (math.isnan(lam_s) or math.isnan(tol)):  # read from lam_s on
+            on = [(x, y) for x, y in zip(xs, mean) if x >= lam_s]
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in on], y=[p[1] for p in on], mode="markers",
+                marker=dict(color="black", size=1), name=f"drop tolerance {tol:.3f}",
+                error_y=dict(type="data", symmetric=False, array=[0.0] * len(on),
+                             arrayminus=[tol] * len(on), color="black", width=6)), 1, 1)
         if col == 1 and not math.isnan(lam_s) and lam_s in xs:
             base = mean[xs.index(lam_s)]
             fig.add_trace(go.Scatter(x=[lam_s, xs[-1]], y=[base + rise] * 2, mode="lines",
                                      name=f"rule: lam_s value + {rise:g}",
                                      line=dict(color="#d62728", dash="dot")), 1, 1)
-    mixed = [_by_x(per_seed[s].get("mixed_eta2_by_lam")) for s in seeds]
-    mixed = [dict(zip(*c)) for c in mixed if c[0]]
+    mixed = [dict(zip(*c)) for c in (_by_x(per_seed[s].get("mixed_eta2_by_lam")) for s in seeds)
+             if c[0]]
     if mixed:
         xs = sorted(set.intersection(*(set(c) for c in mixed)))
         fig.add_trace(go.Scatter(x=xs, y=[float(np.mean([c[x] for c in mixed])) for x in xs],
                                  mode="lines+markers", name="mixed-type finetune (control)",
                                  line=dict(color="#888888", dash="dash", width=2)), 1, 1)
-    fig.add_hline(y=CR9_ICL_WORKS, line=dict(color="#d62728", dash="dot"), row=1, col=2)
+    fig.add_hline(y=CR9_ICL_WORKS, line=dict(color="#d62728", dash="dot"), row=1, col=2,
+                  annotation_text=f"{CR9_ICL_WORKS:g}: the task works",
+                  annotation_position="bottom right")
     if not math.isnan(lam_s):
-        for col in (1, 2):
-            fig.add_vline(x=lam_s, line=dict(color="#555555", dash="dot"), row=1, col=col)
+        fig.add_vline(x=lam_s, line=dict(color="#555555", dash="dot"), row=1, col="all")
     fig.update_xaxes(title_text="pretraining grammar separation lam")
     fig.update_yaxes(title_text="between-type / total variance", row=1, col=1, range=[0, 1.02])
     fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])

@@ -216,9 +216,10 @@ def write_cr7_figure(cr7: dict, out_dir: Path, placebo: dict | None = None) -> s
     preset, OV frozen, KQ preset, KQ frozen; only the arms present), each panel the Relation
     head's OV (solid) and KQ (dotted) probes of every seed as shares of the normal run's gain at
     that lr and seed (so an arm reads against the normal run: preset OV starts near 1, frozen
-    KQ stays low; the normal onset level dashed, the other head grey), with each curve's onsets (against its own gain) marked at the claim's fraction and at
-    every reported fraction, one symbol per fraction; a last row the placebo schedules of one
-    seed (shares of their own gain)."""
+    KQ stays low; the normal onset level dashed, the other head grey), with each curve's onsets
+    (against its own gain) marked at the claim's fraction and at every reported fraction, one
+    symbol per fraction; a last row the placebo schedules of one seed (shares of their own
+    gain)."""
     from plotly.subplots import make_subplots
 
     lrs = sorted({lr for r in cr7.values() for lr in r["by_lr"]}, key=float)

@@ -21,9 +21,9 @@ weight decay, so they stay at their PT values) while the Subject head and every 
 parameter train normally; **KQ preset** and **KQ frozen** do the same with the head's
 ``W_Q``, ``W_K``, ``b_Q`` and ``b_K`` slices (:data:`KQ_PARAMS`: everything that sets its
 attention scores; the positional embeddings, shared by both heads, train in every arm, so a
-frozen KQ's scores can still move through them). The Relation head's ``b_V`` slice and the shared ``b_O`` are left to
-train in the OV arms: they add a constant to the head's output, not its token-to-token OV
-map that the OV probe reads.
+frozen KQ's scores can still move through them). The Relation head's ``b_V`` slice and the
+shared ``b_O`` are left to train in the OV arms: they add a constant to the head's output, not
+its token-to-token OV map that the OV probe reads.
 
 Embeddings (``cfg.embedding``), the construction-matched initialisation of CR-5:
 ``orthonormal`` (the default) lays the residual stream out as the construction does
@@ -49,9 +49,9 @@ import torch
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.config import CascadeConfig
 from mechinterp_icr.interp.cascade import (
+    arm_speedups,
     cascade_timing,
     checkpoint_probes,
-    arm_speedups,
     head_timing,
 )
 from mechinterp_icr.models.factory import build_model
@@ -322,9 +322,9 @@ def run_cascade(task, seed: int, cfg: CascadeConfig = CascadeConfig(),
     ``cfg.causal_arms``, run the causal arms (:func:`causal_arms`) per learning rate.
 
     Result: ``by_lr`` {str(lr): cascade timing + ``icl_heldout_exact`` + ``seconds`` (+
-    ``arms`` {arm: timing} and ``speedups`` {arm: speed-up} with the arms)}, the PT numbers, and (not serialisable, popped by
-    the caller) ``pt_model``, ``models`` {lr: finetuned model}, ``arm_models`` {lr: {arm:
-    model}} (empty without the arms) and ``probe_batch``."""
+    ``arms`` {arm: timing} and ``speedups`` {arm: speed-up} with the arms)}, the PT numbers,
+    and (not serialisable, popped by the caller) ``pt_model``, ``models`` {lr: finetuned
+    model}, ``arm_models`` {lr: {arm: model}} (empty without the arms) and ``probe_batch``."""
     if run_path is None:
         raise ConfigError("run_path = None is not allowed; expected a run directory (the "
                           "probes are logged per checkpoint into it)")
