@@ -10,7 +10,6 @@ figure is drawn, not when this module is imported.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,13 @@ import numpy as np
 from mechinterp_icr.claims import ci95
 from mechinterp_icr.claims.protocol import UNIT
 from mechinterp_icr.claims.registry import threshold
+from mechinterp_icr.viz.cr9_figure import cr9_figure, write_cr9_figure  # CR-9, re-exported
 from mechinterp_icr.viz.cr_mech_figures import (  # CR-5 .. CR-7, re-exported
     write_cr5_figure,
     write_cr6_figure,
     write_cr7_figure,
 )
-from mechinterp_icr.viz.figures import save_figure, seeds_caption
+from mechinterp_icr.viz.figures import SEED_COLORS, curve_points, save_figure, seeds_caption
 
 __all__ = [
     "cr4_overview_figure",
@@ -35,6 +35,7 @@ __all__ = [
     "write_cr7_figure",
     "cr8_figure",
     "write_cr8_figure",
+    "cr9_figure",
     "write_cr9_figure",
     "task_vector_views_figure",
     "write_task_vector_views",
@@ -446,14 +447,7 @@ def write_task_vector_views(views: list[tuple], n_types: int, umap: bool,
 # ------------------------------------------------------------------------------------------------
 # CR-8 and CR-9 (per-seed metrics of experiments.cr.claims_taskvec.per_seed_metrics)
 # ------------------------------------------------------------------------------------------------
-_SEED_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                "#7f7f7f", "#bcbd22", "#17becf"]
-
-
-def _by_x(d: dict | None) -> tuple[list[float], list[float]]:
-    pts = sorted((float(k), float(v)) for k, v in (d or {}).items()
-                 if v is not None and not math.isnan(float(v)))
-    return [p[0] for p in pts], [p[1] for p in pts]
+_SEED_COLORS, _by_x = SEED_COLORS, curve_points
 
 
 def cr8_figure(per_seed: dict[str, dict[str, Any]], headroom: float,
@@ -528,73 +522,3 @@ def write_cr8_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path, headroo
     if fig is None:
         return None
     return save_figure(fig, Path(fig_dir) / name, width=1700, height=500)
-
-
-def write_cr9_figure(per_seed: dict[str, dict[str, Any]], fig_dir: Path) -> str | None:
-    """CR-9: eta^2 at the CR-4 hook and held-out ICL exact accuracy against lam, one thin line
-    per seed and the seed mean in black (the mixed-type control's seed mean dashed grey), with
-    what the registered rule reads drawn: lam_s (the first lam whose seed-mean ICL reaches
-    0.80, dotted), the registered rise above the curve's value at lam_s, and the drop
-    tolerance hanging below each seed-mean point from lam_s on (a drop to the next lam within
-    it is retraining noise). None without per-lam curves."""
-    if not per_seed or not any(m.get("ft_eta2_by_lam") for m in per_seed.values()):
-        return None
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    from mechinterp_icr.claims.derive import CR9_ICL_WORKS
-    from mechinterp_icr.claims.registry import spec
-
-    pooled = spec("CR-9").derive("CR-9", per_seed)[1]
-    lam_s, tol = pooled["cr9_lam_s"], pooled["cr9_drop_tolerance"]
-    rise = threshold("CR-9", "ft_rise_from_lam_s")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[
-        "eta^2 of type at the CR-4 hook (bars: the drop tolerance)",
-        "held-out ICL exact accuracy"])
-    seeds = sorted(per_seed, key=str)
-    for col, key in ((1, "ft_eta2_by_lam"), (2, "ft_icl_exact_by_lam")):
-        curves = []
-        for i, seed in enumerate(seeds):
-            x, y = _by_x(per_seed[seed].get(key))
-            curves.append(dict(zip(x, y)))
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=f"seed {seed}",
-                                     legendgroup=str(seed), showlegend=col == 1, opacity=0.6,
-                                     line=dict(color=_SEED_COLORS[i % len(_SEED_COLORS)],
-                                               width=1)), 1, col)
-        xs = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-        mean = [float(np.mean([c[x] for c in curves])) for x in xs]
-        fig.add_trace(go.Scatter(x=xs, y=mean, mode="lines+markers", name="seed mean",
-                                 legendgroup="mean", showlegend=col == 1,
-                                 line=dict(color="black", width=3)), 1, col)
-        if col == 1 and not (math.isnan(lam_s) or math.isnan(tol)):  # read from lam_s on
-            on = [(x, y) for x, y in zip(xs, mean) if x >= lam_s]
-            fig.add_trace(go.Scatter(
-                x=[p[0] for p in on], y=[p[1] for p in on], mode="markers",
-                marker=dict(color="black", size=1), name=f"drop tolerance {tol:.3f}",
-                error_y=dict(type="data", symmetric=False, array=[0.0] * len(on),
-                             arrayminus=[tol] * len(on), color="black", width=6)), 1, 1)
-        if col == 1 and not math.isnan(lam_s) and lam_s in xs:
-            base = mean[xs.index(lam_s)]
-            fig.add_trace(go.Scatter(x=[lam_s, xs[-1]], y=[base + rise] * 2, mode="lines",
-                                     name=f"rule: lam_s value + {rise:g}",
-                                     line=dict(color="#d62728", dash="dot")), 1, 1)
-    mixed = [dict(zip(*c)) for c in (_by_x(per_seed[s].get("mixed_eta2_by_lam")) for s in seeds)
-             if c[0]]
-    if mixed:
-        xs = sorted(set.intersection(*(set(c) for c in mixed)))
-        fig.add_trace(go.Scatter(x=xs, y=[float(np.mean([c[x] for c in mixed])) for x in xs],
-                                 mode="lines+markers", name="mixed-type finetune (control)",
-                                 line=dict(color="#888888", dash="dash", width=2)), 1, 1)
-    fig.add_hline(y=CR9_ICL_WORKS, line=dict(color="#d62728", dash="dot"), row=1, col=2,
-                  annotation_text=f"{CR9_ICL_WORKS:g}: the task works",
-                  annotation_position="bottom right")
-    if not math.isnan(lam_s):
-        fig.add_vline(x=lam_s, line=dict(color="#555555", dash="dot"), row=1, col="all")
-    fig.update_xaxes(title_text="pretraining grammar separation lam")
-    fig.update_yaxes(title_text="between-type / total variance", row=1, col=1, range=[0, 1.02])
-    fig.update_yaxes(title_text="accuracy", row=1, col=2, range=[0, 1.02])
-    ls = (f"lam_s = {lam_s:g} (dotted), tolerance {tol:.3f}" if not math.isnan(lam_s)
-          else f"no lam reaches seed-mean ICL {CR9_ICL_WORKS:g}: not measurable")
-    fig.update_layout(title=f"CR-9: the type code against the grammar separation of "
-                            f"pretraining ({ls})<br><sub>{seeds_caption(seeds)}</sub>")
-    return save_figure(fig, Path(fig_dir) / "cr9_by_lam", width=1300, height=480)

@@ -16,8 +16,22 @@ from pathlib import Path
 
 from mechinterp_icr.store.io import atomic_write_bytes, atomic_write_text, ensure_file
 
-__all__ = ["save_figure", "png_available", "PLOTLY_JS", "PNG_TIMEOUT_S", "checkpoint_figure",
-           "seeds_caption"]
+__all__ = ["save_figure", "png_available", "PLOTLY_JS", "PNG_TIMEOUT_S", "SEED_COLORS",
+           "checkpoint_figure", "curve_points", "seeds_caption"]
+
+# one colour per seed in the per-seed curve figures
+SEED_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+def curve_points(d: dict | None) -> tuple[list[float], list[float]]:
+    """A stored curve ``{x: value}`` (x as a string or number) as sorted (xs, values), without
+    the points that are not numbers."""
+    import math
+
+    pts = sorted((float(k), float(v)) for k, v in (d or {}).items()
+                 if v is not None and not math.isnan(float(v)))
+    return [p[0] for p in pts], [p[1] for p in pts]
 
 PLOTLY_JS = "plotly.min.js"
 _CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")

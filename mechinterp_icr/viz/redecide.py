@@ -13,7 +13,7 @@ report and (optionally) README claim table recomputed from the measurements stor
 
 The experiment figures that draw a threshold read it from the registry when they are drawn,
 so after a rule change they show the new line only when the stage that draws them runs again;
-the verdict figures, the report and the tables are redrawn here.
+the verdict figures, CR-8's and CR-9's figures, the report and the tables are redrawn here.
 """
 
 from __future__ import annotations
@@ -65,11 +65,12 @@ def _verdicts(summary: Mapping[str, Any]) -> dict[str, str]:
 
 def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
                             registry: Mapping[str, ClaimSpec]) -> list[Path]:
-    """Redraw every figure that draws a registered rule: each claim's verdict figure and
-    CR-8's figure (its paired curve and registered rise)."""
+    """Redraw every figure that draws a registered rule: each claim's verdict figure, CR-8's
+    figure (its paired curve and registered rise) and CR-9's (lam_s, the registered rise and
+    the drop tolerance)."""
     from mechinterp_icr.claims.cr_registry import CR8_HEADROOM
     from mechinterp_icr.viz.claim_figures import verdict_figure
-    from mechinterp_icr.viz.cr_figures import cr8_figure
+    from mechinterp_icr.viz.cr_figures import cr8_figure, cr9_figure
     from mechinterp_icr.viz.figures import save_figure
 
     seeds = [str(s) for s in summary.get("seeds") or []] or None
@@ -84,6 +85,9 @@ def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
             per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), Mapping) else {}
             label = "shared-token variant" if "shared" in cid else "default task"
             fig, width = cr8_figure(dict(per_seed), CR8_HEADROOM, label), 1700
+        elif fig_path.endswith("/cr9_by_lam.html"):  # draws lam_s and the registered rule
+            per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), Mapping) else {}
+            fig, width = cr9_figure(dict(per_seed)), 1300
         else:
             continue
         if fig is None:

@@ -47,6 +47,7 @@ def untitled_axes(fig) -> list[str]:
 def captured(monkeypatch):
     """Figures passed to ``save_figure`` by the viz modules, instead of written."""
     import mechinterp_icr.viz.claim_figures as claim_figures
+    import mechinterp_icr.viz.cr9_figure as cr9_figure
     import mechinterp_icr.viz.cr_figures as cr_figures
     import mechinterp_icr.viz.cr_mech_figures as cr_mech_figures
     import mechinterp_icr.viz.ir_figures as ir_figures
@@ -57,7 +58,7 @@ def captured(monkeypatch):
         figs[str(stem).replace("\\", "/").rsplit("/", 1)[-1]] = fig
         return {"html": f"{stem}.html"}
 
-    for mod in (cr_figures, cr_mech_figures, ir_figures, claim_figures):
+    for mod in (cr_figures, cr9_figure, cr_mech_figures, ir_figures, claim_figures):
         monkeypatch.setattr(mod, "save_figure", fake)
     return figs
 

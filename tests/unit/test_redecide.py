@@ -241,3 +241,24 @@ def test_a_pooled_condition_with_an_unreadable_seed_is_not_met():
     assert r["met"] is None
     r = evaluate_condition(cond, {"0": {}, "1": {}}, None, 0.01)
     assert r["met"] is True and r["unreadable"] == {}
+
+
+def test_cr9_is_redecided_and_its_figure_redrawn_from_the_stored_curves(tmp_path):
+    """CR-9's lam_s, rise and drop are the spec's, read from the stored per-lam curves: a
+    curve flat from lam_s on no longer holds after a redecide, and its figure (which draws
+    lam_s and the rule) is redrawn."""
+    from mechinterp_icr.viz.redecide import redecide_outputs
+
+    s = registry_summary()
+    assert s["claims"]["CR-9"]["verdict"] == HOLDS
+    for m in s["claims"]["CR-9"]["per_seed"].values():
+        m["ft_eta2_by_lam"] = {"0": 0.2, "0.1": 0.6, "0.2": 0.6, "0.3": 0.61, "0.9": 0.62}
+    s["claims"]["CR-9"]["figure"] = "figures/cr9_by_lam.html"
+    out = tmp_path / "out"
+    (out / "figures").mkdir(parents=True)
+    (out / "summary.json").write_text(json.dumps(s))
+    res = redecide_outputs(out)
+    assert res.after["CR-9"] == NOT_HOLD and res.before["CR-9"] == HOLDS
+    assert (out / "figures" / "cr9_by_lam.html").exists()
+    stored = json.loads((out / "summary.json").read_text())["claims"]["CR-9"]
+    assert stored["pooled"]["cr9_lam_s"] == 0.1
