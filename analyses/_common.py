@@ -75,6 +75,9 @@ def finite_float(text: str) -> float:
     return v
 
 
+# mechinterp_icr.interp.uncertainty's N_RESAMPLES, MAX_RESAMPLES and SEED (not imported:
+# --help stays fast; tests/unit/test_patching_uncertainty.py checks they agree)
+N_RESAMPLES, MAX_RESAMPLES, BOOTSTRAP_SEED = 1000, 100_000, 0
 COUNT = bounded_int(1, MAX_PROMPTS)  # prompts per checkpoint
 SEED = bounded_int(0, 2**31 - 1)
 THREADS = bounded_int(1, 1024)
@@ -294,6 +297,16 @@ def add_heatmap_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-panels", type=bounded_int(1, 100), default=6,
                     help="checkpoints shown in the PNG (evenly chosen, first and last "
                          "included; the HTML has a slider over all); default 6")
+
+
+def add_bootstrap_args(ap: argparse.ArgumentParser) -> None:
+    """``--n-resamples`` and ``--bootstrap-seed``: the bootstrap over prompt pairs behind each
+    cell's 95% interval and sign-flip p-value (``interp.uncertainty``)."""
+    ap.add_argument("--n-resamples", type=bounded_int(1, MAX_RESAMPLES), default=N_RESAMPLES,
+                    help="bootstrap resamples of the prompt pairs per cell (and sign flips "
+                         f"per p-value), 1 to {MAX_RESAMPLES:,}; default {N_RESAMPLES}")
+    ap.add_argument("--bootstrap-seed", type=SEED, default=BOOTSTRAP_SEED,
+                    help=f"seed of the resamples and sign flips; default {BOOTSTRAP_SEED}")
 
 
 def open_prompts(a, kinds: tuple[str, ...]):

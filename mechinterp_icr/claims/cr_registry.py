@@ -234,7 +234,8 @@ CR_SPECS = (
             _c("ft_rise_from_lam_s_lo95", ">", 0.0, rule="pooled",
                text="lower end of the 95% interval of the seed-mean rise"),
             _c("mean_curve_drop_over_tol_lam", "<=", 0.0, rule="pooled",
-               text="seed-mean curve's largest drop from lam_s on, minus the tolerance"),
+               text="seed-mean curve's largest drop between consecutive lam, minus the "
+                    "tolerance"),
         ),
         controls=(
             _neg("mixed-type ICL finetune: eta^2 rise from lam_s", "mixed_rise_from_lam_s",

@@ -209,11 +209,11 @@ def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
     - pooled: ``cr9_lam_s``; ``ft_rise_from_lam_s_lo95``, the lower end of the 95% Student-t
       interval of the seed-mean rise; ``cr9_drop_tolerance`` (:func:`cr9_tolerance`); and
       ``mean_curve_drop_over_tol_lam``, the seed-mean eta^2 curve's largest drop between
-      consecutive lam from lam_s on, minus the tolerance.
+      consecutive lam (over every registered lam, as SPEC words it), minus the tolerance.
 
     Below lam_s the task does not work (held-out ICL near chance), so a rise from there says
-    that the task needs separation at all, not that more separation clears the code: the rule
-    reads the curve from lam_s. Everything is NaN (cannot be read) without lam_s or without a
+    that the task needs separation at all, not that more separation clears the code: the rise
+    is read from lam_s. Everything is NaN (cannot be read) without lam_s or without a
     number at every registered lam on every seed."""
     want = sorted(float(x) for x in lams)
     nan = float("nan")
@@ -234,12 +234,11 @@ def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
         if mixed:
             per[s]["mixed_rise_from_lam_s"] = mixed[s][top] - mixed[s][lam_s]
     tol = cr9_tolerance(sd, len(ft))
-    xs = [x for x in want if x >= lam_s]
-    mean_curve = [float(np.mean([c[x] for c in ft.values()])) for x in xs]
+    mean_curve = [float(np.mean([c[x] for c in ft.values()])) for x in want]
     pooled.update({"cr9_lam_s": lam_s, "cr9_drop_tolerance": tol,
                    "ft_rise_from_lam_s_lo95": interval(
                        [per[s]["ft_rise_from_lam_s"] for s in ft])[0],
-                   "mean_curve_drop_over_tol_lam": max_drop(xs, mean_curve) - tol})
+                   "mean_curve_drop_over_tol_lam": max_drop(want, mean_curve) - tol})
     return per, pooled
 
 

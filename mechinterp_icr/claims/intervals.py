@@ -1,5 +1,6 @@
-"""Confidence intervals over seeds: the only statistic a claim reports beside its verdict
-(no verdict reads an interval; docs/registry.md)."""
+"""Confidence intervals over seeds: reported beside every verdict; a verdict reads one only
+where its spec registers it as a condition (CR-9's ``ft_rise_from_lam_s_lo95``, computed by
+the spec's ``derive``; docs/registry.md)."""
 
 from __future__ import annotations
 

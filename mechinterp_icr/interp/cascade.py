@@ -277,12 +277,16 @@ def onset_speedup(arm: dict[str, Any], normal: dict[str, Any], probe: str,
     meets a "no earlier than" rule and fails a "no later than" one, whatever the budget; a
     censored ratio would read "never" as "just after the budget"). An arm already at the
     level at step 0 is read at its first logged step after 0 (a bound: it got there by then).
-    NaN (cannot be read) when the normal curve does not rise or its onset is at step 0."""
+    NaN (cannot be read) when the normal curve does not rise or its onset is at step 0, or
+    when the arm's curve is empty or has a non-number anywhere (no number, no evidence)."""
     n_steps, n_v = normal["steps"], normal[probe]
     n_on = onset_step(n_steps, n_v, frac, tail)
     gain = plateau_gain(n_v, tail)
     if not (np.isfinite(n_on) and np.isfinite(gain)) or n_on <= 0 or gain <= 0:
         return float("nan")
+    a_v = np.asarray(arm.get(probe) or [], dtype=float)
+    if len(a_v) == 0 or len(a_v) != len(arm.get("steps") or []) or not np.all(np.isfinite(a_v)):
+        return float("nan")  # no number on some step: "never" cannot be told from "unknown"
     a_on = level_step(arm["steps"], arm[probe], float(n_v[0]) + frac * gain * (1 - 1e-6))
     if not np.isfinite(a_on):
         return 0.0

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from mechinterp_icr.interp import patching
+from mechinterp_icr.interp import patching, uncertainty
 
-__all__ = ["AnswerPrompts", "answer_prompts", "component_stack", "direct_logit_attribution",
-           "dla_rows", "head_pos_patching", "lens_label", "logit_lens", "path_patching_table",
-           "position_labels"]
+__all__ = ["PATCHING_COLUMNS", "AnswerPrompts", "answer_prompts", "component_stack",
+           "direct_logit_attribution", "dla_rows", "head_pos_patching", "head_pos_rows",
+           "lens_label", "logit_lens", "path_patching_table", "position_labels"]
 
 
 @dataclass
@@ -226,17 +226,59 @@ def _clean_corrupted(model, pr: AnswerPrompts) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def head_pos_patching(model, pr: AnswerPrompts) -> dict:
+def head_pos_patching(model, pr: AnswerPrompts, n_resamples: int = uncertainty.N_RESAMPLES,
+                      seed: int = uncertainty.SEED) -> dict:
     """Exact activation patching of every head's output ``z`` at every position
     (:func:`.patching.patch_head_out_by_pos`: the clean run's ``blocks.{l}.attn.hook_z[:, p,
-    h]`` into the corrupted run, one cell at a time): ``{"value": (L, T, H) metric,
-    "recovery": (L, T, H) normalised recovery, "clean", "corrupted", "gap"}``."""
+    h]`` into the corrupted run, one cell at a time), per prompt (the engine's
+    ``per_prompt``): ``{"value": (L, T, H) metric (the mean over prompts), "recovery": (L, T,
+    H) normalised recovery, "lo", "hi": (L, T, H) its 95% bootstrap interval over prompt
+    pairs (:func:`.uncertainty.recovery_interval`, ``n_resamples``, ``seed``), "p": (L, T, H)
+    sign-flip p-value of the effect (:func:`.uncertainty.sign_flip_p`), "per_prompt": (L, T,
+    H, B) metric per prompt, "clean", "corrupted", "gap"}`` (the clean and corrupted runs'
+    metrics, their difference)."""
+    uncertainty.check_bootstrap(n_resamples, seed)
     _, cache = model.run_with_cache(pr.clean, names_filter=lambda n: n.endswith("hook_z"))
-    c_val, x_val = _clean_corrupted(model, pr)
-    value = patching.patch_head_out_by_pos(model, pr.corrupted, cache, pr.metric,
-                                    metric_positions=pr.metric_positions)
+    per = patching.logit_diff_metric(pr.pos, pr.answer, pr.corrupted_answer, per_prompt=True)
+    c_pp, x_pp = per(model(pr.clean)), per(model(pr.corrupted))  # (B,) each
+    c_val, x_val = float(c_pp.mean()), float(x_pp.mean())
+    vals = patching.patch_head_out_by_pos(model, pr.corrupted, cache, per, per_prompt=True,
+                                          metric_positions=pr.metric_positions)  # (L,T,H,B)
+    value = vals.mean(-1)
+    lo, hi = uncertainty.recovery_interval(vals, c_pp, x_pp, n_resamples, seed)
+    p = uncertainty.sign_flip_p(vals - x_pp.to(vals), n_resamples, seed)
     return {"value": value, "recovery": patching.normalised_recovery(value, c_val, x_val),
+            "lo": lo, "hi": hi, "p": p, "per_prompt": vals,
             "clean": c_val, "corrupted": x_val, "gap": c_val - x_val}
+
+
+PATCHING_COLUMNS = {
+    "checkpoint": "checkpoint", "step": "step", "layer": "layer", "head_name": "head",
+    "pos": "position", "token": "token (first clean prompt)",
+    "gap": "LD gap (clean LD - corrupted LD)", "recovery": "exact patching recovery",
+    "lo": "lo (95% bootstrap)", "hi": "hi (95% bootstrap)", "p_sign": "p (sign-flip)",
+}
+"""The columns of the head x position patching tables (``analyses/patching_heatmap.py`` and
+``patching_sweep.py``, which adds ``attribution_recovery`` last), in their order: row key ->
+printed and CSV header (defined in docs/circuit_tools.md)."""
+
+
+def head_pos_rows(model, pr: AnswerPrompts, labels: list[str],
+                  n_resamples: int = uncertainty.N_RESAMPLES,
+                  seed: int = uncertainty.SEED) -> tuple[list[dict], dict]:
+    """:func:`head_pos_patching` as rows, one per cell, ordered layer, head, position, with
+    the keys of :data:`PATCHING_COLUMNS` (but the checkpoint's) and ``head``, ``value`` (the
+    patched LD); ``labels`` names the positions (:func:`position_labels`). Returns ``(rows,
+    the head_pos_patching result)``."""
+    res = head_pos_patching(model, pr, n_resamples, seed)
+    L, T, H = res["recovery"].shape
+    rows = [{"layer": l, "head": h, "head_name": f"L{l}H{h}", "pos": p,
+             "token": labels[p].split(" ", 1)[1], "gap": res["gap"],
+             "value": float(res["value"][l, p, h]), "recovery": float(res["recovery"][l, p, h]),
+             "lo": float(res["lo"][l, p, h]), "hi": float(res["hi"][l, p, h]),
+             "p_sign": float(res["p"][l, p, h])}
+            for l in range(L) for h in range(H) for p in range(T)]
+    return rows, res
 
 
 def path_patching_table(model, pr: AnswerPrompts, freeze_mlps: bool = True) -> list[dict]:

@@ -45,6 +45,7 @@ from mechinterp_icr.interp.patching_core import (
     Setter,
     act_name,
     canonical_act,
+    cell_metric,
     cells_for,
     chunk_hooks,
     group_cells,
@@ -97,6 +98,7 @@ def batched_activation_patch(
     metric_positions: Sequence[int] | None = None,
     suffix: bool = False,
     incremental: bool = False,
+    per_prompt: bool = False,
 ) -> Tensor:
     """Exact activation patching of many cells per forward pass; TransformerLens's
     ``generic_activation_patch(model, corrupted_tokens, clean_cache, metric, setter, act,
@@ -110,6 +112,10 @@ def batched_activation_patch(
     axes is patched and the result has one dimension per axis (like TransformerLens); with
     ``cells`` the result is flat. ``max_batch`` bounds the rows of one forward (copies x
     batch).
+
+    ``per_prompt``: ``metric`` returns a (B,) value per prompt (``logit_diff_metric(...,
+    per_prompt=True)``) and the result gets a trailing prompt axis, whose mean is the mean
+    metric's cell (up to float summation order); :mod:`.uncertainty` reads it.
 
     Strategies (each returns the metric of the cells it is given):
 
@@ -129,36 +135,45 @@ def batched_activation_patch(
     The fast strategies are mathematically exact; their float summation order differs from a
     full forward (tested <= 1e-5), so they are off by default.
     """
-    T = corrupted_tokens.shape[1]
+    B, T = corrupted_tokens.shape
+    vshape = (B,) if per_prompt else ()
     axes = setter_axes(setter, index_axis_names)
     shaped = cells is None
     cells = cells_for(model, T, axes) if cells is None else [tuple(int(i) for i in c)
                                                             for c in cells]
     act = canonical_act(model, setter, act, clean_cache, [c[0] for c in cells])
-    per = max(1, max_batch // corrupted_tokens.shape[0])
-    out = torch.zeros(len(cells), device=corrupted_tokens.device)
+    per = max(1, max_batch // B)
+    out = torch.zeros(len(cells), *vshape, device=corrupted_tokens.device)
     corrupted = None
     if incremental and fast.incremental_supported(model, setter, act):
         corrupted = fast.corrupted_cache(model, corrupted_tokens)
     todo = list(range(len(cells)))
     if metric_positions is not None:
         todo = _fill_unreachable(out, model, corrupted_tokens, metric, setter, act, cells,
-                                 _checked_positions(metric_positions, T), corrupted)
+                                 _checked_positions(metric_positions, T), corrupted, per_prompt)
     if todo:
-        mine = [cells[i] for i in todo]
-        common = (model, corrupted_tokens, clean_cache, metric, setter, act, mine)
-        if corrupted is not None:
-            mp = range(T) if metric_positions is None else metric_positions
-            vals = fast.incremental_values(*common, per=per, metric_positions=mp,
-                                           corrupted=corrupted)
-        elif suffix and fast.suffix_supported(setter, act, model):
-            vals = fast.suffix_values(*common, per=per, skip_layers=skip_layers)
-        else:
-            vals = full_forward_values(*common, per=per, skip_layers=skip_layers)
-        out[todo] = vals.to(out)
+        common = (model, corrupted_tokens, clean_cache, metric, setter, act,
+                  [cells[i] for i in todo])
+        out[todo] = _strategy_values(common, per, per_prompt, corrupted, metric_positions,
+                                     suffix, skip_layers).to(out)
     if shaped:
-        return out.reshape([max(c[i] for c in cells) + 1 for i in range(len(axes))])
+        return out.reshape([max(c[i] for c in cells) + 1 for i in range(len(axes))]
+                           + list(vshape))
     return out
+
+
+def _strategy_values(common: tuple, per: int, per_prompt: bool, corrupted,
+                     metric_positions, suffix: bool, skip_layers: bool) -> Tensor:
+    """The metric of the cells in ``common`` (``(model, tokens, clean_cache, metric, setter,
+    act, cells)``) by the strategy :func:`batched_activation_patch` chose."""
+    model, tokens, _, _, setter, act, _ = common
+    kw = {"per": per, "per_prompt": per_prompt}
+    if corrupted is not None:
+        mp = range(tokens.shape[1]) if metric_positions is None else metric_positions
+        return fast.incremental_values(*common, **kw, metric_positions=mp, corrupted=corrupted)
+    if suffix and fast.suffix_supported(setter, act, model):
+        return fast.suffix_values(*common, **kw, skip_layers=skip_layers)
+    return full_forward_values(*common, **kw, skip_layers=skip_layers)
 
 
 def _checked_positions(metric_positions: Sequence[int], T: int) -> list[int]:
@@ -169,14 +184,15 @@ def _checked_positions(metric_positions: Sequence[int], T: int) -> list[int]:
 
 
 def _fill_unreachable(out: Tensor, model, corrupted_tokens: Tensor, metric, setter: Setter,
-                      act: str, cells, metric_positions: list[int], corrupted) -> list[int]:
-    """Write the corrupted run's metric into ``out`` for every cell that cannot reach the
-    metric positions; the indices of the other cells."""
+                      act: str, cells, metric_positions: list[int], corrupted,
+                      per_prompt: bool = False) -> list[int]:
+    """Write the corrupted run's metric (per prompt with ``per_prompt``) into ``out`` for
+    every cell that cannot reach the metric positions; the indices of the other cells."""
     skip = [i for i, c in enumerate(cells)
             if unreachable(model, setter, act, c, metric_positions)]
     if skip:
         base = model(corrupted_tokens) if corrupted is None else corrupted[0]
-        out[skip] = metric(base).reshape(()).to(out)
+        out[skip] = cell_metric(metric, base, per_prompt).to(out)
     gone = set(skip)
     return [i for i in range(len(cells)) if i not in gone]
 
@@ -185,9 +201,10 @@ def _fill_unreachable(out: Tensor, model, corrupted_tokens: Tensor, metric, sett
 def full_forward_values(model, corrupted_tokens: Tensor, clean_cache,
                         metric: Callable[[Tensor], Tensor], setter: Setter, act: str,
                         cells: Sequence[tuple[int, ...]], *, per: int,
-                        skip_layers: bool = True) -> Tensor:
-    """The metric of each cell of ``cells`` by full forwards of the corrupted batch repeated
-    once per cell (at most ``per`` copies per forward; cells grouped by layer).
+                        skip_layers: bool = True, per_prompt: bool = False) -> Tensor:
+    """The metric of each cell of ``cells`` (``(cells,)``, or ``(cells, B)`` per prompt with
+    ``per_prompt``) by full forwards of the corrupted batch repeated once per cell (at most
+    ``per`` copies per forward; cells grouped by layer).
 
     A patch in layer l leaves layers < l untouched, so with ``skip_layers`` the forward of a
     group starts at layer l from the corrupted run's residual stream (exact: those
@@ -195,7 +212,8 @@ def full_forward_values(model, corrupted_tokens: Tensor, clean_cache,
     forward derives from the tokens: a shortformer's positional embedding and the mask of a
     tokenizer that pads on the left."""
     B = corrupted_tokens.shape[0]
-    out = torch.zeros(len(cells), device=corrupted_tokens.device)
+    out = torch.zeros(len(cells), *((B,) if per_prompt else ()),
+                      device=corrupted_tokens.device)
     start_resid, restart_kw = ({}, {}) if not skip_layers or act == "resid_pre" else \
         _restart_inputs(model, corrupted_tokens, {c[0] for c in cells})
     for idx in group_cells(range(len(cells)), lambda i: cells[i][0], lambda i: cells[i][0],
@@ -211,7 +229,7 @@ def full_forward_values(model, corrupted_tokens: Tensor, clean_cache,
         else:  # (C*B, T): copy c = rows c*B..(c+1)*B
             logits = model.run_with_hooks(corrupted_tokens.repeat(C, 1), fwd_hooks=hooks)
         for c in range(C):
-            out[idx[c]] = metric(logits[c * B:(c + 1) * B]).reshape(())
+            out[idx[c]] = cell_metric(metric, logits[c * B:(c + 1) * B], per_prompt)
     return out
 
 
@@ -437,14 +455,17 @@ def _gather_last(logits: Tensor, pos: Tensor | int | None) -> Tensor:
     return logits[torch.arange(B, device=logits.device), pos.to(logits.device)]
 
 
-def logit_diff_metric(pos, good: Tensor, bad: Tensor) -> Callable[[Tensor], Tensor]:
+def logit_diff_metric(pos, good: Tensor, bad: Tensor, per_prompt: bool = False
+                      ) -> Callable[[Tensor], Tensor]:
     """``mean_b logit[good_b] - logit[bad_b]`` at position ``pos`` (int, (B,) tensor or None =
-    last). Works on any number of stacked copies of the batch only through the engine."""
+    last); with ``per_prompt`` the (B,) values before the mean (the engine's ``per_prompt``).
+    Works on any number of stacked copies of the batch only through the engine."""
 
     def metric(logits: Tensor) -> Tensor:
         lg = _gather_last(logits, pos)
         idx = torch.arange(lg.shape[0], device=lg.device)
-        return (lg[idx, good.to(lg.device)] - lg[idx, bad.to(lg.device)]).mean()
+        diff = lg[idx, good.to(lg.device)] - lg[idx, bad.to(lg.device)]
+        return diff if per_prompt else diff.mean()
 
     return metric
 

@@ -30,6 +30,7 @@ __all__ = [
     "Setter",
     "act_name",
     "canonical_act",
+    "cell_metric",
     "cells_for",
     "chunk_hooks",
     "group_cells",
@@ -144,6 +145,22 @@ def canonical_act(model, setter: Setter, act: str, clean_cache=None,
                     f"cache holding act = {act!r} in every patched layer (e.g. "
                     "model.run_with_cache(clean_tokens))")
     return canon
+
+
+def cell_metric(metric: Callable[[Tensor], Tensor], logits: Tensor, per_prompt: bool = False
+                ) -> Tensor:
+    """``metric(logits)`` of one patched copy of the corrupted batch (``B`` rows): a scalar,
+    or with ``per_prompt`` one value per prompt, shape ``(B,)`` (the metric before its mean
+    over prompts, e.g. ``logit_diff_metric(..., per_prompt=True)``); a ConfigError when the
+    metric returns another number of values."""
+    v = metric(logits)
+    B = logits.shape[0]
+    n = B if per_prompt else 1
+    if v.numel() != n:
+        want = f"one value per prompt ({B},)" if per_prompt else "a scalar"
+        raise ConfigError(f"metric returning shape {tuple(v.shape)} is not allowed with "
+                          f"per_prompt = {per_prompt}; expected {want} for a batch of {B}")
+    return v.reshape((B,) if per_prompt else ())
 
 
 def cells_for(model, n_pos: int, axes: Sequence[str]) -> list[tuple[int, ...]]:

@@ -29,6 +29,7 @@ from mechinterp_icr.interp.patching_core import (
     BY_POSITION_SETTERS,
     Setter,
     act_name,
+    cell_metric,
     chunk_hooks,
     group_cells,
     layer_pos_head_vector_patch_setter,
@@ -72,8 +73,10 @@ def suffix_supported(setter: Setter, act: str, model=None) -> bool:
 @torch.no_grad()
 def suffix_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor], Tensor],
                   setter: Setter, act: str, cells: Sequence[tuple[int, ...]], *, per: int,
-                  skip_layers: bool = True, n_windows: int = 8) -> Tensor:
-    """The metric of each cell of ``cells`` (at most ``per`` copies per forward), by suffix
+                  skip_layers: bool = True, n_windows: int = 8,
+                  per_prompt: bool = False) -> Tensor:
+    """The metric of each cell of ``cells`` (per prompt, ``(cells, B)``, with ``per_prompt``;
+    at most ``per`` copies per forward), by suffix
     forwards over a frozen prefix key/value cache (the positions are cut into ``n_windows``
     windows; cells of one window share a forward)."""
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
@@ -87,7 +90,7 @@ def suffix_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor],
     if shortformer:  # added to every block's query/key input; a restarted forward needs it
         keep.add("hook_pos_embed")
     logits_c, cc = model.run_with_cache(tokens, names_filter=lambda n: n in keep)
-    out = torch.zeros(len(cells), device=dev)
+    out = torch.zeros(len(cells), *((B,) if per_prompt else ()), device=dev)
     width = max(1, -(-T // n_windows))
     groups = group_cells(range(len(cells)),
                          lambda i: (cells[i][1] // width, cells[i][0], cells[i][1:]),
@@ -121,7 +124,7 @@ def suffix_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor],
         full = logits_c.repeat(C, 1, 1)
         full[:, p0:] = suf
         for c in range(C):
-            out[idx[c]] = metric(full[c * B:(c + 1) * B]).reshape(())
+            out[idx[c]] = cell_metric(metric, full[c * B:(c + 1) * B], per_prompt)
     return out
 
 
@@ -285,8 +288,10 @@ def _put_clean(name: str, t: Tensor, qpos: Tensor, act: str, prow: Tensor, Hd: T
 @torch.no_grad()
 def incremental_values(model, tokens: Tensor, clean_cache, metric: Callable[[Tensor], Tensor],
                        setter: Setter, act: str, cells: Sequence[tuple[int, ...]], *,
-                       per: int, metric_positions: Sequence[int], corrupted) -> Tensor:
-    """The metric of each cell of ``cells``, computing only what each patch can change;
+                       per: int, metric_positions: Sequence[int], corrupted,
+                       per_prompt: bool = False) -> Tensor:
+    """The metric of each cell of ``cells`` (per prompt, ``(cells, B)``, with
+    ``per_prompt``), computing only what each patch can change;
     ``corrupted`` is :func:`corrupted_cache`'s (logits, cache) of the corrupted run.
 
     A patch at (layer l, position p) leaves layers < l and positions < p as in the corrupted
@@ -301,7 +306,7 @@ def incremental_values(model, tokens: Tensor, clean_cache, metric: Callable[[Ten
     logits_c, cc = corrupted
     mp_t = torch.as_tensor(sorted(int(p) for p in metric_positions), device=tokens.device,
                            dtype=torch.long)
-    out = torch.zeros(len(cells), device=tokens.device)
+    out = torch.zeros(len(cells), *((B,) if per_prompt else ()), device=tokens.device)
     buf = logits_c.clone()
     # chunks of one layer each, at most `per` cells
     groups = group_cells(range(len(cells)), lambda i: cells[i], lambda i: cells[i][0], per)
@@ -313,7 +318,7 @@ def incremental_values(model, tokens: Tensor, clean_cache, metric: Callable[[Ten
         # logits)
         for c in range(len(idx)):
             buf[:, mp_t] = rows[c * B:(c + 1) * B]
-            out[idx[c]] = metric(buf).reshape(())
+            out[idx[c]] = cell_metric(metric, buf, per_prompt)
         buf[:, mp_t] = logits_c[:, mp_t]
     return out
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mechinterp_icr.viz.figures import save_figure
 
-__all__ = ["checkpoint_colours", "checkpoint_heatmaps", "dla_figure", "gap_note",
+__all__ = ["checkpoint_colours", "checkpoint_heatmaps", "ci_note", "dla_figure", "gap_note",
            "lens_figure", "lens_height", "recovery_panels", "save_heatmaps", "shown_panels"]
 
 MAX_BAR_CHECKPOINTS = 6  # grouped bars up to this many checkpoints, a heatmap above
@@ -115,17 +115,30 @@ def recovery_panels(rows: list[dict], y_of, x_of, min_gap: float):
     """``(panels, y labels, x labels)`` for :func:`checkpoint_heatmaps` from rows with
     ``checkpoint``, ``gap`` and ``recovery``: one panel per checkpoint (in row order), cell
     ``(y_of(row), x_of(row))`` = the recovery, None where a cell has no row or the
-    checkpoint's gap is below ``min_gap`` (:func:`gap_note` says so)."""
+    checkpoint's gap is below ``min_gap`` (:func:`gap_note` says so). Rows with ``lo``,
+    ``hi`` (the recovery's interval) and ``p_sign`` give each panel ``ci``: per cell ``[lo,
+    hi, p]`` (None where the recovery is not shown), the hover data of the HTML."""
     ys = list(dict.fromkeys(y_of(r) for r in rows))
     xs = list(dict.fromkeys(x_of(r) for r in rows))
     panels = []
     for name in dict.fromkeys(r["checkpoint"] for r in rows):
         sel = {(y_of(r), x_of(r)): r for r in rows if r["checkpoint"] == name}
         gap = next(iter(sel.values()))["gap"]
-        z = [[sel[(y, x)]["recovery"] if (y, x) in sel and gap >= min_gap else None
-              for x in xs] for y in ys]
-        panels.append({"checkpoint": name, "z": z, "note": gap_note(gap, min_gap)})
+        shown = {k: r for k, r in sel.items() if gap >= min_gap}
+        z = [[shown[(y, x)]["recovery"] if (y, x) in shown else None for x in xs] for y in ys]
+        panel = {"checkpoint": name, "z": z, "note": gap_note(gap, min_gap)}
+        if all("lo" in r for r in sel.values()):
+            panel["ci"] = [[[shown[(y, x)][k] for k in ("lo", "hi", "p_sign")]
+                            if (y, x) in shown else None for x in xs] for y in ys]
+        panels.append(panel)
     return panels, ys, xs
+
+
+def ci_note(n_resamples: int, seed: int) -> str:
+    """What the hover's interval and p-value are (the caption of :func:`checkpoint_heatmaps`'s
+    ``ci_note``)."""
+    return (f"hover: 95% bootstrap interval over prompt pairs ({n_resamples} resamples, seed "
+            f"{seed}) and sign-flip p-value")
 
 
 def _has_values(panel: dict) -> bool:
@@ -139,19 +152,28 @@ def _heatmap(panel: dict, x, y, lim: float, colorbar_title: str, visible: bool =
 
     z = [[None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in row]
          for row in panel["z"]]
+    hover, custom = "%{y} @ %{x}: %{z:.3f}", None
+    if "ci" in panel:  # [lo, hi, p] per cell; a cell not shown has no hover data
+        custom = [[c if c is not None else [None] * 3 for c in row] for row in panel["ci"]]
+        hover += ("<br>95% interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]"
+                  "<br>sign-flip p = %{customdata[2]:.3g}")
     return go.Heatmap(z=z, x=x, y=y, colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
                       visible=visible, texttemplate="%{z:.2f}" if text else None,
-                      hovertemplate="%{y} @ %{x}: %{z:.3f}<extra></extra>",
+                      customdata=custom, hovertemplate=hover + "<extra></extra>",
                       colorbar={"title": {"text": colorbar_title, "side": "right"}})
 
 
 def checkpoint_heatmaps(panels: list[dict], x: list[str], y: list[str], title: str,
-                        colorbar_title: str, x_title: str, y_title: str, max_panels: int = 6):
+                        colorbar_title: str, x_title: str, y_title: str, max_panels: int = 6,
+                        ci_note: str | None = None):
     """``panels``: ``[{"checkpoint", "z" (len(y) x len(x), None or NaN = not shown),
-    "note"}]`` in training order. Returns ``(static, slider)``: ``static`` stacks at most
-    ``max_panels`` panels (evenly chosen, first and last included), each titled with its
-    checkpoint and note; ``slider`` shows one checkpoint at a time with a slider over all of
-    them. Both share one colour scale, [-1, 1] around 0 (white)."""
+    "note"}]`` in training order, optionally ``"ci"`` (per cell ``[lo, hi, p]``, the hover
+    of both figures; :func:`recovery_panels`). Returns ``(static, slider)``: ``static``
+    stacks at most ``max_panels`` panels (evenly chosen, first and last included), each
+    titled with its checkpoint and note; ``slider`` shows one checkpoint at a time with a
+    slider over all of them. Both share one colour scale, [-1, 1] around 0 (white).
+    ``ci_note`` (:func:`ci_note`) says under the HTML's title what the hover's interval is;
+    the PNG's title then names where the intervals are (the HTML's hover, the table)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -181,18 +203,24 @@ def checkpoint_heatmaps(panels: list[dict], x: list[str], y: list[str], title: s
     static.update_xaxes(title_text=x_title, row=len(idx), col=1)
     shown = ("every checkpoint" if len(idx) == len(panels) else
              f"{len(idx)} of {len(panels)} checkpoints, evenly chosen")
+    # the PNG has no hover: it says where the intervals are
+    where = ("<br><sup>each cell's 95% bootstrap interval over prompt pairs and sign-flip "
+             "p-value: the HTML's hover, the table's lo, hi, p</sup>" if ci_note else "")
     static.update_layout(title=f"{title}<br><sup>{shown}; colour: {colorbar_title}</sup>"
-                         .replace("<br>(", " ("))
+                         .replace("<br>(", " (") + where)
 
     slider = go.Figure([_heatmap(p, x, y, lim, colorbar_title, visible=i == len(panels) - 1,
                                  text=text) for i, p in enumerate(panels)])
+    hover_note = f"<br><sup>{ci_note}</sup>" if ci_note else ""
     steps = [{"method": "update", "label": p["checkpoint"],
               "args": [{"visible": [j == i for j in range(len(panels))]},
-                       {"title": f"{title}<br><sup>{p['checkpoint']}: {p['note']}</sup>"}]}
+                       {"title": f"{title}<br><sup>{p['checkpoint']}: {p['note']}</sup>"
+                                 + hover_note}]}
              for i, p in enumerate(panels)]
     last = panels[-1]
     slider.update_layout(width=width, height=max(440, 330 + 34 * len(y)),
-title=f"{title}<br><sup>{last['checkpoint']}: {last['note']}</sup>",
+                         title=f"{title}<br><sup>{last['checkpoint']}: {last['note']}</sup>"
+                         + hover_note,
                          sliders=[{"active": len(panels) - 1, "steps": steps, "pad": {"t": 90},
                                    "currentvalue": {"prefix": "checkpoint: "}}],
                          xaxis={"title": x_title, "type": "category", "tickangle": -45},

@@ -22,7 +22,7 @@ def cr9_figure(per_seed: dict[str, dict[str, Any]]):
     per seed and the seed mean in black (the mixed-type control's seed mean dashed grey), with
     what the registered rule reads drawn: lam_s (the first lam whose seed-mean ICL reaches
     0.80, dotted), the registered rise above the curve's value at lam_s, and the drop
-    tolerance hanging below each seed-mean point from lam_s on (a drop to the next lam within
+    tolerance hanging below each seed-mean point (a drop to the next lam within
     it is retraining noise). None without per-lam curves."""
     if not per_seed or not any(m.get("ft_eta2_by_lam") for m in per_seed.values()):
         return None
@@ -53,8 +53,8 @@ def cr9_figure(per_seed: dict[str, dict[str, Any]]):
         fig.add_trace(go.Scatter(x=xs, y=mean, mode="lines+markers", name="seed mean",
                                  legendgroup="mean", showlegend=col == 1,
                                  line=dict(color="black", width=3)), 1, col)
-        if col == 1 and not (math.isnan(lam_s) or math.isnan(tol)):  # read from lam_s on
-            on = [(x, y) for x, y in zip(xs, mean) if x >= lam_s]
+        if col == 1 and not math.isnan(tol):  # the drop rule reads every consecutive pair
+            on = list(zip(xs, mean))
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in on], y=[p[1] for p in on], mode="markers",
                 marker=dict(color="black", size=1), name=f"drop tolerance {tol:.3f}",

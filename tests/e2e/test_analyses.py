@@ -61,6 +61,18 @@ def test_bad_run_and_selection_are_refused(induction_run, tmp_path):
     assert "phase:nope" in msg and "checkpoint" in msg
 
 
+@pytest.mark.parametrize("name", ["patching_heatmap", "patching_sweep"])
+@pytest.mark.parametrize("args,value", [(["--n-resamples", "-3"], "-3"),
+                                        (["--n-resamples=0"], "0"),
+                                        (["--n-resamples", "many"], "'many'"),
+                                        (["--bootstrap-seed", "-1"], "-1")])
+def test_bad_bootstrap_options_are_one_line(induction_run, name, args, value):
+    msg = _refused(_script(name, str(induction_run), *args))
+    assert args[0].split("=")[0] in msg and value in msg, msg
+    if value not in ("'many'",):
+        assert "expected an integer in [" in msg
+
+
 def test_patching_sweep_runs_on_induction(induction_run):
     res = _script("patching_sweep", str(induction_run), "--checkpoints", "first,last",
                   "--n", "4", "--seed", "1")
@@ -107,11 +119,22 @@ def test_tables_have_full_names_csv_and_gap_guards(induction_run, tmp_path):
     assert "LD gap (clean LD - corrupted LD)" in header
     assert "attribution patching recovery" in header
     lines = csv.read_text().splitlines()
-    assert lines[0].startswith("checkpoint,step,layer,position,head,")
+    from mechinterp_icr.interp.lens import PATCHING_COLUMNS
+
+    # patching_heatmap.py's columns, then the attribution estimate
+    assert lines[0] == ",".join(_quoted(h) for h in PATCHING_COLUMNS.values()) \
+        + ",attribution patching recovery"
+    assert lines[0].startswith("checkpoint,step,layer,head,position,token (first clean prompt),")
     rows = json.loads((induction_run / "analyses" / "patching_sweep.json").read_text())
     assert len(lines) == 1 + len(rows) and len({r["checkpoint"] for r in rows}) == 3
-    assert all(",n/a,n/a" in ln for ln in lines[1:])  # every gap is below 1000: no recovery
-    assert all(isinstance(r["recovery"], float) for r in rows)  # the JSON keeps the numbers
+    # every gap is below 1000: no recovery, no interval (the p-value of the effect stays)
+    assert all(ln.count(",n/a") == 4 for ln in lines[1:])
+    assert all(isinstance(r["recovery"], float) and r["lo"] <= r["hi"] for r in rows)
+
+
+def _quoted(header: str) -> str:
+    """A CSV header cell as the csv module writes it."""
+    return f'"{header}"' if "," in header else header
 
 
 @pytest.mark.slow
@@ -197,6 +220,8 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
     assert html.exists() and (run / "analyses" / "plotly.min.js").exists()
     if name in ("patching_heatmap", "path_patching"):
         assert '"sliders"' in html.read_text()  # the slider over checkpoints
+    if name == "patching_heatmap":
+        _heatmap_has_intervals(html.read_text(), csv, rows, -1e9 if kind == "cr" else 0.5)
     if chromium_path():  # kaleido writes PNGs only with a system Chromium
         assert (run / "analyses" / f"{name}.png").stat().st_size > 1000
     if name in ("logit_lens", "dla"):  # the metric against training step, phases in sequence
@@ -209,6 +234,53 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
 
             png = Image.open(steps.with_suffix(".png")).convert("RGB")
             assert png.size[0] >= 1000 and len(png.getcolors(1 << 20)) > 20  # not blank
+
+
+def _plotly_traces(html: str) -> list[dict]:
+    """The traces of the figure an HTML page from ``fig.to_html`` draws (its JSON)."""
+    start = html.index("Plotly.newPlot(")
+    at = html.index("[", html.index(",", start))
+    return json.JSONDecoder().raw_decode(html, at)[0]
+
+
+def _heatmap_has_intervals(html: str, csv_path: Path, rows: list[dict], min_gap: float) -> None:
+    """The heatmap's HTML hovers each cell's interval and p-value (its customdata, the
+    JSON's lo, hi, p_sign; none where the gap is below ``min_gap``), and its CSV has the lo,
+    hi and p columns with the JSON's numbers (n/a where the gap is below ``min_gap``)."""
+    import csv
+
+    from mechinterp_icr.interp.lens import PATCHING_COLUMNS
+
+    traces = _plotly_traces(html)
+    names = list(dict.fromkeys(r["checkpoint"] for r in rows))
+    assert len(traces) == len(names)  # one per checkpoint, the slider's
+    for trace, name in zip(traces, names):
+        assert "95% interval [%{customdata[0]:.3f}, %{customdata[1]:.3f}]" in \
+            trace["hovertemplate"] and "sign-flip p = %{customdata[2]" in trace["hovertemplate"]
+        for r in (r for r in rows if r["checkpoint"] == name):
+            yi, xi = trace["y"].index(r["head_name"]), r["pos"]
+            if r["gap"] < min_gap:
+                assert trace["customdata"][yi][xi] == [None] * 3 and trace["z"][yi][xi] is None
+                continue
+            assert trace["customdata"][yi][xi] == pytest.approx([r["lo"], r["hi"],
+                                                                 r["p_sign"]])
+            assert trace["z"][yi][xi] == pytest.approx(r["recovery"])
+    assert all(c[1] >= c[0] for row in traces[-1]["customdata"] for c in row
+               if c[0] is not None)
+    with open(csv_path, newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == list(PATCHING_COLUMNS.values())
+    at = {k: table[0].index(v) for k, v in PATCHING_COLUMNS.items()}
+    assert table[0][at["lo"]] == "lo (95% bootstrap)" and table[0][at["hi"]] == \
+        "hi (95% bootstrap)"
+    for line, r in zip(table[1:], rows):
+        assert float(line[at["p_sign"]]) == pytest.approx(r["p_sign"])
+        keys = ("recovery", "lo", "hi")
+        if r["gap"] < min_gap:
+            assert [line[at[k]] for k in keys] == ["n/a"] * 3
+            continue
+        assert [float(line[at[k]]) for k in keys] == pytest.approx([r[k] for k in keys])
+        assert float(line[at["lo"]]) <= float(line[at["hi"]])
 
 
 def test_ov_qk_draws_the_circuit_blocks_of_one_head(cr_run):

@@ -131,3 +131,63 @@ def test_path_patching_table_covers_every_sender_and_later_receiver(case):
     assert len(rows) == 2 * (2 * 4 + 1) + 2 * 1
     assert {r["receiver"] for r in rows if r["sender"].startswith("L1")} == {"logits"}
     assert len({(r["clean"], r["corrupted"]) for r in rows}) == 1
+
+
+# --- per-prompt values and the uncertainty of each cell (interp.uncertainty)
+@pytest.mark.parametrize("strategy", [{}, {"skip_layers": False}, {"suffix": True},
+                                      {"incremental": True}, {"metric_positions": "answer"}])
+def test_per_prompt_values_average_to_the_engines_cells(case, strategy):
+    """Every strategy of the engine with ``per_prompt``: (L, T, H, B), whose mean over prompts
+    is the cell value of the mean metric (and so TransformerLens's), and each prompt's value
+    is the metric of that prompt alone."""
+    from mechinterp_icr.interp import patching as P
+
+    task, model, pr = case
+    kw = dict(strategy)
+    if kw.get("metric_positions") == "answer":
+        kw["metric_positions"] = pr.metric_positions
+    _, cache = model.run_with_cache(pr.clean)
+    per = P.logit_diff_metric(pr.pos, pr.answer, pr.corrupted_answer, per_prompt=True)
+    vals = P.patch_head_out_by_pos(model, pr.corrupted, cache, per, per_prompt=True, **kw)
+    mean = P.patch_head_out_by_pos(model, pr.corrupted, cache, pr.metric, **kw)
+    B = pr.clean.shape[0]
+    assert vals.shape == (*mean.shape, B)
+    assert float((vals.mean(-1) - mean).abs().max()) <= 1e-5
+    one = P.logit_diff_metric(pr.pos[:1], pr.answer[:1], pr.corrupted_answer[:1])
+    first = P.patch_head_out_by_pos(model, pr.corrupted[:1], {k: v[:1] for k, v in
+                                                              cache.items()}, one)
+    assert float((vals[..., 0] - first).abs().max()) <= 1e-4  # prompt 0 on its own (|v| ~ 20)
+    with pytest.raises(Exception, match="per_prompt = True"):
+        P.patch_head_out_by_pos(model, pr.corrupted, cache, pr.metric, per_prompt=True)
+
+
+def test_head_pos_patching_gives_each_cell_an_interval_and_a_p_value(case):
+    import numpy as np
+
+    from mechinterp_icr.interp import uncertainty as U
+
+    task, model, pr = case
+    res = lens.head_pos_patching(model, pr, n_resamples=300, seed=3)
+    rec, lo, hi, p = res["recovery"].numpy(), res["lo"], res["hi"], res["p"]
+    assert lo.shape == hi.shape == p.shape == rec.shape
+    assert np.all(lo <= hi) and np.all((p > 0) & (p <= 1))
+    inside = (lo - 1e-6 <= rec) & (rec <= hi + 1e-6)
+    assert inside.mean() >= 0.9  # the percentile interval of a ratio may miss the estimate
+    # positions after the answer cannot move the metric: exactly [0, 0], p = 1
+    after = max(pr.metric_positions) + 1
+    assert np.all(lo[:, after:] == 0) and np.all(hi[:, after:] == 0) and np.all(p[:, after:] == 1)
+    moved = np.abs(rec[:, :after]) > 0.05
+    assert moved.any() and np.all(hi[:, :after][moved] > lo[:, :after][moved])
+    # the same numbers as the library's bootstrap on the per-prompt values
+    per = lens.patching.logit_diff_metric(pr.pos, pr.answer, pr.corrupted_answer,
+                                          per_prompt=True)
+    with torch.no_grad():
+        c, x = per(model(pr.clean)), per(model(pr.corrupted))
+    lo2, hi2 = U.recovery_interval(res["per_prompt"], c, x, 300, seed=3)
+    assert np.array_equal(lo, lo2) and np.array_equal(hi, hi2)
+    assert res["gap"] == pytest.approx(float(c.mean() - x.mean()))
+    rows, _ = lens.head_pos_rows(model, pr, lens.position_labels(task, pr.clean[0]), 300, 3)
+    assert list(rows[0])[:2] == ["layer", "head"] and set(lens.PATCHING_COLUMNS) - \
+        {"checkpoint", "step"} <= set(rows[0])
+    r = next(r for r in rows if (r["layer"], r["pos"], r["head"]) == (1, 2, 1))
+    assert (r["lo"], r["hi"], r["p_sign"]) == (lo[1, 2, 1], hi[1, 2, 1], p[1, 2, 1])

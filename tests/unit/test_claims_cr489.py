@@ -261,11 +261,12 @@ def test_cr9_a_drop_beyond_the_tolerance_does_not_hold():
     assert _cr9(ft_eta2_by_lam=_lam(0.3, 0.45, 0.60, 0.55, 0.70))["verdict"] == HOLDS
 
 
-def test_cr9_drops_below_lam_s_are_not_read():
-    # the task does not work until lam 0.2: the curve's fall from lam 0 to 0.1 is not read
+def test_cr9_a_drop_below_lam_s_is_read_too():
+    # the task does not work until lam 0.2, and the rise is read from there; the drop rule
+    # reads every consecutive pair of lam (SPEC), so a fall from lam 0 to 0.1 fails it
     c = _cr9(ft_eta2_by_lam=_lam(0.6, 0.3, 0.45, 0.55, 0.70),
              ft_icl_exact_by_lam=_lam(0.3, 0.5, 0.9, 0.95, 0.97))
-    assert c["pooled"]["cr9_lam_s"] == pytest.approx(0.2) and c["verdict"] == HOLDS
+    assert c["pooled"]["cr9_lam_s"] == pytest.approx(0.2) and c["verdict"] == NOT_HOLD
 
 
 def test_cr9_without_a_working_lam_is_not_measurable():

@@ -228,6 +228,12 @@ def test_onset_speedup_reads_the_normal_level_and_never_as_zero():
     # never reaching the level is infinitely late (0), whatever the budget
     assert onset_speedup({"steps": STEPS, "kq": [0.0] * 21}, normal, "kq") == 0.0
     assert math.isnan(onset_speedup(normal, _timing(1.0, math.nan), "kq"))
+    # an arm curve with no number somewhere cannot be read as "never" (no number, no
+    # evidence): it would pass (iii) and (iv)
+    assert math.isnan(onset_speedup({"steps": STEPS, "kq": [math.nan] * 21}, normal, "kq"))
+    assert math.isnan(onset_speedup({"steps": STEPS, "kq": [0.0] * 20 + [math.nan]}, normal,
+                                    "kq"))
+    assert math.isnan(onset_speedup({"steps": STEPS, "kq": []}, normal, "kq"))
     # already at the level at step 0: read at the first logged step after 0
     assert onset_speedup({"steps": STEPS, "kq": [1.0] * 21}, normal, "kq") == 10.0
     rows = [{"step": s, "h1_ov_margin": ov, "h1_kq_logit": kq}
