@@ -447,7 +447,6 @@ def write_task_vector_views(views: list[tuple], n_types: int, umap: bool,
 # ------------------------------------------------------------------------------------------------
 # CR-8 and CR-9 (per-seed metrics of experiments.cr.claims_taskvec.per_seed_metrics)
 # ------------------------------------------------------------------------------------------------
-_SEED_COLORS, _by_x = SEED_COLORS, curve_points
 
 
 def cr8_figure(per_seed: dict[str, dict[str, Any]], headroom: float,
@@ -471,13 +470,14 @@ def cr8_figure(per_seed: dict[str, dict[str, Any]], headroom: float,
         "held-out output-type accuracy"], horizontal_spacing=0.06)
     derived = spec("CR-8").derive("CR-8", per_seed)[0]  # the registered paired curve
     for i, (seed, m) in enumerate(sorted(per_seed.items(), key=lambda kv: str(kv[0]))):
-        colr = _SEED_COLORS[i % len(_SEED_COLORS)]
-        x, y = _by_x((derived.get(str(seed)) or {}).get("paired_partial_eta2_by_k"))
+        colr = SEED_COLORS[i % len(SEED_COLORS)]
+        x, y = curve_points((derived.get(str(seed)) or {}).get("paired_partial_eta2_by_k"))
         if x:
             fig.add_trace(go.Scatter(x=x, y=[v - y[0] for v in y], mode="lines+markers",
                                      name=f"seed {seed}", legendgroup=f"{seed}ft",
                                      line=dict(color=colr)), 1, 1)
-        base, pt = _by_x(m.get("mixed_partial_eta2_by_k")), _by_x(m.get("pt_partial_eta2_by_k"))
+        base = curve_points(m.get("mixed_partial_eta2_by_k"))
+        pt = curve_points(m.get("pt_partial_eta2_by_k"))
         mixed = dict(zip(*base))
         px = [k for k in pt[0] if k in mixed]
         if px:
@@ -488,7 +488,7 @@ def cr8_figure(per_seed: dict[str, dict[str, Any]], headroom: float,
                                      line=dict(color="#999999", dash="dot")), 1, 1)
         for c, key in enumerate(("partial_eta2_by_k", "exact_by_k", "output_type_by_k")):
             for ph, dash in (("ft", "solid"), ("mixed", "dash")):
-                x, y = _by_x(m.get(f"{ph}_{key}"))
+                x, y = curve_points(m.get(f"{ph}_{key}"))
                 if not x:
                     continue
                 fig.add_trace(go.Scatter(

@@ -144,7 +144,6 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
         OV_PARAMS,
         causal_arms,
         preset_head,
-        preset_head_ov,
         train_mechanism_model,
     )
     from mechinterp_icr.interp.cascade import cascade_timing
@@ -199,7 +198,7 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
                                nan_ok=True)
     assert onset_speedup(arms["ov_preset"], normal, "kq") == pytest.approx(sp, nan_ok=True)
     with pytest.raises(Exception, match=r"head = 2 is not allowed.*0\.\.1"):
-        preset_head_ov(start, final, 2)
+        preset_head(start, final, 2)
 
 
 def test_run_cascade_records_the_arms_only_when_asked(tmp_path):

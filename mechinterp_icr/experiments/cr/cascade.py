@@ -60,10 +60,10 @@ from mechinterp_icr.tasks.cr import evaluate_icl, evaluate_pt
 from mechinterp_icr.training.loop import checkpoint_steps, resolve_trainable, train_phase
 
 __all__ = ["ARMS", "ARM_PARAMS", "KQ_PARAMS", "OV_PARAMS", "build_mechanism_model",
-           "cascade_lrs", "causal_arms", "freeze_embeddings", "head_masks", "head_ov_masks",
+           "cascade_lrs", "causal_arms", "freeze_embeddings", "head_masks",
            "mechanism_finetune", "mechanism_ft_config", "mechanism_model_config",
            "mechanism_pretrain", "mechanism_pt_config", "mechanism_run_config", "preset_head",
-           "preset_head_ov", "probe_batch_for", "probed_finetune", "run_cascade",
+           "probe_batch_for", "probed_finetune", "run_cascade",
            "train_mechanism_model"]
 
 # the CR-7 causal arms, in the order they run (SPEC 1, CR-7 (ii)-(v))
@@ -247,11 +247,6 @@ def preset_head(model, source, head: int, params=OV_PARAMS) -> None:
             p[head].copy_(src[n][head])
 
 
-def preset_head_ov(model, source, head: int) -> None:
-    """:func:`preset_head` on the head's OV map (``W_V``, ``W_O``)."""
-    preset_head(model, source, head, OV_PARAMS)
-
-
 def head_masks(model, head: int, params=OV_PARAMS, trainable: str = "all"
                ) -> dict[str, torch.Tensor]:
     """Gradient masks (``train_phase``'s ``grad_masks``) that freeze ``head``'s slices of
@@ -266,11 +261,6 @@ def head_masks(model, head: int, params=OV_PARAMS, trainable: str = "all"
             m[head] = 0.0
             masks[n] = m
     return masks
-
-
-def head_ov_masks(model, head: int, trainable: str = "all") -> dict[str, torch.Tensor]:
-    """:func:`head_masks` on the head's OV map (``W_V``, ``W_O``)."""
-    return head_masks(model, head, OV_PARAMS, trainable)
 
 
 def causal_arms(pt_model, final_model, task, seed: int, cfg: CascadeConfig, lr: float,
