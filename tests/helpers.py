@@ -48,7 +48,9 @@ CR_TINY = [
 IR_TINY = ["n=16", "N=32", "steps=20", "stop_every=10", "stop_max=40", "gd_sym_steps=20",
            "eval_size=200", "final_eval=300", "escape_eval=50", "gap_n=[16]",
            "sample_complexity.n=[8,16]", "sample_complexity.Ns=[1,2]",
-           "sample_complexity.runs=1", "sample_complexity.steps=5", "sample_complexity.eval=50",
+           "sample_complexity.runs=1", "sample_complexity.plateau_runs=1",
+           "sample_complexity.learned_runs=1", "sample_complexity.learned_N_max=64",
+           "sample_complexity.steps=5", "sample_complexity.eval=50",
            "three_pairs.n=16", "three_pairs.N=32", "pretrained.n=8", "pretrained.steps=5",
            "pretrained.N=16", "pretrained.ft_steps=5", "hooked.n=8", "hooked.steps=3",
            "hooked.dense=2", "hooked.N=16", "hooked.eval=32", "induction.steps=3",
@@ -167,3 +169,35 @@ def registry_summary(seeds=(0, 1, 2, 3, 4), registry=None) -> dict:
             for i, s in enumerate(seeds)}) for cs in spec.controls]
         summary.add(Claim.from_spec(spec, per_seed, controls=controls))
     return json.loads(json.dumps(summary.to_dict()))
+
+
+def build_ir5_seed(N_memory=None, N_learned=None, *, ns=(128, 256, 512, 1024, 2048, 4096),
+                   P=0.92, z_memory=0.35, z_learned=0.004, ceiling=0.95, retrieval=1.0,
+                   memory_Ns=(1, 2, 4, 8, 16, 32, 64, 128, 256), learned_top=8192,
+                   plateau=None):
+    """One seed's stored IR-5 runs (``ir5_by_n``) whose half-gain N is ``N_memory(n)`` /
+    ``N_learned(n)`` (default: flat 2 for the memory arm, n for the learned one; None: never
+    reached). Each arm's accuracy is z + (P - z) x min(1, N / (2 N(n))), so the isotonic fit
+    crosses the q = 0.5 target exactly at N(n); ``plateau`` (N -> accuracy) overrides the
+    memory arm's accuracy at its largest N."""
+    N_memory = N_memory or (lambda n: 2.0)
+    N_learned = N_learned or (lambda n: float(n))
+
+    def acc(Ns, z, half):
+        return {str(N): [z + (P - z) * (min(1.0, N / (2 * half)) if half else 0.4)] * 4
+                for N in Ns}
+
+    by_n = {}
+    for n in ns:
+        mem = acc(memory_Ns, z_memory, N_memory(n))
+        if plateau:
+            mem.update({str(N): [v] * 4 for N, v in plateau.items()})
+        lrn = acc([2 ** k for k in range(14) if 2 ** k <= learned_top], z_learned, N_learned(n))
+        by_n[str(n)] = {"d": n // 2, "ceiling": ceiling, "retrieval": retrieval,
+                        "memory": {"z": z_memory, "acc": mem},
+                        "learned": {"z": z_learned, "acc": lrn}}
+    return {"ir5_by_n": by_n}
+
+
+# IR-5 decides on its stored runs: a flat memory arm and a linear learned one
+DERIVE_INPUTS["IR-5"] = build_ir5_seed()

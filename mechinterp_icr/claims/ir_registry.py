@@ -7,12 +7,13 @@ Changes: dated entries in docs/registry.md, heading "IR-1..IR-9"."""
 from __future__ import annotations
 
 from mechinterp_icr.claims.derive import ir8_unreadable, ir9_unreadable
+from mechinterp_icr.claims.ir5_rule import ir5_derive, ir5_unreadable
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR5_LINEAR_FRACTION", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
            "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
 
 # Analysis constants an IR verdict reads that are not config keys (SPEC 0): IR-8's
@@ -66,10 +67,24 @@ IR4_PERTURBATION_ROLE = Condition("gd_over_pgd_escape_eps", ">=", 2.0, "fraction
 # condition of the model, not of the claim: not part of the rule.
 IR8_SOLVED = Condition("tok_learned_row_step1_acc", ">=", 0.99, text="solved")
 
-# IR-5's positive control: the learned-memory arm sees linear
-# growth when N(n_max) / N(n_min) >= IR5_LINEAR_FRACTION x (n_max / n_min), or when it misses
-# the target at n_max within the registered N range (experiments/ir/ir5.py)
-IR5_LINEAR_FRACTION = 0.5
+# IR-5 (revised 2026-12-05; SPEC 2): the registered settings, and the rule's keyword arguments
+# (claims/ir5_rule.py) read from them
+IR5 = {**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
+       **_section("sample_complexity",
+                  n=(128, 256, 512, 1024, 2048, 4096),
+                  d_n=(128, 256, 512, 1024, 2048, 4096),
+                  d=(96, 80, 80, 80, 64, 80),
+                  Ns=(1, 2, 4, 8, 16, 32, 64, 128, 256), runs=8, plateau_runs=4,
+                  learned_runs=4, learned_N_max=8192, learned_fit_max=1024,
+                  steps=50, eval=300, retrieval_min=0.99, retrieval_triples=4096,
+                  q=0.5, conventions=(0.3, 0.7, 0.9), plateau_flat=0.02, plateau_min=0.95)}
+
+
+def _ir5_rule() -> dict[str, float]:
+    return {"flat": IR5["sample_complexity.plateau_flat"],
+            "min_frac": IR5["sample_complexity.plateau_min"],
+            "retrieval_min": IR5["sample_complexity.retrieval_min"]}
+
 
 # IR-3 / IR-6 / IR-7: the within-pair gap is also reported with the stopping rule's tolerance
 # stop_tol times these factors (the nearby conventions a reader would try; SPEC 0), and the
@@ -139,33 +154,34 @@ IR_SPECS = (
     ),
     ClaimSpec(
         "IR-5",
-        "Sample complexity is an upper bound: on random embeddings of "
-        "the registered width d(n) < n, N(n_max)/N(n_min) <= (log n_max / log n_min)^2 on "
-        "every seed and, wherever N grows, a polylog fit (N against log n or (log n)^2) beats "
-        "the linear fit in R^2; a flat N satisfies it. Decided only against a measurement "
-        "shown able to see growth (positive control) and where retrieval >= 0.99 at every n "
-        "(else not measurable, the n named).",
+        "Sample complexity is an upper bound: on random embeddings of the registered width "
+        "d(n) < n, the number of finetuning sequences N(n) at which the memory arm gets half "
+        "its gain (from zero data to its plateau) grows at most like (log n)^2: on every seed "
+        "the slope of log N on log n is <= s_poly (the slope of (log n)^2 over the n range) and "
+        "the seed-mean slope's upper 95% bound is too; N reached at n_max on every seed. "
+        "Decided against a learned memory that must show linear growth (positive control).",
         conditions=(
-            _c("growth_over_bound", "<=", 1.0,
-               text="N(n_max)/N(n_min) over (log n_max/log n_min)^2, and every pair of sizes "
-                    "where the N grid already shows more growth than the bound"),
-            _c("polylog_beats_linear_where_grows", ">=", 1.0,
-               text="where N grows, polylog R^2 > linear R^2"),
+            _c("slope_minus_s_poly", "<=", 0.0,
+               text="slope of log N(n) on log n minus s_poly"),
+            _c("mean_slope_hi95_minus_s_poly", "<=", 0.0, rule="pooled",
+               text="upper 95% bound of the seed-mean slope minus s_poly"),
+            _c("memory_reached_at_n_max", ">=", 1.0, text="N reached at n_max"),
         ),
         controls=(_pos("learned memory (writes the triples its finetuning sequences show; same "
-                       "n, d, data, target and budgets): N(n_max)/N(n_min) >= 0.5 x n_max/n_min "
-                       "or misses the target at n_max", "learned_sees_growth", ">=", 1.0),
+                       "n, d, data and budgets): slope of log N on log n >= 0.8",
+                       "learned_slope", ">=", 0.8),
+                  _pos("learned memory: N reached at >= 4 measurable n",
+                       "learned_uncensored_n", ">=", 4.0),
                   _neg("zero sequences reach the target at some n", "zero_data_reaches", ">=",
-                       1.0)),
-        hyperparameters={**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
-                         **_section("sample_complexity",
-                                    n=(128, 256, 512, 1024, 2048, 4096),
-                                    d_n=(128, 256, 512, 1024, 2048, 4096),
-                                    d=(96, 80, 80, 80, 64, 80),
-                                    Ns=(1, 2, 4, 8, 16, 32, 64, 256, 1024),
-                                    runs=2, steps=50, eval=300, checks=(1, 3, 10, 30),
-                                    retrieval_min=0.99, retrieval_triples=4096,
-                                    target_frac=0.99)},
+                       1.0),
+                  _neg("the gain P(n) - z(n) is below 0.3 at some n", "min_gain", "<", 0.3)),
+        hyperparameters=IR5,
+        derive=lambda cid, per_seed: ir5_derive(cid, per_seed, IR5["sample_complexity.q"],
+                                                IR5["sample_complexity.conventions"],
+                                                **_ir5_rule()),
+        unreadable=lambda cid, per_seed: ir5_unreadable(cid, per_seed,
+                                                        IR5["sample_complexity.q"],
+                                                        **_ir5_rule()),
     ),
     ClaimSpec(
         "IR-6",
@@ -260,11 +276,10 @@ IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
                      "saddle_swap_expected_acc", "zero_data_swap_expected_acc",
                      "within_pair_gap", "pair_mass_diff", "mass_s3", "ir2_met",
                      "large_step_pair_mass_diff", "saddle_tie_dev_sym", "saddle_tie_dev_raw",
-                     "pgd_escaped", "no_swap_tie_dev", "polylog_beats_linear", "polylog_r2",
+                     "pgd_escaped", "no_swap_tie_dev", "memory_reached_at_n_max",
                      "zero_data_reaches", "constructed_rows_met", "solved",
                      "large_step_swap_expected_acc", "induction_row_step1_acc",
-                     "learned_row_step1_acc", "polylog_beats_linear_where_grows",
-                     "learned_sees_growth", "tok_induction_row_step1_acc",
+                     "learned_row_step1_acc", "tok_induction_row_step1_acc",
                      "tok_learned_row_step1_acc", "ir9_final_gap", "ir9_frozen_final_gap",
                      "ir9_placebo_decay_read", "ir9_placebo_flat_read"), UNIT),
     # attention scores minus their baseline
@@ -272,7 +287,10 @@ IR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
                      "tok_head_score_minus_baseline", "tok_head_tl_score_minus_baseline",
                      "induction_model_score_minus_baseline",
                      "induction_model_tl_score_minus_baseline"), SIGNED_UNIT),
-    # a ratio of sample sizes over a bound; GD/PGD escape steps
-    "growth_over_bound": None,
+    # IR-5's gain (an accuracy difference); slopes of log N on log n; a count of sizes
+    "min_gain": SIGNED_UNIT,
+    **dict.fromkeys(("slope_minus_s_poly", "mean_slope_hi95_minus_s_poly", "learned_slope",
+                     "learned_uncensored_n"), None),
+    # GD/PGD escape steps
     "gd_over_pgd_escape_eps": None,
 }

@@ -4,9 +4,8 @@
   fast runs (pair-symmetric / raw data, PGD / GD) of one seed;
 - :func:`gap_vs_n_figure` (IR-3): the converged within-pair gap against n per seed;
 - :func:`gap_decay_figure` (IR-3): the within-pair gap over steps until the stopping rule;
-- :func:`sample_complexity_figure` (IR-5): N against n for the memory arm and its positive
-  control (the learned memory), per seed and mean, with the polylog and linear fits of the
-  mean and their R^2 (random embeddings of width d(n));
+- IR-5's figure is :func:`mechinterp_icr.viz.ir5_figure.ir5_figure` (redrawn by ``icr
+  redecide``);
 - :func:`probe_attention_figure` (IR-8): the token-dependent head's mean attention on
   repeated-token probes beside the induction-head control's;
 - :func:`row_overwrite_figure` (IR-3 / IR-4 causal): P(r*) and step-1 accuracy with the
@@ -21,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from mechinterp_icr.claims.registry import setting, threshold
+from mechinterp_icr.claims.registry import threshold
 from mechinterp_icr.viz.figures import save_figure, seeds_caption
+from mechinterp_icr.viz.ir5_figure import ir5_figure
 
 __all__ = [
     "attention_rows_figure",
@@ -30,7 +30,6 @@ __all__ = [
     "gap_vs_n_figure",
     "probe_attention_figure",
     "row_overwrite_figure",
-    "sample_complexity_figure",
     "write_ir_figures",
 ]
 
@@ -90,108 +89,6 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
     fig.update_layout(title="IR-3: within-pair gap of the converged step-1 row vs n<br><sub>"
                             f"{seeds_caption(seeds)}</sub>")
     return fig
-
-
-def _finite(v) -> bool:
-    return v is not None and not (isinstance(v, float) and np.isnan(v))
-
-
-def sample_complexity_figure(rows: list[dict[str, Any]], seeds: list | None = None,
-                             n_cap: float | None = None, target_frac: float | None = None,
-                             fits: dict[str, dict[str, Any] | None] | None = None):
-    """IR-5, two panels. Left: sweep rows with ``seed``, ``n``, ``d_embed``, ``arm``
-    ("memory" or "learned"; missing = memory) and the fitted ``N`` (None: not reached, drawn
-    as x at ``n_cap``, default 2 x the largest N measured or 2048); per arm the per-seed
-    markers, the mean over the measured N, and ``fits[arm]`` (the fits of that mean against
-    log n, (log n)^2 and n with their R^2, as ``experiments/ir/ir5.growth_fits`` gives them
-    in the IR-5 table's ``fit_mean``; none drawn where missing). Right: each row's
-    ``peak_over_ceiling`` (the top of its fitted accuracy-vs-N curve over the ideal-row
-    ceiling) against n, with the target
-    fraction ``target_frac``: where an arm stays below it, its N is censored."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    if target_frac is None:  # the registered target
-        target_frac = setting("IR-5", "sample_complexity.target_frac")
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12, subplot_titles=(
-        "N reaching the target (x: censored)",
-        f"best fitted accuracy / ceiling (target {target_frac:g})"))
-    got = [r["N"] for r in rows if _finite(r["N"])]
-    cap = n_cap or 2.0 * (max(got) if got else 1024)
-    style = {"memory": ("#1f77b4", "memory (constructed)"),
-             "learned": ("#d62728", "positive control (learned memory)")}
-    for arm, (color, label) in style.items():
-        rr = [r for r in rows if r.get("arm", "memory") == arm]
-        if rr:
-            _sample_complexity_arm(fig, go, rr, color, label, arm, cap,
-                                   (fits or {}).get(arm))
-    d = ", ".join(f"{r['n']}:{r['d_embed']}" for r in sorted(rows, key=lambda r: r["n"])
-                  if r["seed"] == rows[0]["seed"] and r.get("arm", "memory") == "memory")
-    ns = sorted({r["n"] for r in rows})
-    fig.add_hline(y=target_frac, line={"color": "black", "dash": "dash", "width": 1},
-                  row=1, col=2)
-    fig.update_xaxes(type="log", title_text="n (subjects)", tickvals=ns,
-                     ticktext=[str(n) for n in ns])
-    # powers of two up to the largest N measured, and the censored row: a log axis's own minor
-    # tick labels ("2" for 2000) cannot be read
-    top = max(got) if got else 1024
-    yt = [2 ** k for k in range(int(np.log2(max(top, 1))) + 1)] + [cap]
-    fig.update_yaxes(type="log", title_text="N (finetuning sequences)", tickvals=yt,
-                     ticktext=[f"{v:g}" for v in yt[:-1]] + ["not reached"], row=1, col=1)
-    fig.update_yaxes(title_text="peak fitted accuracy / ceiling", row=1, col=2)
-    shown = sorted({r["seed"] for r in rows})
-    fig.update_layout(title=f"IR-5: sample complexity, random embeddings (n:d = {d})<br><sub>"
-                            f"{seeds_caption(shown, seeds)}</sub>", width=1300, height=640,
-                      legend={"font": {"size": 10}, "orientation": "h", "y": -0.18,
-                              "x": 0})
-    return fig
-
-
-def _sample_complexity_arm(fig, go, rr, color, label, arm, cap, fits) -> None:
-    """One arm's traces of :func:`sample_complexity_figure`."""
-    ns = sorted({r["n"] for r in rr})
-    for s in sorted({r["seed"] for r in rr}):
-        pts = sorted((r for r in rr if r["seed"] == s), key=lambda r: r["n"])
-        # censored markers of the two arms sit side by side on the "not reached" row
-        shift = {"memory": 0.94, "learned": 1.06}.get(arm, 1.0)
-        fig.add_trace(go.Scatter(
-            x=[r["n"] if _finite(r["N"]) else r["n"] * shift for r in pts],
-            y=[r["N"] if _finite(r["N"]) else cap for r in pts],
-            mode="markers", marker={"color": color, "size": 6, "opacity": 0.4,
-                                    "symbol": ["circle" if _finite(r["N"]) else "x"
-                                               for r in pts]},
-            name=f"{label}, seed {s}", legendgroup=arm, showlegend=False), row=1, col=1)
-        peak = [(r["n"], r.get("peak_over_ceiling")) for r in pts
-                if _finite(r.get("peak_over_ceiling"))]
-        if peak:
-            fig.add_trace(go.Scatter(
-                x=[p[0] for p in peak], y=[p[1] for p in peak], mode="lines+markers",
-                line={"color": color, "width": 1}, marker={"size": 5}, opacity=0.6,
-                name=f"{label}, seed {s}", legendgroup=arm, showlegend=False), row=1, col=2)
-    mean = {n: float(np.mean([r["N"] for r in rr if r["n"] == n and _finite(r["N"])]))
-            for n in ns if any(r["n"] == n and _finite(r["N"]) for r in rr)}
-    mn = sorted(mean)
-    fig.add_trace(go.Scatter(x=mn, y=[mean[n] for n in mn], mode="lines+markers",
-                             line={"color": color, "width": 3}, legendgroup=arm,
-                             name=f"{label}: mean N over the seeds that reached it"),
-                  row=1, col=1)
-    if len(mn) < 3 or not fits:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", legendgroup=arm,
-                                 marker={"color": color, "symbol": "x"},
-                                 name=f"{label}: N reached at {len(mn)} of {len(ns)} n, "
-                                      + ("too few for a fit" if len(mn) < 3 else "no fit")),
-                      row=1, col=1)
-        return
-    xs = np.geomspace(min(mn), max(mn), 50)
-    for key, feat, dash in (("log_n", np.log2(xs), "dot"), ("log_n_sq", np.log2(xs) ** 2, "dash"),
-                            ("n", xs, "dashdot")):
-        f = fits[key]
-        r2 = "n/a" if f["r2"] is None else f"{f['r2']:.2f}"
-        name = {"log_n": "N ~ log n", "log_n_sq": "N ~ (log n)^2", "n": "N ~ n"}[key]
-        fig.add_trace(go.Scatter(x=xs, y=f["intercept"] + f["slope"] * feat, mode="lines",
-                                 line={"color": color, "dash": dash, "width": 1},
-                                 legendgroup=arm, name=f"{label}: {name}, R^2 {r2}"),
-                      row=1, col=1)
 
 
 def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = None):
@@ -328,8 +225,8 @@ def row_overwrite_figure(ow_runs: dict[str, list[dict[str, Any]]], n: int, seed:
 
 def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
                      traj: dict[int, dict[str, list[dict[str, Any]]]],
-                     gap_rows: list[dict[str, Any]], sweep_rows: list[dict[str, Any]],
-                     sweep_fits: dict[str, dict[str, Any] | None] | None = None,
+                     gap_rows: list[dict[str, Any]],
+                     ir5: dict[str, dict[str, Any]] | None = None,
                      gap_traces: dict[str, list[list[float]]] | None = None,
                      ow_runs: dict[str, list[dict[str, Any]]] | None,
                      n: int, ht_n: int, ir8: dict[str, dict[str, Any]] | None = None,
@@ -356,10 +253,9 @@ def write_ir_figures(fig_dir: str | Path, seeds: list[int], *,
     if gap_traces:
         figs["ir_3_gap_decay"] = save_figure(gap_decay_figure(gap_traces, n, seeds),
                                              fig_dir / "ir_3_gap_decay")
-    if sweep_rows:
-        figs["ir_5_sample_complexity"] = save_figure(sample_complexity_figure(
-            sweep_rows, seeds, fits=sweep_fits), fig_dir / "ir_5_sample_complexity",
-            width=1300, height=640)
+    if ir5 and (fig := ir5_figure(ir5)) is not None:
+        figs["ir_5_sample_complexity"] = save_figure(fig, fig_dir / "ir_5_sample_complexity",
+                                                     width=1500, height=680)
     if ir8 and (fig := probe_attention_figure(ir8, seeds)) is not None:
         figs["ir_8_probe_attention"] = save_figure(fig, fig_dir / "ir_8_probe_attention",
                                                    width=1100, height=520)

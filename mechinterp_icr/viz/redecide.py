@@ -66,12 +66,13 @@ def _verdicts(summary: Mapping[str, Any]) -> dict[str, str]:
 def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
                             registry: Mapping[str, ClaimSpec]) -> list[Path]:
     """Redraw every figure that draws a registered rule: each claim's verdict figure, CR-8's
-    figure (its paired curve and registered rise) and CR-9's (lam_s, the registered rise and
-    the drop tolerance)."""
+    figure (its paired curve and registered rise), CR-9's (lam_s, the registered rise and
+    the drop tolerance) and IR-5's (N(n) at the registered gain fraction, s_poly drawn)."""
     from mechinterp_icr.claims.cr_registry import CR8_HEADROOM
     from mechinterp_icr.viz.claim_figures import verdict_figure
     from mechinterp_icr.viz.cr_figures import cr8_figure, cr9_figure
     from mechinterp_icr.viz.figures import save_figure
+    from mechinterp_icr.viz.ir5_figure import ir5_figure
 
     seeds = [str(s) for s in summary.get("seeds") or []] or None
     written = []
@@ -88,6 +89,9 @@ def _redraw_verdict_figures(summary: dict[str, Any], out_dir: Path,
         elif fig_path.endswith("/cr9_by_lam.html"):  # draws lam_s and the registered rule
             per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), Mapping) else {}
             fig, width = cr9_figure(dict(per_seed)), 1300
+        elif fig_path.endswith("/ir_5_sample_complexity.html"):  # N(n) at the registered q
+            per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), Mapping) else {}
+            fig, width = ir5_figure(dict(per_seed)), 1500
         else:
             continue
         if fig is None:

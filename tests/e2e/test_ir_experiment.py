@@ -25,10 +25,13 @@ QUICK_NOW = {
     "sample_complexity.d_n": [128, 256, 512, 1024, 2048, 4096],
     "sample_complexity.d": [96, 80, 80, 80, 64, 80],
     "sample_complexity.retrieval_triples": 4096,
-    "sample_complexity.Ns": [1, 2, 4, 8, 16, 32, 64, 256, 1024], "sample_complexity.runs": 2,
+    "sample_complexity.Ns": [1, 2, 4, 8, 16, 32, 64, 128, 256], "sample_complexity.runs": 8,
+    "sample_complexity.plateau_runs": 4, "sample_complexity.learned_runs": 4,
+    "sample_complexity.learned_N_max": 8192, "sample_complexity.learned_fit_max": 1024,
     "sample_complexity.steps": 50, "sample_complexity.eval": 300,
-    "sample_complexity.checks": [1, 3, 10, 30], "sample_complexity.retrieval_min": 0.99,
-    "sample_complexity.target_frac": 0.99, "three_pairs.n": 512, "three_pairs.N": 1024,
+    "sample_complexity.retrieval_min": 0.99, "sample_complexity.q": 0.5,
+    "sample_complexity.conventions": [0.3, 0.7, 0.9], "sample_complexity.plateau_flat": 0.02,
+    "sample_complexity.plateau_min": 0.95, "three_pairs.n": 512, "three_pairs.N": 1024,
     "pretrained.n": 256, "pretrained.steps": 600, "pretrained.N": 256,
     "pretrained.ft_steps": 1000, "pretrained.ft_lr": 0.25, "pretrained.lr": 3e-3,
     "pretrained.batch": 512,
@@ -134,7 +137,9 @@ def test_tiny_reproduce_writes_every_claim(tmp_path, monkeypatch):
                                                  "ir_causal_row_overwrite"}
     # v3: IR-5 with both arms, IR-8 on the token-dependent model, the tolerance conventions
     rows = data["tables"]["IR-5 sample complexity"]["rows"]
-    assert {r["arm"] for r in rows} == {"memory", "learned"}
+    assert {r["n"] for r in rows} == {8, 16} and all("N_learned" in r for r in rows)
+    assert set(data["claims"]["IR-5"]["per_seed"]["0"]["ir5_by_n"]["16"]) >= {"memory",
+                                                                              "learned"}
     c8 = data["claims"]["IR-8"]
     assert [k["metric"] for k in c8["conditions"]] == ["tok_head_score_minus_baseline"]
     assert all("tok_induction_row_step1_acc" in m for m in c8["per_seed"].values())

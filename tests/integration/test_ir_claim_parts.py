@@ -2,12 +2,14 @@
 logistic crossing, the IR-1 shuffled-triple control, the IR-3 stopping rule, the IR-8 probes,
 scores and induction task."""
 
+
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from mechinterp_icr.claims.ir5_rule import crossing, isotonic_fit
 from mechinterp_icr.config import apply_overrides
 from mechinterp_icr.experiments.ir import profile
 from mechinterp_icr.experiments.ir.config import task_config
@@ -16,13 +18,7 @@ from mechinterp_icr.experiments.ir.controls import (
     induction_targets,
     prefix_matching_score,
 )
-from mechinterp_icr.experiments.ir.ir5 import (
-    accuracy_crossing,
-    fit_peak_over_ceiling,
-    isotonic_fit,
-    row_N,
-    step1_expected,
-)
+from mechinterp_icr.experiments.ir.ir5 import step1_expected
 from mechinterp_icr.experiments.ir.train import gap_stop_rule, tagged_rng
 from mechinterp_icr.interp.ir_attention import ir_accuracy
 from mechinterp_icr.models.ir import FastIR, IRModelSpec, memory_retrieval, token_embeddings
@@ -69,11 +65,6 @@ def test_step1_model_follows_the_full_loss_on_step_1():
             assert step1_expected(new, ev) == pytest.approx(step1_expected(ref, ev), abs=1e-10)
 
 
-def _runs(accs):
-    return [{"N": N, "run": r, "expected_acc": a} for N, pair in accs.items()
-            for r, a in enumerate(pair)]
-
-
 def test_isotonic_fit_pools_adjacent_violators():
     assert isotonic_fit([1, 3, 2, 4]) == [1, 2.5, 2.5, 4]
     assert isotonic_fit([3, 2, 1]) == [2, 2, 2]
@@ -81,26 +72,14 @@ def test_isotonic_fit_pools_adjacent_violators():
     assert isotonic_fit([4, 1], [1, 3]) == [1.75, 1.75]
 
 
-def test_accuracy_crossing_reads_the_fitted_curve_not_one_lucky_run():
-    rising = _runs({1: (0.5, 0.6), 2: (0.7, 0.8), 4: (0.95, 0.96), 8: (0.97, 0.96)})
-    assert accuracy_crossing(rising, 0.95) == 4.0
-    assert accuracy_crossing(rising, 0.99) is None  # never reached: censored
-    assert accuracy_crossing(rising, 0.4) == 1.0
-    # a plateau just under the target with runs scattered around it (IR-5's memory arm at
-    # n = 4096, seed 0): single runs pass 0.921 at N = 4, 16 and 64, the fit does not
-    plateau = _runs({1: (0.816, 0.866), 2: (0.917, 0.871), 4: (0.922, 0.886),
-                     8: (0.895, 0.876), 16: (0.854, 0.926), 32: (0.918, 0.917),
-                     64: (0.926, 0.927), 256: (0.908, 0.914), 1024: (0.923, 0.918)})
-    assert accuracy_crossing(plateau, 0.921) is None
-    assert accuracy_crossing([], 0.5) is None
-    # a row's N is read from its runs when it has them, else the stored N
-    assert row_N({"runs": rising, "target": 0.95, "N": 1.0}) == 4.0
-    assert row_N({"N": 8.0}) == 8.0
-    # how close the fitted curve comes to the ceiling: its top, the N = 1024 mean (64 and 256
-    # pool to 0.91875 below it), over the ceiling 0.93
-    assert fit_peak_over_ceiling({"runs": plateau, "ceiling_expected": 0.93}) == \
-        pytest.approx((0.923 + 0.918) / 2 / 0.93)
-    assert fit_peak_over_ceiling({"N": 8.0}) is None
+def test_crossing_reads_the_fitted_curve_not_one_lucky_run():
+    # a plateau just under the target with runs scattered around it: single runs pass 0.921
+    # at N = 4, 16 and 64, the fit does not
+    plateau = {1: (0.816, 0.866), 2: (0.917, 0.871), 4: (0.922, 0.886), 8: (0.895, 0.876),
+               16: (0.854, 0.926), 32: (0.918, 0.917), 64: (0.926, 0.927),
+               256: (0.908, 0.914), 1024: (0.923, 0.918)}
+    assert crossing({str(N): list(v) for N, v in plateau.items()}, 0.921) is None
+    assert math.isnan(crossing({}, 0.5))  # nothing measured: no number, not censored
 
 
 def test_shuffled_memory_fails_retrieval():
@@ -232,91 +211,27 @@ def test_k3_metrics_control_is_the_swap_bound_of_the_large_step():
     assert unsure["large_step_confident_without_swaps"] == 0.0
 
 
-def test_sample_complexity_per_seed_censors_and_fits_measured_N_only():
-    from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
-    from mechinterp_icr.experiments.ir.ir5 import censored_lower_bound, sample_complexity_per_seed
+def test_sample_complexity_per_seed_stores_the_runs_and_names_missing_or_doubled_rows():
+    from mechinterp_icr.claims.ir5_rule import ir5_seed
+    from mechinterp_icr.experiments.ir.ir5 import rule_kwargs, sample_complexity_per_seed
 
     cfg = apply_overrides(profile("quick"), ["sample_complexity.n=[32,64,128,256]",
                                              "sample_complexity.Ns=[1,2,4,8]"])
+    acc = {"1": [0.5], "2": [0.8], "4": [0.9], "8": [0.9]}
 
-    def rows(Ns, retr=1.0, learned=(2, None, None, None)):
-        return ([{"seed": 0, "n": n, "N": N, "retrieval": retr, "zero_data_reaches": 0.0}
-                 for n, N in zip(cfg.sample_complexity.n, Ns)] +
-                [{"seed": 0, "n": n, "N": N, "arm": "learned"}
-                 for n, N in zip(cfg.sample_complexity.n, learned)])
+    def row(n, arm):
+        return {"seed": 0, "n": n, "arm": arm, "d_embed": n // 2, "z": 0.3 if arm == "memory"
+                else 0.01, "acc": acc, "ceiling": 0.92, "retrieval": 1.0}
 
-    bound = {n: (math.log2(n) / 5) ** 2 for n in cfg.sample_complexity.n}  # (log n / log n_min)^2
-
-    def pair(ni, nj):
-        return (math.log2(nj) / math.log2(ni)) ** 2
-
-    m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4]), [0])["0"]
-    assert m["N_grows"] == 1.0 and m["censored_n"] == []
-    assert m["polylog_r2"] == pytest.approx(max(m["r2"]["log_n"], m["r2"]["log_n_sq"]))
-    assert m["polylog_beats_linear_where_grows"] == float(m["polylog_r2"] > m["linear_r2"])
-    # within the bound: SPEC's ratio N(n_max)/N(n_min) over its bound
-    assert m["growth_over_bound"] == pytest.approx(2 / bound[256])
-    assert m["learned_sees_growth"] == 1.0  # the learned memory misses at n_max
-    assert ir5_not_measurable({"0": m}, cfg) == ""
-    flat = sample_complexity_per_seed(cfg, rows([4, 4, 4, 4]), [0])["0"]
-    assert flat["N_grows"] == 0.0 and flat["polylog_beats_linear_where_grows"] == 1.0
-    assert flat["growth_over_bound"] < 1.0 and ir5_not_measurable({"0": flat}, cfg) == ""
-    # a hump: flat ends, a jump in the middle; the grid shows N(128) > 4 (the grid point
-    # below 8), at least 2x N(64) = 2, over the bound between 64 and 128
-    hump = sample_complexity_per_seed(cfg, rows([2, 2, 8, 2]), [0])["0"]
-    assert hump["growth_over_bound"] == pytest.approx((4 / 2) / pair(64, 128))
-    assert hump["growth_over_bound"] > 1.0 and ir5_not_measurable({"0": hump}, cfg) == ""
-    # one grid step is not growth the grid can show: 4, 4, 8, 8 holds
-    step = sample_complexity_per_seed(cfg, rows([4, 4, 8, 8]), [0])["0"]
-    assert step["growth_over_bound"] == pytest.approx(2 / bound[256])
-    # growth after a high N(n_min) is seen between the later sizes
-    late = sample_complexity_per_seed(cfg, rows([8, 1, 2, 8]), [0])["0"]
-    assert late["N_grows"] == 1.0
-    assert late["growth_over_bound"] == pytest.approx((4 / 1) / pair(64, 256))
-    # a censored interior n: N > max(sample_complexity.Ns) = 8, a lower bound that decides when it
-    # already exceeds the bound there ...
-    m = sample_complexity_per_seed(cfg, rows([2, None, 4, 5]), [0])["0"]
-    assert m["censored_n"] == [64] and m["N_by_n"]["64"] is None and m["N_grows"] == 1.0
-    assert m["fit"]["n"]["r2"] is not None  # fitted over the three measured n
-    assert m["growth_over_bound"] == pytest.approx((8 / 2) / bound[64])
-    assert m["growth_over_bound_is_lower_bound"] == 1.0
-    assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
-    m = sample_complexity_per_seed(cfg, rows([2, None, None, 2]), [0])["0"]
-    assert m["growth_over_bound"] > 1.0
-    # ... and otherwise leaves the seed not measurable, the n named
-    m = sample_complexity_per_seed(cfg, rows([8, None, 8, 8]), [0])["0"]
-    assert m["growth_over_bound"] is None and m["bound_undecided_n"] == [64]
-    assert "n = 64" in ir5_not_measurable({"0": m}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([8, 8, 8, None]), [0])["0"]
-    assert censored_lower_bound(cfg, 8) == pytest.approx((8 / 8) / bound[256])  # 0.39
-    assert m["N_largest_n"] is None and m["growth_over_bound"] is None  # undecidable
-    assert m["N_grows"] == 1.0 and m["bound_undecided_n"] == [256]
-    assert "censored" in ir5_not_measurable({"0": m}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([4, 3, 4, None]), [0])["0"]  # between 128 and 256
-    assert m["growth_over_bound"] == pytest.approx((8 / 4) / pair(128, 256))
-    m = sample_complexity_per_seed(cfg, rows([1, 3, 4, None]), [0])["0"]  # 8/1 over 2.56
-    assert m["growth_over_bound"] == pytest.approx(8 / bound[256])
-    assert m["growth_over_bound_is_lower_bound"] == 1.0
-    assert ir5_not_measurable({"0": m}, cfg) == ""  # decided: exceeds the bound
-    # a missing row is named as missing, not as censored; so is a doubled one
-    m = sample_complexity_per_seed(cfg, rows([2, 2, 3, 4])[1:], [0])["0"]
-    assert m["missing_n"] == [32] and m["growth_over_bound"] is None
-    assert "rows missing: n = 32" in ir5_not_measurable({"0": m}, cfg)
-    two = rows([2, 2, 3, 4])
-    m = sample_complexity_per_seed(cfg, two + [dict(two[2], N=None)], [0])["0"]
-    assert m["duplicate_n"] == [128] and m["growth_over_bound"] is None
-    assert "rows doubled: n = 128" in ir5_not_measurable({"0": m}, cfg)
-    # growth within the bound measured at fewer than 3 n: no fit, not measurable
-    few = {**flat, "growth_over_bound": 0.9, "polylog_beats_linear_where_grows": None,
-           "n_measured": 2}
-    assert "fewer" not in ir5_not_measurable({"0": flat}, cfg)
-    assert ">= 3 n" in ir5_not_measurable({"0": few}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], float("nan")), [0])["0"]
-    assert m["retrieval_min"] is None
-    assert "retrieval" in ir5_not_measurable({"0": m}, cfg)
-    m = sample_complexity_per_seed(cfg, rows([2, 3, 4, 5], 0.95), [0])["0"]
-    assert m["retrieval_low_n"] == [32, 64, 128, 256]
-    assert "n = 32 (d = 16)" in ir5_not_measurable({"0": m}, cfg)
+    rows = [row(n, arm) for n in cfg.sample_complexity.n for arm in ("memory", "learned")]
+    m = sample_complexity_per_seed(cfg, rows, [0])["0"]
+    assert set(m["ir5_by_n"]) == {"32", "64", "128", "256"}
+    assert m["ir5_by_n"]["64"]["memory"] == {"z": 0.3, "acc": acc}
+    assert ir5_seed(m, 0.5, **rule_kwargs(cfg))["unmeasurable"] == {}
+    # a missing row and a doubled one: that n is not measurable, named
+    m = sample_complexity_per_seed(cfg, rows[2:] + [row(128, "learned")], [0])["0"]
+    why = ir5_seed(m, 0.5, **rule_kwargs(cfg))["unmeasurable"]
+    assert set(why) == {"32", "128"} and "not measured" in why["32"]
 
 
 def test_learned_memory_holds_exactly_the_triples_its_data_show():
@@ -343,14 +258,25 @@ def test_sample_complexity_rows_of_both_arms_on_a_tiny_sweep():
     from mechinterp_icr.experiments.ir.ir5 import sample_complexity_row
 
     cfg = apply_overrides(profile("quick"), [
-        "sample_complexity.n=[16,32]", "sample_complexity.Ns=[1,4]", "sample_complexity.runs=1",
-        "sample_complexity.steps=3", "sample_complexity.eval=32", "sample_complexity.checks=[1]"])
+        "sample_complexity.n=[16,32]", "sample_complexity.Ns=[1,4,8]", "sample_complexity.runs=2",
+        "sample_complexity.plateau_runs=1", "sample_complexity.learned_runs=2",
+        "sample_complexity.learned_N_max=4096", "sample_complexity.learned_fit_max=16",
+        "sample_complexity.steps=3", "sample_complexity.eval=32"])
     mem = sample_complexity_row(cfg, 0, 32, "memory")
     lrn = sample_complexity_row(cfg, 0, 32, "learned")
-    assert mem["d_embed"] == lrn["d_embed"] == 16 and mem["target"] == lrn["target"]
-    assert {"retrieval", "zero_data_reaches"} <= set(mem) and "retrieval" not in lrn
-    assert [r["N"] for r in lrn["runs"]] == [1, 4]
-    assert all(0 < r["units"] <= 3 * r["N"] for r in lrn["runs"])
+    assert mem["d_embed"] == lrn["d_embed"] == 16 and mem["ceiling"] == lrn["ceiling"]
+    assert "retrieval" in mem and "retrieval" not in lrn
+    # runs per N: 2 below the plateau points, 1 at the two largest N
+    assert {N: len(v) for N, v in mem["acc"].items()} == {"1": 2, "4": 1, "8": 1}
+    # the learned arm starts with no unit (its zero-data accuracy is the model's with none: a
+    # uniform output over the vocabulary) and ends its grid at the first N where every run
+    # reaches its stopping target, long before learned_N_max
+    assert lrn["z"] < 0.05 < mem["z"]
+    Ns = [int(N) for N in lrn["acc"]]
+    assert Ns == [2 ** k for k in range(len(Ns))] and Ns[-1] < 4096
+    assert min(lrn["acc"][str(Ns[-1])]) >= lrn["stop_target"]
+    assert all(min(v) < lrn["stop_target"] for N, v in lrn["acc"].items() if int(N) < Ns[-1])
+    assert all(0 < u <= 3 * int(N) for N, us in lrn["units"].items() for u in us)
     with pytest.raises(ValueError, match="arm"):
         sample_complexity_row(cfg, 0, 32, "bogus")
 
@@ -425,25 +351,13 @@ def test_pretrained_metrics_control_and_comparator(monkeypatch):
 
 
 def test_a_diverged_run_makes_its_row_not_measurable():
-    """A run whose accuracy is not finite can neither create a crossing nor move N: its row
-    is named, the seed is not measurable, and the learned arm's control is not measured."""
-    from mechinterp_icr.experiments.ir.claims import ir5_not_measurable
-    from mechinterp_icr.experiments.ir.ir5 import accuracy_crossing, sample_complexity_per_seed
+    """A run whose accuracy is not finite can neither create a crossing nor move N: its n is
+    named as not measurable."""
+    from helpers import build_ir5_seed
 
-    runs = [{"N": 1, "expected_acc": 0.995}, {"N": 2, "expected_acc": 0.95},
-            {"N": 4, "expected_acc": 0.95}]
-    assert accuracy_crossing(runs, 0.99) is None
-    runs[1:2] = [{"N": 2, "expected_acc": float("nan")}, {"N": 2, "expected_acc": 0.95}]
-    assert accuracy_crossing(runs, 0.99) is None
-    cfg = apply_overrides(profile("quick"), ["sample_complexity.n=[32,64,128,256]",
-                                             "sample_complexity.Ns=[1,2,4,8]"])
-    good = [{"N": N, "expected_acc": 0.99} for N in cfg.sample_complexity.Ns]
-    bad = [dict(good[0], expected_acc=float("nan"))] + good[1:]
-    rows = [{"seed": 0, "n": n, "runs": bad if n == 32 else good, "target": 0.98,
-             "retrieval": 1.0, "zero_data_reaches": 0.0} for n in cfg.sample_complexity.n]
-    rows += [{"seed": 0, "n": n, "arm": "learned", "runs": bad if n == 256 else good,
-              "target": 0.98} for n in cfg.sample_complexity.n]
-    m = sample_complexity_per_seed(cfg, rows, [0])["0"]
-    assert m["nonfinite_n"] == [32] and m["growth_over_bound"] is None
-    assert "non-finite accuracy: n = 32" in ir5_not_measurable({"0": m}, cfg)
-    assert m["learned_sees_growth"] is None
+    from mechinterp_icr.claims.ir5_rule import ir5_seed
+
+    m = build_ir5_seed()
+    m["ir5_by_n"]["256"]["learned"]["acc"]["4"][1] = float("nan")
+    why = ir5_seed(m, 0.5, flat=0.02, min_frac=0.95, retrieval_min=0.99)["unmeasurable"]
+    assert list(why) == ["256"] and "without a number" in why["256"]

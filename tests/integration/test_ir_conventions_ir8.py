@@ -113,24 +113,32 @@ def test_token_dependent_model_is_trained_and_scored():
 
 
 def test_ir5_and_ir8_figures_draw_both_arms_fits_and_both_heads():
+    import math
+
+    from helpers import build_ir5_seed
+
     from mechinterp_icr.experiments.ir.config import QUICK
     from mechinterp_icr.experiments.ir.ir5 import sample_complexity_table
-    from mechinterp_icr.viz.ir_figures import probe_attention_figure, sample_complexity_figure
+    from mechinterp_icr.viz.ir5_figure import ir5_figure
+    from mechinterp_icr.viz.ir_figures import probe_attention_figure
 
-    ns, Ns = [128, 256, 512, 1024], [3.0, 4.0, 6.0, 7.0]
-    rows = [{"seed": s, "n": n, "d_embed": 64, "arm": "memory", "N": N + s}
-            for s in (0, 1) for n, N in zip(ns, Ns)]
-    rows += [{"seed": s, "n": n, "d_embed": 64, "arm": "learned", "N": N}
-             for s in (0, 1) for n, N in zip(ns, (100.0, 300.0, 700.0, None))]
-    table = sample_complexity_table(QUICK, rows)  # the fits the reproduction draws
-    fig = sample_complexity_figure(table["rows"], [0, 1],
-                                   fits={a: table[a]["fit_mean"] for a in ("memory", "learned")})
+    per = {"0": build_ir5_seed(N_memory=lambda n: math.log(n)),
+           "1": build_ir5_seed(N_learned=lambda n: None if n == 4096 else float(n))}
+    table = sample_complexity_table(QUICK, per)  # the rows the summary stores
+    row = next(r for r in table["rows"] if r["seed"] == "1" and r["n"] == 4096)
+    assert row["N_learned"] is None and row["N_memory"] == 2.0
+    assert set(row["N_by_q"]) == {"0.5", "0.3", "0.7", "0.9"}
+    fig = ir5_figure(per)
     names = [t.name for t in fig.data]
-    r2 = table["memory"]["fit_mean"]["log_n"]["r2"]
-    assert f"memory (constructed): N ~ log n, R^2 {r2:.2f}" in names
     for label in ("memory (constructed)", "positive control (learned memory)"):
-        assert any(n.startswith(f"{label}: N ~ log n, R^2") for n in names)
-        assert any(n.startswith(f"{label}: N ~ n, R^2") for n in names)
+        assert f"{label}: seed mean, q = 0.5" in names
+        assert f"{label}: seed mean, q = 0.9" in names
+    assert any(n.startswith("slope s_poly = 0.311") for n in names)
+    assert "slope 0.8 (the control's least growth)" in names
+    # the censored learned N of seed 1 at n = 4096 is drawn as an x at its largest N
+    marks = next(t for t in fig.data if t.name.startswith("positive control (learned memory), "
+                                                          "per seed") and "x" in t.marker.symbol)
+    assert marks.y[-1] == 8192
     pat = [[1.0 if j == max(0, t - 2) else 0.0 for j in range(6)] for t in range(6)]
     uni = [[1.0 / (t + 1) if j <= t else 0.0 for j in range(6)] for t in range(6)]
     ir8 = {"0": {"token_dependent": {"mean_probe_pattern": uni, "probe_shape": [0, 3],

@@ -6,6 +6,7 @@ import copy
 import math
 
 import pytest
+from helpers import build_ir5_seed
 
 from mechinterp_icr.claims import spec
 from mechinterp_icr.experiments.ir.claims import ir_claims, perturbation_role, ran_to_stop_max
@@ -23,10 +24,7 @@ GOOD = {
     "IR-4": {"saddle_tie_dev_sym": 0.001, "saddle_tie_dev_raw": 0.01, "pgd_escaped": 1.0,
              "no_swap_tie_dev": 0.45, "gd_over_pgd_escape_eps": 3.0,
              "gd_over_pgd_escape_sym_structural": 6.0},
-    "IR-5": {"N_grows": 1.0, "polylog_beats_linear_where_grows": 1.0, "polylog_r2": 0.9,
-             "growth_over_bound": 0.5, "retrieval_min": 1.0, "retrieval_low_n": [],
-             "zero_data_reaches": 0.0, "N_smallest_n": 2, "N_largest_n": 4,
-             "learned_sees_growth": 1.0, "learned_reached_some_n": 1.0},
+    "IR-5": build_ir5_seed(),  # the stored runs; the rule derives every metric from them
     "IR-6": {"within_pair_gap": 0.01, "pair_mass_diff": 0.1, "mass_s3": 0.03, "ir2_met": 1.0,
              "constructed_rows_met": 1.0, "large_step_pair_mass_diff": 0.01},
     "IR-7": {"within_pair_gap": 0.01, "mass_s3": 0.0, "solved": 1.0,
@@ -48,8 +46,6 @@ BAD_CONTROLS = [
     ("IR-2", "zero_data_swap_expected_acc", 0.93),
     ("IR-3", "large_step_pair_mass_diff", 0.08),
     ("IR-4", "no_swap_tie_dev", 0.01),
-    ("IR-5", "learned_sees_growth", 0.0),
-    ("IR-5", "zero_data_reaches", 1.0),
     ("IR-6", "constructed_rows_met", 0.0),
     ("IR-6", "large_step_pair_mass_diff", 0.08),
     ("IR-7", "large_step_swap_expected_acc", 0.93),
@@ -65,7 +61,6 @@ UNMET = {
     "IR-2": ("swap_expected_acc", 0.85),
     "IR-3": ("within_pair_gap", 0.026),
     "IR-4": ("saddle_tie_dev_raw", 0.05),
-    "IR-5": ("growth_over_bound", 1.5),
     "IR-6": ("mass_s3", 0.07),
     "IR-7": ("within_pair_gap", 0.031),
     "IR-8": ("tok_head_score_minus_baseline", 0.3),
@@ -92,7 +87,7 @@ def test_good_numbers_hold_for_every_claim():
 
 
 def test_every_registered_control_has_a_failing_case():
-    for cid in GOOD:
+    for cid in set(GOOD) - {"IR-5"}:  # IR-5's: tests/unit/test_ir5_rule.py
         metrics = {k for c, k, _ in BAD_CONTROLS if c == cid}
         assert {k.condition.metric for k in spec(cid).controls} == metrics, cid
 
@@ -113,7 +108,7 @@ def test_an_unmeasured_control_keeps_the_claim_from_holding(cid, key, value, mis
     assert c["verdict"] == "inconclusive", c["verdict_reason"]
 
 
-@pytest.mark.parametrize("cid", sorted(GOOD))
+@pytest.mark.parametrize("cid", sorted(set(GOOD) - {"IR-5"}))
 @pytest.mark.parametrize("missing", [None, float("nan")])
 def test_a_missing_or_nan_headline_metric_does_not_hold(cid, missing):
     key = spec(cid).headline.metric
@@ -134,111 +129,7 @@ def test_every_claim_is_built_from_its_registered_conditions_and_controls():
         assert [k["name"] for k in c["controls"]] == [k.name for k in s.controls]
         assert len(c["conditions"]) == len(s.conditions)
         for cond in s.conditions:  # every condition's metric is in the per-seed numbers
-            assert cond.metric in GOOD[cid]
-
-
-def test_ir5_a_flat_N_satisfies_the_upper_bound():
-    """SPEC 2 (revised): the claim is an upper bound, so N that does not grow holds (with a
-    positive control that saw growth); it is no longer 'not measurable'."""
-    per = _per()
-    for s in SEEDS:
-        per["IR-5"][s].update(N_grows=0.0, N_largest_n=2, growth_over_bound=1 / 1.8)
-    c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "holds", c["verdict_reason"]
-
-
-@pytest.mark.parametrize("value", [0.83, 0.9899, None, float("nan")])
-def test_ir5_is_not_measurable_when_the_memory_does_not_retrieve(value):
-    per = _per({"IR-5": ("retrieval_min", value)})
-    if value is not None and not math.isnan(value):
-        per["IR-5"]["2"]["retrieval_low_n"] = [128]
-    c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "inconclusive" and "retrieval" in c["verdict_reason"]
-    if value is not None and not math.isnan(value):
-        assert "n = 128" in c["verdict_reason"]  # the n is named
-
-
-@pytest.mark.parametrize("key", ["N_smallest_n", "N_largest_n"])
-def test_ir5_is_not_measurable_when_N_is_censored_at_an_end(key):
-    per = _per({"IR-5": (key, None)})
-    per["IR-5"]["2"]["N_grows"] = None
-    per["IR-5"]["2"]["growth_over_bound"] = None  # censored at n_max, bound not exceeded
-    c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "inconclusive" and "censored" in c["verdict_reason"]
-
-
-def test_ir5_censored_at_n_max_beyond_the_bound_does_not_hold():
-    """N(n_min) measured, N(n_max) never reached: when even the smallest ratio the data
-    allow exceeds the bound, the claim fails (a lower bound, not 'not measurable')."""
-    from mechinterp_icr.experiments.ir.ir5 import censored_lower_bound
-
-    lb = censored_lower_bound(QUICK, 2.0)
-    assert lb > 1.0
-    per = _per({"IR-5": ("N_largest_n", None)})
-    per["IR-5"]["2"].update(growth_over_bound=lb, N_grows=None,
-                            polylog_beats_linear_where_grows=None)
-    c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "does not hold", c["verdict_reason"]
-
-
-def test_ir5_growing_N_with_a_linear_fit_better_than_polylog_does_not_hold():
-    c = _verdicts(_per({"IR-5": ("polylog_beats_linear_where_grows", 0.0)}))["IR-5"]
-    assert c["verdict"] == "does not hold"
-    assert "polylog_beats_linear_where_grows" in c["verdict_reason"]
-
-
-@pytest.mark.parametrize("learned", [
-    {"learned_N_smallest_n": 100.0, "learned_N_largest_n": 150.0},  # does not grow
-    {"learned_N_smallest_n": 100.0, "learned_N_largest_n": 1000.0},  # 10x < 0.5 x 32
-    {"learned_N_smallest_n": None, "learned_N_largest_n": 800.0},  # only n_max reached
-])
-def test_ir5_a_positive_control_that_does_not_grow_keeps_the_claim_from_holding(learned):
-    """The learned memory's N from the sweep rows (the real per-seed code): a control that
-    reaches the target at n_max without about linear growth misbehaves."""
-    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
-
-    lo, hi = min(QUICK.sample_complexity.n), max(QUICK.sample_complexity.n)
-    rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sample_complexity.n]
-    rows[0]["N"], rows[-1]["N"] = learned["learned_N_smallest_n"], \
-        learned["learned_N_largest_n"]
-    m = sample_complexity_per_seed(QUICK, rows, [0])["0"]
-    assert m["learned_sees_growth"] == 0.0 and m["learned_growth_needed"] == 0.5 * hi / lo
-    per = _per()
-    per["IR-5"]["2"]["learned_sees_growth"] = m["learned_sees_growth"]
-    c = _verdicts(per)["IR-5"]
-    assert c["verdict"] == "inconclusive" and "learned" in c["verdict_reason"]
-
-
-def test_ir5_positive_control_passes_by_linear_growth_or_missing_at_n_max_only():
-    from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed
-
-    lo, hi = min(QUICK.sample_complexity.n), max(QUICK.sample_complexity.n)
-
-    def sees(N_lo, N_hi):
-        rows = [{"seed": 0, "n": n, "arm": "learned", "N": None} for n in QUICK.sample_complexity.n]
-        rows[0]["N"], rows[-1]["N"] = N_lo, N_hi
-        return sample_complexity_per_seed(QUICK, rows, [0])["0"]
-
-    assert sees(10.0, 10.0 * 0.5 * hi / lo)["learned_sees_growth"] == 1.0
-    m = sees(10.0, None)  # misses the target at n_max within the registered N range
-    assert m["learned_sees_growth"] == 1.0 and m["learned_reached_some_n"] == 1.0
-    # ... but only when the growth that miss implies is the about-linear growth a measured
-    # N(n_max) must show (max sample_complexity.Ns / N(n_min) >= 0.5 x n_max / n_min)
-    weak = sees(max(QUICK.sample_complexity.Ns) / 8, None)
-    assert weak["learned_sees_growth"] == 0.0
-    assert weak["learned_censored_at_n_max_within_linear"] == 1.0
-    per = _per()
-    per["IR-5"]["1"].update(learned_sees_growth=0.0,
-                            learned_censored_at_n_max_within_linear=1.0)
-    assert "so large that the miss shows less" in _verdicts(per)["IR-5"]["notes"]
-    never = sees(None, None)  # reached at no n: it measured nothing, so the control fails
-    assert never["learned_sees_growth"] == 0.0 and never["learned_reached_some_n"] == 0.0
-    assert sees(None, 50.0)["learned_sees_growth"] == 0.0  # not reached at n_min
-    per = _per()
-    per["IR-5"]["1"]["learned_reached_some_n"] = 0.0
-    assert "reached the target at no n" in _verdicts(per)["IR-5"]["notes"]
-    missing = sample_complexity_per_seed(QUICK, [], [0])["0"]  # no learned row: not measured
-    assert missing["learned_sees_growth"] is None
+            assert cond.metric in GOOD[cid] or s.derive is not None
 
 
 def test_ir5_d_of_n_is_below_n_and_from_the_registered_table():
@@ -317,10 +208,10 @@ def test_derived_settings_are_pinned():
     assert task.cfg.kb_swap_frac == QUICK.kb_swap_frac == 0.5
 
 
-def test_registered_constants_of_ir5_and_the_conventions():
-    from mechinterp_icr.claims.ir_registry import IR5_LINEAR_FRACTION, STOP_TOL_FACTORS
+def test_registered_constants_of_the_conventions():
+    from mechinterp_icr.claims.ir_registry import STOP_TOL_FACTORS
 
-    assert IR5_LINEAR_FRACTION == 0.5 and STOP_TOL_FACTORS == (0.5, 1.0, 2.0)
+    assert STOP_TOL_FACTORS == (0.5, 1.0, 2.0)
 
 
 def _variants(gaps):

@@ -154,7 +154,10 @@ def test_every_cr_figure_titles_its_axes(captured, tmp_path):
 
 
 def test_every_ir_figure_titles_its_axes():
+    from helpers import build_ir5_seed
+
     from mechinterp_icr.viz import ir_figures as irf
+    from mechinterp_icr.viz.ir5_figure import ir5_figure
 
     recs = [{"step": s, "row1": [0.2, 0.1, 0.3, 0.1, 0.3]} for s in (0, 1, 10)]
     traj = {f"{d}_{a}": recs for d in ("sym", "raw") for a in ("pgd", "gd")}
@@ -167,8 +170,7 @@ def test_every_ir_figure_titles_its_axes():
         "attention_rows": irf.attention_rows_figure(traj, 16, 0, [0, 1]),
         "gap_vs_n": irf.gap_vs_n_figure([{"seed": 0, "n": n, "within_pair_gap": 0.1 / n}
                                          for n in (4, 8)], [0]),
-        "sample_complexity": irf.sample_complexity_figure(
-            [{"seed": 0, "n": n, "d_embed": 2 * n, "N": 10 * n} for n in (4, 8)]),
+        "sample_complexity": ir5_figure({"0": build_ir5_seed()}),
         "gap_decay": irf.gap_decay_figure({"0": [[0, 0.5], [10, 0.01]]}, 16),
         "row_overwrite": irf.row_overwrite_figure({"ht_sym_pgd": ck, "ht_raw_gd": ck}, 16, 0),
     }
@@ -196,20 +198,14 @@ def test_the_other_figures_title_their_axes():
     assert {k: untitled_axes(f) for k, f in figs.items() if untitled_axes(f)} == {}
 
 
-def test_ir5_figure_labels_n_in_powers_of_two_and_names_the_censored_row():
-    """IR-5's left panel: a log axis with its own minor tick labels shows "2" for 2000, so
-    the ticks are the powers of two up to the largest N, and the censored markers' row reads
-    "not reached"; the two arms' censored markers do not cover each other."""
-    from mechinterp_icr.viz import ir_figures as irf
+def test_ir5_figure_labels_N_in_powers_of_two():
+    """IR-5's N axes: a log axis with its own minor tick labels shows "2" for 2000, so the
+    ticks are powers of two up to the largest N, written out."""
+    from helpers import build_ir5_seed
 
-    rows = [{"seed": 0, "n": n, "d_embed": 64, "arm": arm, "N": N}
-            for n, arm, N in ((128, "memory", 32.0), (256, "memory", None),
-                              (128, "learned", None), (256, "learned", None))]
-    fig = irf.sample_complexity_figure(rows)
-    y = fig.layout.yaxis
-    assert list(y.tickvals) == [1, 2, 4, 8, 16, 32, 64.0]
-    assert list(y.ticktext) == ["1", "2", "4", "8", "16", "32", "not reached"]
-    xs = {t.marker.color: list(t.x) for t in fig.data
-          if t.mode == "markers" and t.x and t.x[0] is not None and t.xaxis == "x"}
-    censored = [x for x in xs["#1f77b4"] if x != 128] + xs["#d62728"]
-    assert len(set(censored)) == len(censored) == 3
+    from mechinterp_icr.viz.ir5_figure import ir5_figure
+
+    fig = ir5_figure({"0": build_ir5_seed(learned_top=1024)})
+    for axis in (fig.layout.yaxis, fig.layout.xaxis2):
+        assert list(axis.tickvals) == [2 ** k for k in range(0, 11, 2)]
+        assert list(axis.ticktext) == [str(2 ** k) for k in range(0, 11, 2)]

@@ -84,10 +84,15 @@ SPEC_PINS = {
               ("pgd_escaped", ">=", 1.0, E)],
              [("negative", "no_swap_tie_dev", "<=", 0.02, E)]),
     # IR-5: an upper bound, with the learned-memory positive control
-    "IR-5": ([("growth_over_bound", "<=", 1.0, E),
-              ("polylog_beats_linear_where_grows", ">=", 1.0, E)],
-             [("positive", "learned_sees_growth", ">=", 1.0, E),
-              ("negative", "zero_data_reaches", ">=", 1.0, E)]),
+    # IR-5 (revised 2026-12-05): slope of log N on log n against s_poly, every seed and the
+    # seed mean's upper 95% bound; the learned arm's slope >= 0.8 over >= 4 uncensored n
+    "IR-5": ([("slope_minus_s_poly", "<=", 0.0, E),
+              ("mean_slope_hi95_minus_s_poly", "<=", 0.0, "pooled"),
+              ("memory_reached_at_n_max", ">=", 1.0, E)],
+             [("positive", "learned_slope", ">=", 0.8, E),
+              ("positive", "learned_uncensored_n", ">=", 4.0, E),
+              ("negative", "zero_data_reaches", ">=", 1.0, E),
+              ("negative", "min_gain", "<", 0.3, E)]),
     "IR-6": ([("within_pair_gap", "<=", 0.02, E), ("pair_mass_diff", ">=", 0.05, E),
               ("mass_s3", "<=", 0.05, E), ("ir2_met", ">=", 1.0, E)],
              [("positive", "constructed_rows_met", ">=", 1.0, E),

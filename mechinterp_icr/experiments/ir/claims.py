@@ -12,15 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from mechinterp_icr.claims import Claim, evaluate_control, spec
-from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE, IR5_LINEAR_FRACTION
-from mechinterp_icr.claims.protocol import compare, evaluate_condition
+from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims.ir_registry import IR4_PERTURBATION_ROLE
+from mechinterp_icr.claims.protocol import compare, evaluate_condition, spec_controls
 from mechinterp_icr.experiments.ir.config import IRConfig, sweep_width
 from mechinterp_icr.experiments.ir.conventions import convention_report
-from mechinterp_icr.experiments.ir.ir5 import finite, polylog_bound
 from mechinterp_icr.experiments.ir.sweeps import gap_fit
 
-__all__ = ["CLAIM_IDS", "CONVENTION_CLAIMS", "empty_per_seed", "ir5_not_measurable",
+__all__ = ["CLAIM_IDS", "CONVENTION_CLAIMS", "empty_per_seed",
            "ir8_not_measurable", "ir_claims", "perturbation_role", "ran_to_stop_max"]
 
 CONVENTION_CLAIMS = ("IR-3", "IR-6", "IR-7")  # reported under the stopping rule's tolerances
@@ -31,14 +30,6 @@ CLAIM_IDS = tuple(f"IR-{i}" for i in range(1, 10))
 def empty_per_seed() -> dict[str, dict[str, dict[str, Any]]]:
     """``{claim id: {}}`` for IR-1..IR-9, filled per seed by the stages."""
     return {cid: {} for cid in CLAIM_IDS}
-
-
-def _controls(cid: str, per_seed: dict[str, dict[str, Any]]):
-    """Every registered control of ``cid`` measured from the per-seed dicts (each holds the
-    control's metric)."""
-    s = spec(cid)
-    return [evaluate_control(c, {k: m.get(c.condition.metric) for k, m in per_seed.items()})
-            for c in s.controls]
 
 
 def perturbation_role(per4: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -60,91 +51,8 @@ def perturbation_role(per4: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "raw_data_per_seed": {k: m.get("gd_over_pgd_escape_raw") for k, m in per4.items()}}
 
 
-def _learned_note(per5: dict[str, dict[str, Any]]) -> str:
-    """Says when the positive control fails because the learned memory reached the target
-    at no n (SPEC's letter would pass it for missing the target at n_max)."""
-    never = [k for k, m in per5.items() if m.get("learned_reached_some_n") == 0.0]
-    weak = [k for k, m in per5.items() if m.get("learned_censored_at_n_max_within_linear")]
-    return ("; on seed(s) " + ", ".join(never) + " the learned memory reached the target at no "
-            "n: it measured no N, so it cannot show that the measurement sees growth (the "
-            "control fails; SPEC's letter would pass it for missing the target at n_max)"
-            if never else "") + (
-        "; on seed(s) " + ", ".join(weak) + " it misses the target at n_max, but its N(n_min) "
-        "is so large that the miss shows less than the about-linear growth a measured N must "
-        "show (the control fails; SPEC's letter would pass it)" if weak else "")
-
-
 def _fmt(v) -> str:
     return "None" if v is None else f"{float(v):.3g}"
-
-
-def ir5_not_measurable(per5: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
-    """Why IR-5 cannot be decided ('' when it can): no seed measured; the precondition
-    (retrieval >= ``sample_complexity.retrieval_min`` at every n; a missing retrieval counts
-    as failing) fails at some n, named; a sweep row is missing; the memory arm's N is censored
-    (never reached within ``sample_complexity.Ns``) at n_min, or at an n where the smallest
-    ratio the data allow does not already exceed the bound; N grows within the bound but is
-    measured at fewer than 3 n (no polylog-vs-linear fit). (A flat N is not a reason: the
-    claim is an upper bound.)"""
-    if not per5:
-        return "no seed measured"
-    why = []
-    thr = cfg.sample_complexity.retrieval_min
-    low: dict[str, list] = {}
-    for k, m in per5.items():
-        ns = list(m.get("retrieval_low_n") or [])
-        if not ns and not compare(m.get("retrieval_min"), ">=", thr):  # missing, NaN, low
-            ns = ["?"]
-        for n in ns:
-            low.setdefault(str(n), []).append(k)
-    if low:
-        why.append("precondition unmet: memory retrieval < {:g} at ".format(thr) + "; ".join(
-            f"n = {n} (d = {_d(cfg, n)}) on seed(s) {', '.join(ks)}" for n, ks in low.items()))
-    lo, top = min(cfg.sample_complexity.n), max(cfg.sample_complexity.Ns)
-    c_lo = [k for k, m in per5.items() if not finite(m.get("N_smallest_n"))]
-    if c_lo:
-        why.append(f"N censored (never reached with N <= {top}) at n_min = {lo} on seed(s) "
-                   + ", ".join(c_lo) + _peaks(per5, c_lo, lo, cfg))
-    gone = {}
-    for what, key in (("missing", "missing_n"), ("doubled", "duplicate_n"),
-                      ("with a run of non-finite accuracy", "nonfinite_n")):
-        bad = {k: m.get(key) for k, m in per5.items() if m.get(key)}
-        gone.update(bad)
-        if bad:
-            why.append(f"sweep rows {what}: " + "; ".join(
-                f"n = {', '.join(map(str, ns))} on seed {k}" for k, ns in bad.items()))
-    und = [k for k, m in per5.items() if k not in c_lo and k not in gone
-           and m.get("growth_over_bound") is None]
-    if und:
-        why.append(f"N censored (N > {top}) at n where the smallest ratio the data allow "
-                   "stays within the bound, on seed(s) " + ", ".join(
-                       f"{k} (n = {', '.join(map(str, per5[k].get('bound_undecided_n') or []))};"
-                       f" N(n_min) = {_fmt(per5[k].get('N_smallest_n'))})" for k in und))
-    few = [k for k, m in per5.items() if k not in c_lo and k not in gone and k not in und
-           and compare(m.get("growth_over_bound"), "<=", 1.0)
-           and m.get("polylog_beats_linear_where_grows") is None]
-    if few:
-        why.append("N grows within the bound but polylog and linear fits need N measured at "
-                   ">= 3 n, on seed(s) " + ", ".join(
-                       f"{k} ({per5[k].get('n_measured')} measured)" for k in few))
-    return "; ".join(why)
-
-
-def _peaks(per5: dict[str, dict[str, Any]], seeds: list[str], n: int, cfg: IRConfig) -> str:
-    """' (the fitted accuracy peaks at ... of the ceiling, target ...)' where measured."""
-    v = [per5[k].get("peak_over_ceiling_by_n", {}).get(str(n)) for k in seeds]
-    v = [x for x in v if x is not None]
-    if not v:
-        return ""
-    return (f" (its fitted accuracy peaks at {min(v):.3f}-{max(v):.3f} of the ideal-row "
-            f"ceiling there; the target is {cfg.sample_complexity.target_frac:g})")
-
-
-def _d(cfg: IRConfig, n) -> str:
-    try:
-        return str(sweep_width(cfg, int(n)))
-    except (ValueError, TypeError):
-        return "?"
 
 
 def ir8_not_measurable(per8: dict[str, dict[str, Any]], cfg: IRConfig) -> str:
@@ -220,7 +128,7 @@ def _make_claim(cid: str, per_seed: dict[str, dict[str, Any]], conv: dict | None
             kw["notes"] = (kw.get("notes", "") + " The rule's outcome flips under the "
                            "stopping rule's tolerance " + " and ".join(conv["flips"])
                            + " (details.stop_tol_conventions).").strip()
-    return Claim.from_spec(spec(cid), per_seed, controls=_controls(cid, per_seed), **kw)
+    return Claim.from_spec(spec(cid), per_seed, controls=spec_controls(spec(cid), per_seed), **kw)
 
 
 def _mean(per_seed: dict[str, dict[str, Any]], key: str) -> float | None:
@@ -285,28 +193,21 @@ def _ir4(make, per, cfg: IRConfig) -> None:
 
 
 def _ir5(make, per, cfg: IRConfig) -> None:
-    per5, sc = per["IR-5"], cfg.sample_complexity
+    """IR-5 from the stored runs (``ir5_by_n``): every number the rule reads is the spec's
+    ``derive`` (claims/ir5_rule.py), so ``icr redecide`` recomputes it."""
+    sc = cfg.sample_complexity
     make("IR-5", figure="figures/ir_5_sample_complexity.html",
-         not_measurable=ir5_not_measurable(per5, cfg),
-         details={"bound": polylog_bound(sc.n),
-                  "d_of_n": {str(n): sweep_width(cfg, n) for n in sc.n},
-                  "N_by_n_per_seed": {k: m.get("N_by_n") for k, m in per5.items()},
-                  "learned_N_by_n_per_seed": {k: m.get("learned_N_by_n")
-                                              for k, m in per5.items()},
-                  "r2_per_seed": {k: m.get("r2") for k, m in per5.items()},
-                  "retrieval_by_n_per_seed": {k: m.get("retrieval_by_n")
-                                              for k, m in per5.items()},
-                  "learned_reached_some_n_per_seed": {
-                      k: m.get("learned_reached_some_n") for k, m in per5.items()}},
-         notes="upper bound: a flat N satisfies it. Random "
-               "embeddings of the registered width d(n) (chosen from retrieval alone, "
-               "experiments/ir/ir5_dn.py); target {} x the ideal-row expected-accuracy "
-               "ceiling at (n, d); {} runs per N of {}; an N never reached is censored and "
-               "left out of the fits. Positive control: a memory that writes the triples its "
-               "finetuning sequences show (same n, d, data, target, budgets) must show "
-               "N(n_max)/N(n_min) >= {} x n_max/n_min or miss the target at n_max".format(
-                   sc.target_frac, sc.runs, list(sc.Ns), IR5_LINEAR_FRACTION)
-               + _learned_note(per5) + ".")
+         details={"d_of_n": {str(n): sweep_width(cfg, n) for n in sc.n}},
+         notes=f"upper bound: a flat N satisfies it. Random embeddings of the registered width "
+               f"d(n) (chosen from retrieval alone, experiments/ir/ir5_dn.py); target = z(n) + "
+               f"{sc.q:g} x (P(n) - z(n)), P the memory arm's mean at its two largest N (shared "
+               f"by both arms), z each arm's zero-data accuracy; N = where the isotonic fit of "
+               f"the mean accuracy against log N reaches it (log-interpolated); memory arm "
+               f"{sc.runs} runs per N of {list(sc.Ns)} ({sc.plateau_runs} at the two largest), "
+               f"learned arm {sc.learned_runs} runs per power of two up to {sc.learned_N_max}, "
+               f"each run {sc.steps} steps, no early stop; a censored memory-arm N counts as "
+               f"{max(sc.Ns)}. Gain fractions {', '.join(f'{c:g}' for c in sc.conventions)} "
+               f"reported per seed (slope_q*).")
 
 
 def _ir6(make, per, cfg: IRConfig) -> None:

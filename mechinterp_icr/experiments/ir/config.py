@@ -66,28 +66,47 @@ def _check_fields(obj, prefix: str, derived: tuple[str, ...] = (),
 class SampleComplexityConfig:
     """IR-5: sample complexity on random embeddings of width d(n) = ``d[i]`` at n = ``d_n[i]``
     (the registered table, chosen from retrieval alone: ``experiments/ir/ir5_dn.py``; an n
-    outside it, e.g. a test's tiny sizes, gets n // 2)."""
+    outside it, e.g. a test's tiny sizes, gets n // 2). The memory arm runs every N of ``Ns``
+    (``runs`` PGD runs each, ``plateau_runs`` at its two largest N, the plateau); the learned
+    arm (the positive control) the powers of two from 1 to ``learned_N_max``, ``learned_runs``
+    each, its grid ended at the first N where every run reaches its stopping target. Every
+    run takes ``steps`` small steps (no early stop); the learned arm's position block trains
+    on the first ``learned_fit_max`` of its N sequences (its memory writes all N). The rule
+    (``claims/ir5_rule.py``): target = z + ``q`` x (P - z); ``conventions`` reported; an n is
+    measurable when the plateau's two means are within ``plateau_flat`` and P >=
+    ``plateau_min`` x the ideal-row ceiling."""
 
     n: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)  # subject counts n
     d_n: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096)
     d: tuple[int, ...] = (96, 80, 80, 80, 64, 80)
     retrieval_triples: int = 4096  # retrieval on a seeded sample of this many triples
     # (every triple when fewer)
-    # finetuning set sizes N: powers of 4 above 64 (the runs at large N dominate the cost;
-    # the positive control needs N ~ n R at the smallest n)
-    Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 256, 1024)
-    runs: int = 2  # PGD runs per (n, N, seed), each on its own training draw
+    # the memory arm's N grid: it reaches its plateau by N = 128 at every n (docs/ir.md)
+    Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    runs: int = 8  # memory-arm PGD runs per (n, N, seed) up to the plateau points
+    plateau_runs: int = 4  # memory-arm runs at the two largest N of Ns
+    learned_runs: int = 4  # learned-arm runs per (n, N, seed)
+    learned_N_max: int = 8192  # the learned arm's grid: powers of two up to this (2 x n_max)
+    learned_fit_max: int = 1024  # the learned arm's position block trains on this many of N
     steps: int = 50
-    eval: int = 300  # evaluation sequences (also IR-3's gap-vs-n rows)
-    checks: tuple[int, ...] = (1, 3, 10, 30)  # steps a run is evaluated at
+    eval: int = 300  # held-out evaluation sequences (also IR-3's gap-vs-n rows)
     retrieval_min: float = 0.99  # IR-5 is measurable only when retrieval >= this at every n
-    target_frac: float = 0.99  # the target = this x the ideal-row expected ceiling
+    q: float = 0.5  # the target's fraction of the gain from zero data to the plateau
+    conventions: tuple[float, ...] = (0.3, 0.7, 0.9)  # other fractions, reported
+    plateau_flat: float = 0.02  # the plateau's two means differ by at most this
+    plateau_min: float = 0.95  # P(n) >= this x the ideal-row ceiling C(n)
 
     def __post_init__(self) -> None:
         _check_fields(self, "sample_complexity.",
-                      tuple_min={"n": (2, 4), "Ns": (2, 1), "checks": (1, 1)})
-        for name in ("retrieval_min", "target_frac"):
+                      tuple_min={"n": (2, 4), "Ns": (2, 1)})
+        for name in ("retrieval_min", "q", "plateau_flat", "plateau_min"):
             check_range(f"sample_complexity.{name}", getattr(self, name), 0, 1, lo_open=True)
+        conv = self.conventions
+        check(isinstance(conv, (list, tuple)) and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and 0 < c < 1
+            for c in conv), "sample_complexity.conventions", conv,
+            "a list of fractions in (0, 1), e.g. [0.3,0.7,0.9]")
+        object.__setattr__(self, "conventions", tuple(float(c) for c in conv))
         check(len(self.d) == len(self.d_n), "sample_complexity.d", list(self.d),
               f"one width per sample_complexity.d_n ({len(self.d_n)} values)")
         check(all(d < n for n, d in zip(self.d_n, self.d)), "sample_complexity.d",

@@ -197,8 +197,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                if (rows := rec("ht_overwrite", first, run=name).rows) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
-    ir5_table = summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg,
-                                                                                   sweep_rows)
+    summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, per["IR-5"])
     summary.tables["IR-3 gap vs n"] = {"rows": gap_rows, "fit": gap_fit(gap_rows)}
     summary.tables["IR-3 gap decay"] = gap_traces
     summary.tables["IR-9 gap from the imposed offset"] = ir9_traces
@@ -213,8 +212,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         summary.add(claim)
     summary.tables["IR figures"] = write_ir_figures(
         out_dir / "figures", seeds, traj={first: read_trajectories(seed_dir(out_dir, first))},
-        gap_rows=gap_rows, gap_traces=gap_traces, sweep_rows=ir5_table["rows"],
-        sweep_fits={arm: ir5_table[arm]["fit_mean"] for arm in ("memory", "learned")},
+        gap_rows=gap_rows, gap_traces=gap_traces, ir5=per["IR-5"],
         ow_runs=ow_runs, n=cfg.n, ht_n=cfg.hooked.n, ir8=ir8_detail, ir9=ir9_traces)
     summary.write(out_dir)  # the IR claims are safe on disk before the views
 

@@ -29,9 +29,6 @@ from mechinterp_icr.experiments.ir.config import (
     task_config,
 )
 from mechinterp_icr.experiments.ir.ir5 import (  # noqa: F401 (re-exported)
-    accuracy_crossing,
-    growth_fits,
-    polylog_bound,
     sample_complexity_per_seed,
     sample_complexity_row,
     sample_complexity_table,
@@ -55,9 +52,6 @@ __all__ = [
     "gap_fit",
     "gap_sweep",
     "gap_row",
-    "accuracy_crossing",
-    "growth_fits",
-    "polylog_bound",
     "sample_complexity_per_seed",
     "sample_complexity_row",
     "sample_complexity_table",

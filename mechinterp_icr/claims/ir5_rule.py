@@ -1,0 +1,228 @@
+"""IR-5's rule (SPEC 2, revised 2026-12-05) as pure functions of the stored runs, so that
+``icr redecide`` recomputes every N(n), slope and control from ``summary.json``.
+
+What the experiment stores per seed (``ir5_by_n``, written by ``experiments/ir/ir5.py``), per
+n of the registered grid: the width ``d``, the ideal-row expected-accuracy ceiling C(n)
+(``ceiling``), the constructed memory's retrieval (``retrieval``), and per arm (``memory``:
+the claim; ``learned``: the positive control) its zero-data accuracy ``z`` and every run's
+final expected step-1 accuracy by N (``acc``: {N: [accuracies]}).
+
+What the rule reads from them:
+
+- **Plateau** P(n): the memory arm's mean accuracy at the two largest N of its grid; valid
+  only when flat (the two means within ``flat``) and P(n) >= ``min_frac`` x C(n); otherwise
+  that n is not measurable.
+- **Target** of an arm: tau(n) = z(n) + q x (P(n) - z(n)), z the arm's own zero-data accuracy,
+  P shared by both arms (a learned memory that has seen every fact is the constructed one).
+- **N(n)**: where the isotonic (non-decreasing) fit of the mean accuracy against log N first
+  reaches tau, log-interpolated between grid points (:func:`crossing`); the smallest N when
+  reached there; None (right-censored) when not reached by the largest.
+- **Slope** of log N(n) on log n by least squares (:func:`log_slope`); the memory arm's
+  censored N counts as its grid's largest; the learned arm's slope is over its uncensored n.
+- **s_poly** = log((log n_max / log n_min)^2) / log(n_max / n_min) (:func:`s_poly`): the slope
+  of (log n)^2 over the range, the steepest growth the polylog upper bound allows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from mechinterp_icr.claims.intervals import interval
+from mechinterp_icr.claims.protocol import as_number as _num
+
+__all__ = ["IR5_PER_SEED", "IR5_POOLED", "crossing", "ir5_derive", "ir5_seed",
+           "ir5_unreadable", "isotonic_fit", "log_slope", "plateau", "s_poly"]
+
+# the derived metrics the spec decides on (per seed) and the pooled one
+IR5_PER_SEED = ("slope_minus_s_poly", "memory_reached_at_n_max", "learned_slope",
+                "learned_uncensored_n", "zero_data_reaches", "min_gain")
+IR5_POOLED = ("mean_slope_hi95_minus_s_poly",)
+# what cannot be read when an n of a seed is not measurable
+_WHOLE_GRID = ("slope_minus_s_poly", "memory_reached_at_n_max", "zero_data_reaches",
+               "min_gain", "learned_slope", "learned_uncensored_n")
+
+
+def isotonic_fit(y: list[float], w: list[float] | None = None) -> list[float]:
+    """The non-decreasing weighted least-squares fit of ``y`` (in order; pool adjacent
+    violators)."""
+    w = [1.0] * len(y) if w is None else w
+    blocks: list[list[float]] = []  # [weighted sum, weight, points]
+    for v, wt in zip(y, w):
+        blocks.append([float(v) * wt, float(wt), 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s_, w_, k_ = blocks.pop()
+            blocks[-1][0] += s_
+            blocks[-1][1] += w_
+            blocks[-1][2] += k_
+    return [b[0] / b[1] for b in blocks for _ in range(int(b[2]))]
+
+
+def _acc_grid(acc: Any) -> list[tuple[float, list[float]]]:
+    """The stored {N: [accuracies]} as [(N, accuracies)] sorted by N; a run whose accuracy is
+    not a number makes its N unusable (the caller reads that as not measurable)."""
+    out = []
+    for N, runs in (acc or {}).items():
+        vals = [_num(v) for v in (runs or [])]
+        out.append((float(N), [math.nan if v is None else v for v in vals]))
+    return sorted(out)
+
+
+def crossing(acc: Mapping[Any, list[float]], target: float) -> float | None:
+    """N(n) for one arm: where the isotonic fit of the mean accuracy against log N (each N
+    weighted by its run count) first reaches ``target``, log-interpolated between the grid
+    points around it; the smallest N when the fit is already there; None (right-censored) when
+    it never gets there. NaN when a run's accuracy is not a number or an N has no run."""
+    grid = _acc_grid(acc)
+    if not grid or any(not r or any(math.isnan(v) for v in r) for _, r in grid):
+        return math.nan
+    Ns = [N for N, _ in grid]
+    fit = isotonic_fit([float(np.mean(r)) for _, r in grid], [len(r) for _, r in grid])
+    for i, f in enumerate(fit):
+        if f >= target:
+            if i == 0:
+                return Ns[0]
+            f0, f1 = fit[i - 1], f
+            frac = (target - f0) / (f1 - f0)
+            return float(math.exp(math.log(Ns[i - 1]) + frac * (math.log(Ns[i]) -
+                                                                 math.log(Ns[i - 1]))))
+    return None
+
+
+def plateau(acc: Mapping[Any, list[float]]) -> tuple[float, float]:
+    """(P, spread): the mean accuracy at the two largest N of the grid and the difference of
+    their means (NaN with fewer than two N)."""
+    grid = _acc_grid(acc)
+    if len(grid) < 2 or any(not r for _, r in grid[-2:]):
+        return math.nan, math.nan
+    a, b = (float(np.mean(r)) for _, r in grid[-2:])
+    return (a + b) / 2.0, abs(b - a)
+
+
+def s_poly(n_min: float, n_max: float) -> float:
+    """The slope of log((log n)^2) against log n between ``n_min`` and ``n_max``: the steepest
+    least-squares slope of log N on log n a polylog (log n)^2 growth can show over the range."""
+    return math.log((math.log(n_max) / math.log(n_min)) ** 2) / math.log(n_max / n_min)
+
+
+def log_slope(ns: list[float], Ns: list[float]) -> float:
+    """The least-squares slope of log N against log n (NaN with fewer than two points)."""
+    if len(ns) < 2:
+        return math.nan
+    x, y = np.log(np.asarray(ns, float)), np.log(np.asarray(Ns, float))
+    x = x - x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def _g(v: float | None) -> str:
+    return "none" if v is None else f"{v:.4g}"
+
+
+def _arm_N(arm: Any, P: float, q: float) -> tuple[float, float | None]:
+    """(tau, N) of one arm at one n for the fraction ``q`` of the gain."""
+    z = _num((arm or {}).get("z"))
+    if z is None or math.isnan(P):
+        return math.nan, math.nan
+    tau = z + q * (P - z)
+    return tau, crossing((arm or {}).get("acc") or {}, tau)
+
+
+def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: float
+             ) -> dict[str, Any]:
+    """One seed's IR-5 quantities at gain fraction ``q`` from its stored ``ir5_by_n``: per n
+    the plateau, whether it is valid (why not: retrieval below ``retrieval_min``, a plateau
+    whose two means differ by more than ``flat`` or below ``min_frac`` x the ceiling, a run
+    without a number), both arms' targets and N; then the memory
+    arm's slope (censored N = its grid's largest), the learned arm's slope over its
+    uncensored n, and the controls' numbers. ``unmeasurable`` maps an n to why."""
+    by_n = (m.get("ir5_by_n") if isinstance(m, Mapping) else None) or {}
+    rows, why = {}, {}
+    for key in sorted(by_n, key=float):
+        r = by_n[key] if isinstance(by_n[key], Mapping) else {}
+        mem, lrn = r.get("memory") or {}, r.get("learned") or {}
+        P, spread = plateau(mem.get("acc") or {})
+        C, retr = _num(r.get("ceiling")), _num(r.get("retrieval"))
+        tau_m, N_m = _arm_N(mem, P, q)
+        tau_l, N_l = _arm_N(lrn, P, q)
+        rows[key] = {"P": P, "plateau_spread": spread, "ceiling": C, "tau_memory": tau_m,
+                     "N_memory": N_m, "tau_learned": tau_l, "N_learned": N_l,
+                     "z_memory": _num(mem.get("z")), "z_learned": _num(lrn.get("z")),
+                     "memory_top_N": max((float(N) for N in mem.get("acc") or {}),
+                                         default=math.nan)}
+        if not mem.get("acc") or not lrn.get("acc"):
+            why[key] = "the {} arm not measured (or stored twice)".format(
+                "memory" if not mem.get("acc") else "learned")
+        elif retr is None or retr < retrieval_min:
+            why[key] = f"retrieval {_g(retr)} < {retrieval_min:g}"
+        elif math.isnan(P) or not spread <= flat:
+            why[key] = f"memory plateau not flat (two largest N differ by {spread:.3g} > {flat:g})"
+        elif C is None or P < min_frac * C:
+            why[key] = f"memory plateau {P:.3g} < {min_frac:g} x ceiling {_g(C)}"
+        elif any(isinstance(v, float) and math.isnan(v) for v in (N_m, N_l)):
+            why[key] = "a run without a number (or an arm not measured)"
+    out: dict[str, Any] = {"by_n": rows, "unmeasurable": why}
+    if not rows:
+        return {**out, "unmeasurable": {"*": "no IR-5 rows stored"}}
+    ns = [float(k) for k in rows]
+    n_lo, n_hi = min(ns), max(ns)
+    out["s_poly"] = s_poly(n_lo, n_hi) if n_hi > n_lo else math.nan
+    mem_N = [rows[k]["N_memory"] if rows[k]["N_memory"] is not None else rows[k]["memory_top_N"]
+             for k in rows]
+    out["slope"] = math.nan if why else log_slope(ns, mem_N)
+    out["slope_minus_s_poly"] = out["slope"] - out["s_poly"]
+    top = rows[max(rows, key=float)]
+    out["memory_reached_at_n_max"] = (math.nan if why else
+                                      float(top["N_memory"] is not None))
+    ok_l = [(float(k), rows[k]["N_learned"]) for k in rows
+            if k not in why and rows[k]["N_learned"] is not None]
+    out["learned_uncensored_n"] = float(len(ok_l))
+    out["learned_slope"] = log_slope([a for a, _ in ok_l], [b for _, b in ok_l])
+    reach = [float(rows[k]["z_memory"] >= rows[k]["tau_memory"]) for k in rows
+             if k not in why]
+    out["zero_data_reaches"] = max(reach) if reach and not why else math.nan
+    gains = [rows[k]["P"] - rows[k]["z_memory"] for k in rows if k not in why]
+    out["min_gain"] = min(gains) if gains and not why else math.nan
+    return out
+
+
+def ir5_derive(claim_id: str, per_seed: Mapping[str, Any], q: float, conventions,
+               **rule: float) -> tuple[dict, dict]:
+    """IR-5's per-seed metrics (:data:`IR5_PER_SEED`, plus the slopes at the convention
+    fractions, reported) and the pooled ``mean_slope_hi95_minus_s_poly``: the upper end of
+    the 95% Student-t interval of the seed-mean memory slope minus s_poly (NaN unless every
+    seed's slope can be read). ``rule``: :func:`ir5_seed`'s keyword arguments."""
+    per, slopes, sp = {}, [], math.nan
+    for s, m in per_seed.items():
+        r = ir5_seed(m, q, **rule)
+        d = {k: r.get(k, math.nan) for k in IR5_PER_SEED}
+        d.update(ir5_slope=r.get("slope", math.nan), ir5_s_poly=r.get("s_poly", math.nan))
+        for c in conventions:
+            rc = ir5_seed(m, float(c), **rule)
+            d[f"slope_q{c:g}"] = rc.get("slope", math.nan)
+            d[f"learned_slope_q{c:g}"] = rc.get("learned_slope", math.nan)
+        per[str(s)] = d
+        slopes.append(d["ir5_slope"])
+        sp = r.get("s_poly", sp)
+    ok = slopes and all(not math.isnan(v) for v in slopes)
+    return per, {"mean_slope_hi95_minus_s_poly":
+                 interval(slopes)[1] - sp if ok else math.nan}
+
+
+def ir5_unreadable(claim_id: str, per_seed: Mapping[str, Any], q: float, **rule: float
+                   ) -> dict[str, dict[str, str]]:
+    """The seeds where an n of the grid is not measurable (:func:`ir5_seed`: retrieval too
+    low, a plateau that is not flat or too low, a run without a number): their whole-grid
+    metrics cannot be read, with the n and the reason."""
+    bad = {}
+    for s, m in per_seed.items():
+        why = ir5_seed(m, q, **rule)["unmeasurable"]
+        if why:
+            bad[str(s)] = "; ".join(f"n = {n}: {w}" for n, w in why.items())
+    if not bad:
+        return {}
+    out = {k: dict(bad) for k in _WHOLE_GRID}
+    out["mean_slope_hi95_minus_s_poly"] = {"*": "seed(s) " + ", ".join(bad) +
+                                           " not measurable at some n"}
+    return out
