@@ -128,6 +128,11 @@ def _side(cond, meet: bool, i: int) -> float:
 # finetune, the PT-only model flat with it) and headroom at K = 1
 _KS = ("1", "2", "3", "4", "6", "8")
 DERIVE_INPUTS = {
+    # CR-1 / CR-3: the type of the best attribute guess, from which the type over its bound is
+    # derived (the PT-only model and the mixed-type finetune under it, the ICL-finetuned model
+    # over it)
+    "CR-1": {"heldout_icl_best_attr_type": 0.25, "ft_heldout_icl_best_attr_type": 0.99},
+    "CR-3": {"mixed_heldout_icl_best_attr_type": 0.25},
     "CR-2": {"heldout_icl_exact_by_K": {str(k): 0.9 + 0.01 * k for k in range(1, 9)}},
     "CR-8": {"ft_partial_eta2_by_k": {k: 0.3 + 0.1 * i for i, k in enumerate(_KS)},
              "mixed_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),

@@ -1,9 +1,10 @@
 """What a claim's spec computes from the stored measurements before it decides (SPEC 0): the
 statistics a rule reads that are functions of stored curves (a paired curve, the seed-mean
-curve's largest drop) and the seeds whose value a registered rule makes unreadable (no
-headroom; a bound that does not apply). They are the ``derive`` and ``unreadable`` hooks of a
-:class:`~mechinterp_icr.claims.protocol.ClaimSpec`, so ``icr redecide`` recomputes them from a
-stored ``summary.json`` and the experiment code only stores the curves.
+curve's largest drop, a type bound read against the model's own uninformative-demo baseline)
+and the seeds whose value a registered rule makes unreadable (no headroom). They are the
+``derive`` and ``unreadable`` hooks of a :class:`~mechinterp_icr.claims.protocol.ClaimSpec`,
+so ``icr redecide`` recomputes them from a stored ``summary.json`` and the experiment code
+only stores the curves.
 
 Every function here is pure: per-seed metric dicts in, numbers out; a curve that is missing or
 too short gives NaN (no number, no evidence), never a default.
@@ -21,8 +22,8 @@ from mechinterp_icr.claims.protocol import as_number as _num
 
 __all__ = ["CR9_ICL_WORKS", "SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable",
            "cr9_derive", "cr9_tolerance", "cr9_unreadable", "curve",
-           "ir8_unreadable", "max_drop", "shared_bound_unreadable", "spearman",
-           "trend"]
+           "ir8_unreadable", "max_drop", "spearman", "trend", "type_bound_derive",
+           "type_bound_unreadable"]
 
 # the id suffix of the CR shared-token variant's claims (``CR-8 (shared tokens)``)
 SHARED_SUFFIX = "(shared tokens)"
@@ -259,25 +260,71 @@ def cr9_unreadable(claim_id: str, per_seed: Mapping[str, Any], lams
 
 
 # ------------------------------------------------------------------------------------------
-# The shared-token variant: bounds written as 1/L + c
+# CR-1 / CR-3: the type bounds, a formula in the default task, a within-model contrast in the
+# shared-token variant (revised 2026-12-06)
 # ------------------------------------------------------------------------------------------
-def shared_bound_unreadable(metrics: tuple[str, ...], bound: str):
-    """An ``unreadable`` hook: in the shared-token variant (claim id ending in
-    ``(shared tokens)``) the conditions on ``metrics`` cannot be read, because their bound
-    (``bound``, e.g. "1/L + 0.05") is a chance level for disjoint vocabularies and uniform
-    guesses; with shared attribute tokens an uninformed guess has the right type more often
-    (SPEC 0, "chance from the model, not from a formula": the variant's bound is a
-    within-model contrast with uninformative demos)."""
-    why = (f"the bound {bound} is chance for disjoint vocabularies; in the shared-token "
-           f"variant chance is higher and the within-model contrast with uninformative demos "
-           f"is not measured")
+def type_bound_derive(claim_id: str, per_seed: Mapping[str, Any], arms: tuple[str, ...],
+                      chance_bound: float, contrast_bound: float) -> tuple[dict, dict]:
+    """Per seed and arm (a metric prefix of ``arms``: ``""`` the PT-only model, ``ft_`` the
+    ICL-finetuned model, ``mixed_`` the mixed-type ICL+Grm finetune), from the stored type of
+    the best attribute guess on held-out ICL prompts with the real demos
+    (``<arm>heldout_icl_best_attr_type``) and on the same prompts with uninformative demos
+    (``<arm>heldout_icl_best_attr_type_uninf``: every demo of another type than the query's):
 
-    def hook(claim_id: str, per_seed: Mapping[str, Any]) -> dict[str, dict[str, str]]:
-        if not str(claim_id).endswith(SHARED_SUFFIX):
-            return {}
-        return {m: {"*": why} for m in metrics}
+    - ``<arm>heldout_icl_type_contrast``: real minus uninformative (reported in both tasks,
+      where both are stored);
+    - ``<arm>heldout_icl_type_bound``: the bound the real number is read against,
+      ``chance_bound`` (1/L + 0.05) in the default task, where an uninformed guess has the
+      right type 1/L of the time (disjoint vocabularies); in the shared-token variant (claim
+      id ending in :data:`SHARED_SUFFIX`), where chance is higher and not a formula, the
+      model's own type accuracy with uninformative demos plus ``contrast_bound`` (SPEC 0,
+      "chance from the model, not from a formula");
+    - ``<arm>heldout_icl_type_over_bound``: real minus that bound (so the variant's is the
+      contrast minus ``contrast_bound``): the number CR-1's condition and CR-1's and CR-3's
+      controls compare with 0.
 
-    return hook
+    A number that is not stored gives a NaN bound (no number, no evidence): in the variant the
+    bound cannot be read without the uninformative-demo measurement."""
+    shared = str(claim_id).endswith(SHARED_SUFFIX)
+    nan = float("nan")
+    out = {}
+    for s, m in per_seed.items():
+        m = m if isinstance(m, Mapping) else {}
+        d = {}
+        for arm in arms:
+            real = _num(m.get(f"{arm}heldout_icl_best_attr_type"))
+            uninf = _num(m.get(f"{arm}heldout_icl_best_attr_type_uninf"))
+            if real is not None and uninf is not None:
+                d[f"{arm}heldout_icl_type_contrast"] = real - uninf
+            if shared:
+                bound = uninf + contrast_bound if uninf is not None else nan
+            else:
+                bound = float(chance_bound)
+            d[f"{arm}heldout_icl_type_bound"] = bound
+            d[f"{arm}heldout_icl_type_over_bound"] = (
+                real - bound if real is not None and not math.isnan(bound) else nan)
+        out[str(s)] = d
+    return out, {}
+
+
+def type_bound_unreadable(claim_id: str, per_seed: Mapping[str, Any], arms: tuple[str, ...]
+                          ) -> dict[str, dict[str, str]]:
+    """In the shared-token variant, ``<arm>heldout_icl_type_over_bound`` cannot be read on a
+    seed without the type accuracy with uninformative demos (its bound, see
+    :func:`type_bound_derive`), and the reason says which measurement is missing; the default
+    task's bound is a formula and needs none."""
+    if not str(claim_id).endswith(SHARED_SUFFIX):
+        return {}
+    why = ("no type accuracy with uninformative demos on the same prompts (the bound of the "
+           "shared-token variant; job uninf-demos)")
+    out = {}
+    for arm in arms:
+        bad = {str(s): why for s, m in per_seed.items()
+               if _num((m if isinstance(m, Mapping) else {}).get(
+                   f"{arm}heldout_icl_best_attr_type_uninf")) is None}
+        if bad:
+            out[f"{arm}heldout_icl_type_over_bound"] = bad
+    return out
 
 
 # ------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ Keys: the claim id as ``summary.json`` names it (a variant such as ``CR-2 (share
 has its own noise) -> ``"condition METRIC"`` or ``"control NAME"`` -> noise. Rules a run could
 not read on both sides have no entry, nor have rules registered after the pair was measured
 (CR-7's causal-arm rules and CR-9's, revised 2026-12-05 on arms and a lam grid the pair
-did not run) until the next pair measures
+did not run, and IR-5's, revised on runs the pair did not make) until the next pair measures
 them.
 """
 
@@ -30,7 +30,7 @@ MEASURED = ("2026-12-05 on the published pair: figures/ (the decision run; CR on
 MACHINE_NOISE: dict[str, dict[str, float]] = {
     'CR-1': {
         'condition pt_typed_recall': 0.0,
-        'condition heldout_icl_best_attr_type': 0.0043,
+        'condition heldout_icl_type_over_bound': 0.0043,
         'control ICL-finetuned model': 0.00635,
     },
     'CR-1 (shared tokens)': {
@@ -136,12 +136,6 @@ MACHINE_NOISE: dict[str, dict[str, float]] = {
         'condition saddle_tie_dev_raw': 0.0,
         'condition pgd_escaped': 0.0,
         'control single-pair-confusing data, p_swap = 0 (must not tie)': 0.0,
-    },
-    'IR-5': {
-        ('control learned memory (writes the triples its finetuning sequences '
-         'show; same n, d, data, target and budgets): N(n_max)/N(n_min) >= 0.5 x '
-         'n_max/n_min or misses the target at n_max'): 0.0,
-        'control zero sequences reach the target at some n': 0.0,
     },
     'IR-6': {
         'condition within_pair_gap': 2.4e-06,

@@ -341,11 +341,14 @@ def evaluate_control(spec: ControlSpec, per_seed: Mapping[str, Any],
 
 
 def spec_controls(spec: "ClaimSpec", per_seed: Mapping[str, Any],
-                  notes: Mapping[str, str] | None = None) -> list[ControlResult]:
+                  notes: Mapping[str, str] | None = None,
+                  claim_id: str | None = None) -> list[ControlResult]:
     """Every registered control of ``spec`` evaluated on the per-seed metric dicts that hold
-    its metric (``spec.derive``'s per-seed metrics included): controls are the spec's, by id,
-    never looked up by a display label kept elsewhere."""
-    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+    its metric (``spec.derive``'s per-seed metrics included, derived under ``claim_id``, the
+    id the claim is reported under, e.g. ``CR-1 (shared tokens)``; default ``spec.id``):
+    controls are the spec's, by id, never looked up by a display label kept elsewhere."""
+    cid = spec.id if claim_id is None else claim_id
+    derived = spec.derive(cid, per_seed)[0] if spec.derive is not None else {}
     full = {str(s): {**(m if isinstance(m, Mapping) else {}), **derived.get(str(s), {})}
             for s, m in per_seed.items()}
     return [evaluate_control(c, {s: m.get(c.condition.metric) for s, m in full.items()},

@@ -50,16 +50,18 @@ RERUN_FIELDS = ("rerun", "fragile")
 _WHY = re.compile(r"(?:; )?(?:not measured in this run|no value on seeds \[[^\]]*\])$")
 
 
-def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec
+def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec, claim_id: str
                     ) -> tuple[dict[str, Any], str] | None:
     """(per-seed values, note) of the registered control ``cs`` from what the run stored: the
     stored control of the same name and metric, else one of the same metric under another name
     (a control renamed or split), else the metric in the claim's per-seed (or derived)
-    metrics; None when the run has no value of the control's metric anywhere."""
+    metrics; None when the run has no value of the control's metric anywhere. Derived metrics
+    are derived under ``claim_id`` (a variant such as ``CR-1 (shared tokens)`` may derive
+    them by its own rule)."""
     metric = cs.condition.metric
     ctrls = [k for k in stored.get("controls") or [] if isinstance(k, dict)]
     per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
-    derived = spec.derive(spec.id, per_seed)[0] if spec.derive is not None else {}
+    derived = spec.derive(claim_id, per_seed)[0] if spec.derive is not None else {}
     if any(metric in d for d in derived.values()):  # the spec computes it: recompute
         named = [k for k in ctrls if k.get("name") == cs.name]
         note = _WHY.sub("", str(named[0].get("note") or "")) if named else ""
@@ -78,12 +80,12 @@ def _control_values(cs, stored: Mapping[str, Any], spec: ClaimSpec
     return vals, ""
 
 
-def _controls(spec: ClaimSpec, stored: Mapping[str, Any]):
+def _controls(spec: ClaimSpec, stored: Mapping[str, Any], claim_id: str):
     """The spec's controls evaluated on the stored values of each (:func:`_control_values`;
     a control the run did not measure is evaluated on no values: not measured)."""
     out = []
     for cs in spec.controls:
-        got = _control_values(cs, stored, spec)
+        got = _control_values(cs, stored, spec, claim_id)
         per_seed, note = got if got is not None else ({}, "")
         out.append(evaluate_control(cs, per_seed, note))
     return out
@@ -99,7 +101,7 @@ def rebuild_claim(claim_id: str, stored: Mapping[str, Any],
     spec = registry[rid]
     per_seed = stored.get("per_seed") if isinstance(stored.get("per_seed"), Mapping) else {}
     claim = Claim.from_spec(
-        spec, copy.deepcopy(dict(per_seed)), controls=_controls(spec, stored),
+        spec, copy.deepcopy(dict(per_seed)), controls=_controls(spec, stored, str(claim_id)),
         extra_checks={str(k): bool(v) for k, v in (stored.get("extra_checks") or {}).items()},
         statement=spec.statement,  # the statement words the registered rule
         notes=str(stored.get("notes") or ""), figure=stored.get("figure"),
@@ -139,7 +141,7 @@ def _unmeasured(claim_id: str, stored: Mapping[str, Any],
         have |= {m for v in derived.values() for m in v} | set(pooled)
     out = [c.metric for c in spec.conditions if c.metric not in have]
     for cs in spec.controls:
-        if _control_values(cs, stored, spec) is None:
+        if _control_values(cs, stored, spec, claim_id) is None:
             out.append(f"control {cs.name!r} ({cs.condition.metric})")
     return out
 

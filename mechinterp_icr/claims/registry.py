@@ -97,7 +97,7 @@ def threshold(claim_id: str, metric: str, control: bool = False) -> float:
 
 def setting(claim_id: str, key: str):
     """A registered setting (hyperparameter) of ``claim_id``, e.g.
-    ``setting("IR-5", "sample_complexity.target_frac")``."""
+    ``setting("IR-5", "sample_complexity.q")``."""
     return spec(claim_id).hyperparameters[key]
 
 

@@ -135,6 +135,16 @@ def test_tiny_end_to_end(tmp_path):
     ideal = data["tables"]["CR shared-token ideal reader"]
     assert [r["K"] for r in ideal] == [1, 2, 3] and ideal[0]["mean"] < 1.0
     assert "CR-9 (shared tokens)" not in data["claims"]
+    # the uninformative-demo baselines (job uninf-demos): reported in the default task, the
+    # type bounds of the variant's CR-1 and CR-3 control read them
+    for table, cid in (("CR uninformative-demo baselines", "CR-1"),
+                       ("CR shared-token uninformative-demo baselines", "CR-1 (shared tokens)")):
+        rows = data["tables"][table]
+        assert {r["phase"] for r in rows} == {"pretrain", "ft-icl", "ft-iclgrm-mixed"}
+        c = data["claims"][cid]
+        assert "heldout_icl_best_attr_type_uninf" in c["per_seed"]["0"]
+        assert "heldout_icl_type_contrast" in c["derived"]["0"]
+        assert c["conditions"][1]["met"] is not None, cid
     assert data["tables"]["CR attention views"]
     # the run directory is readable by the toolkit: config + phases in order
     from mechinterp_icr.pipeline import load_run_model

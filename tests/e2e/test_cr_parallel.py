@@ -57,8 +57,10 @@ def test_plan_cuts_every_stage_per_seed_with_picklable_inputs(tmp_path):
     for s in (0, 1, 2):
         assert after[f"seed{s}/train"] == ()
         assert after[f"seed{s}/cascade"] == ()  # needs the task only: starts at once
-        for name in (f"seed{s}/cr4", f"seed{s}/mechanism", f"sweep/g-s-a-icl-grm/seed{s}"):
+        for name in (f"seed{s}/cr4", f"seed{s}/mechanism", f"sweep/g-s-a-icl-grm/seed{s}",
+                     f"seed{s}/uninf-demos"):
             assert after[name] == (f"seed{s}/train",), name
+        assert after[f"shared/seed{s}/uninf-demos"] == (f"shared/seed{s}/train",)
         assert f"sweep/literal-sga-pt/seed{s}" not in after  # paper profile only
     assert [n for n in after if n.startswith("cr4-lam/")] == [  # the lam sweep: every seed
         f"cr4-lam/{lam:g}/seed{s}" for s in (0, 1, 2) for lam in cfg.taskvec.lams]
@@ -148,7 +150,7 @@ def test_failed_job_is_named_and_its_dependents_do_not_run(tmp_path):
     dependents = {t.name for t in jobs if "seed0/train" in t.after}
     # (the main lam's run is the main run: cr4-lam/0.9 waits for the seed's training)
     assert dependents == {"seed0/cr4", "seed0/mechanism", "sweep/type-chain/seed0", "views",
-                          "cr4-lam/0.9/seed0"}
+                          "cr4-lam/0.9/seed0", "seed0/uninf-demos"}
     assert set(failures) == {"seed0/train"} | dependents
     assert "[job] seed0/cr4: not run (a job it depends on failed)" in logged
     # the jobs that do not need the seed's training finished and kept their records

@@ -143,7 +143,14 @@ def test_cr3_rule_unmet_does_not_hold():
 def test_cr3_uses_the_registered_threshold_and_mean_rule():
     c = spec("CR-3").headline
     assert (c.metric, c.op, c.threshold, c.rule) == ("heldout_icl_exact", ">=", 0.80, "mean")
-    assert spec("CR-3").controls[0].condition.threshold == pytest.approx(0.30)
+    # the mixed-type control: its type of the best attribute guess minus 1/L + 0.05 (the
+    # registered bound, claims.derive.type_bound_derive) above 0
+    ctrl = spec("CR-3").controls[0].condition
+    assert (ctrl.metric, ctrl.op, ctrl.threshold) == ("mixed_heldout_icl_type_over_bound", ">",
+                                                      0.0)
+    per = {"0": {"mixed_heldout_icl_best_attr_type": 0.31}}
+    derived = spec("CR-3").derive("CR-3", per)[0]["0"]
+    assert derived["mixed_heldout_icl_type_bound"] == pytest.approx(0.30)
     assert spec("CR-2").hyperparameters["task.max_demos"] == 8
 
 

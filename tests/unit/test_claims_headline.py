@@ -7,10 +7,10 @@ from pathlib import Path
 
 from helpers import registry_summary
 
-from mechinterp_icr.claims import Claim, evaluate_control, format_claim_table, spec
+from mechinterp_icr.claims import Claim, format_claim_table, spec
 from mechinterp_icr.claims.headline import claim_headline
 from mechinterp_icr.claims.intervals import ci95, interval
-from mechinterp_icr.claims.protocol import HOLDS, INCONCLUSIVE, NOT_HOLD, UNIT
+from mechinterp_icr.claims.protocol import HOLDS, INCONCLUSIVE, NOT_HOLD, UNIT, spec_controls
 from mechinterp_icr.claims.redecide import redecide_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +19,7 @@ SEEDS = [0, 1, 2, 3, 4]
 
 def _claim(cid: str, per: dict, **kw) -> dict:
     sp = spec(cid)
-    ctrls = [evaluate_control(c, per) for c in sp.controls]
+    ctrls = spec_controls(sp, per)  # a control on a derived metric reads it derived
     return Claim.from_spec(sp, per, controls=ctrls, **kw).to_dict(SEEDS)
 
 

@@ -17,16 +17,18 @@ E, M, P = "every_seed", "mean", "pooled"
 # satisfy (a negative control must fail it, a positive one pass it). The first condition is the
 # headline. Metric names are the registry's names for SPEC's quantities.
 SPEC_PINS = {
-    # 2026-12-05, machine noise: a tail rule whose noise is over half its margin -> the mean
-    "CR-1": ([("pt_typed_recall", ">=", 0.95, E), ("heldout_icl_best_attr_type", "<=",
-                                                    TYPE_BOUND, M)],
-             [("negative", "ft_heldout_icl_best_attr_type", "<=", TYPE_BOUND, E)]),
+    # 2026-12-05, machine noise: a tail rule whose noise is over half its margin -> the mean.
+    # Revised 2026-12-06: the type bound is read as the type accuracy minus its bound
+    # (heldout_icl_best_attr_type - (1/L + 0.05); in the shared-token variant the contrast with
+    # uninformative demos - 0.05), pinned in test_cr_type_bounds_are_specs
+    "CR-1": ([("pt_typed_recall", ">=", 0.95, E), ("heldout_icl_type_over_bound", "<=", 0.0, M)],
+             [("negative", "ft_heldout_icl_type_over_bound", "<=", 0.0, E)]),
     # revised 2026-12-05: the seed-mean curve's largest drop over K (one number over the seeds)
     "CR-2": ([("heldout_icl_exact", ">=", 0.90, M), ("mean_curve_max_drop_over_k", "<=", 0.02, P)],
              [("negative", "pt_heldout_icl_exact", ">", 0.5, E),
               ("negative", "mixed_heldout_icl_exact", ">", 0.5, E)]),
     "CR-3": ([("heldout_icl_exact", ">=", 0.80, M)],
-             [("negative", "mixed_heldout_icl_best_attr_type", ">", TYPE_BOUND, E)]),
+             [("negative", "mixed_heldout_icl_type_over_bound", ">", 0.0, E)]),
     "CR-4": ([("ft_acc_pc", ">=", 0.95, E), ("ft_transfer_acc_pc", ">=", 0.90, E),
               ("ft_patch_gain", ">=", 0.80, M)],  # revised 2026-12-05: necessity reported only
              [("negative", "pt_acc_pc", ">", 0.5, E), ("negative", "pt_patch_gain", ">", 0.3, E),
@@ -149,6 +151,26 @@ def test_cr_constants_are_specs():
     assert cr.CR8_HEADROOM == 0.90 and cr.CR8_MIN_K == 6 and cr.CR9_MIN_LAM == 5
     assert (cr.SHARED_IDEAL_K1_MAX, cr.SHARED_IDEAL_KMAX_MIN) == (0.70, 0.99)
     assert cr.NECESSITY_BOUND == pytest.approx(0.35)
+
+
+@pytest.mark.parametrize("cid,arm", [("CR-1", ""), ("CR-1", "ft_"), ("CR-3", "mixed_")])
+def test_cr_type_bounds_are_specs(cid, arm):
+    """SPEC 1 (CR-1, CR-3) and SPEC 0 ("chance from the model"): the bound the type of the best
+    attribute guess is read against is 1/L + 0.05 in the default task and, in the shared-token
+    variant, the same model's type accuracy with uninformative demos + 0.05."""
+    from mechinterp_icr.claims import cr_registry as cr
+
+    assert cr.TYPE_BOUND == pytest.approx(TYPE_BOUND) and cr.TYPE_CONTRAST_BOUND == 0.05
+    per = {"0": {f"{arm}heldout_icl_best_attr_type": 0.62,
+                 f"{arm}heldout_icl_best_attr_type_uninf": 0.45}}
+    sp = REGISTRY[cid]
+    default = sp.derive(cid, per)[0]["0"]
+    shared = sp.derive(f"{cid} (shared tokens)", per)[0]["0"]
+    assert default[f"{arm}heldout_icl_type_bound"] == pytest.approx(TYPE_BOUND)
+    assert default[f"{arm}heldout_icl_type_over_bound"] == pytest.approx(0.62 - TYPE_BOUND)
+    assert shared[f"{arm}heldout_icl_type_bound"] == pytest.approx(0.45 + 0.05)
+    assert shared[f"{arm}heldout_icl_type_over_bound"] == pytest.approx(0.62 - 0.45 - 0.05)
+    assert default[f"{arm}heldout_icl_type_contrast"] == pytest.approx(0.17)
 
 
 def test_analysis_constants_are_the_codes():

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from mechinterp_icr.claims import Claim, evaluate_control, spec
+from mechinterp_icr.claims import Claim, spec
+from mechinterp_icr.claims.protocol import spec_controls
 from mechinterp_icr.experiments.cr.claims_mech import (  # CR-5..7, re-exported
     cr5_claim,
     cr5_table,
@@ -34,10 +35,12 @@ from mechinterp_icr.experiments.cr.claims_taskvec import (  # CR-4, CR-8, CR-9, 
     taskvec_claims,
     taskvec_not_measured,
     taskvec_tables,
+    variant_id,
 )
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import max_drop_over_k, pick
 from mechinterp_icr.experiments.cr.records import TrainRecord
+from mechinterp_icr.experiments.cr.uninformative import baseline_metrics
 
 __all__ = [
     "cr123_claims",
@@ -120,52 +123,77 @@ def cr123_seed_metrics(phases: dict[str, list[dict]], task_desc: dict[str, Any],
     return {cid: {k: _f(v) for k, v in d.items()} for cid, d in out.items()}
 
 
-def _ctrl(claim_id: str, name: str, per_seed: dict[str, dict[str, Any]], note: str = ""):
-    s = spec(claim_id).control(name)
-    return evaluate_control(s, {k: v.get(s.condition.metric) for k, v in per_seed.items()},
-                            note)
+def _ctrls(claim_id: str, per_seed: dict[str, dict[str, Any]], variant: str):
+    """The registered controls of ``claim_id``, their derived metrics derived under the id the
+    claim is reported under (the shared-token variant's type bounds are its own)."""
+    return spec_controls(spec(claim_id), per_seed, claim_id=variant_id(claim_id, variant))
 
 
-def cr123_from_metrics(c1: dict, c2: dict, c3: dict, details: dict | None = None
-                       ) -> list[Claim]:
+TYPE_BOUND_NOTE = (
+    "Type bounds (claims.derive.type_bound_derive): *_heldout_icl_type_over_bound is the type "
+    "of the best attribute guess on held-out ICL (*_heldout_icl_best_attr_type) minus its "
+    "bound, 1/L + 0.05 in the default task; in the shared-token variant the same model's type "
+    "accuracy on the same prompts with uninformative demos (*_uninf: every demo of another "
+    "type than the query's) + 0.05, so the rule reads the contrast "
+    "(*_heldout_icl_type_contrast, reported in both). ")
+
+
+def cr123_from_metrics(c1: dict, c2: dict, c3: dict, details: dict | None = None,
+                       variant: str = "") -> list[Claim]:
     """CR-1, CR-2, CR-3 (registered, with their controls) from per-seed metric dicts
-    (:func:`cr123_seed_metrics`, keyed by str(seed)). ``details`` per claim id are added."""
+    (:func:`cr123_seed_metrics`, keyed by str(seed)), under the ids of ``variant``
+    (``'shared'``: ``CR-1 (shared tokens)`` ...). ``details`` per claim id are added."""
     details = details or {}
     L = next(iter(c1.values()), {}).get("type_chance")
     claim1 = Claim.from_spec(
-        spec("CR-1"), c1,
-        controls=[_ctrl("CR-1", "ICL-finetuned model", c1)],
+        spec("CR-1"), c1, controls=_ctrls("CR-1", c1, variant),
         notes=f"Restricted recall (pt_restricted_recall) is bounded by the Bayes ceiling of "
               f"reading the type from the grammar (bayes_ceiling); exact recall and held-out "
-              f"ICL exact are reported per seed. Type chance 1/L = {L}.",
+              f"ICL exact are reported per seed. Type chance 1/L = {L}. " + TYPE_BOUND_NOTE,
         figure="figures/cr_icl_by_k.html", details=details.get("CR-1", {}))
     claim2 = Claim.from_spec(
-        spec("CR-2"), c2,
-        controls=[_ctrl("CR-2", "PT-only model", c2),
-                  _ctrl("CR-2", "finetuned on mixed-type demos", c2)],
+        spec("CR-2"), c2, controls=_ctrls("CR-2", c2, variant),
         notes="max_drop_over_k: the largest drop of held-out ICL exact between consecutive "
               "evaluated K from 2 up (per seed); by K in heldout_icl_exact_by_K. The "
               "all-weights arm is reported per seed (allweights_heldout_icl_exact).",
         figure="figures/cr_icl_by_k.html", details=details.get("CR-2", {}))
     claim3 = Claim.from_spec(
-        spec("CR-3"), c3,
-        controls=[_ctrl("CR-3", "ICL+Grm finetuned on mixed-type demos", c3)],
+        spec("CR-3"), c3, controls=_ctrls("CR-3", c3, variant),
         notes="ICL+Grm finetuning, evaluated on plain ICL on held-out subjects; the variants "
               "(type-chain grammar, grammar before the subject, the literal PT order) are in "
-              "tables['CR-3 sweep'] and docs/cr.md, each with its own numbers.",
+              "tables['CR-3 sweep'] and docs/cr.md, each with its own numbers. " + TYPE_BOUND_NOTE,
         figure="figures/cr3_sweep.html", details=details.get("CR-3", {}))
+    for claim in (claim1, claim2, claim3):
+        claim.id = variant_id(claim.id, variant)
     return [claim1, claim2, claim3]
 
 
-def cr123_claims(cfg: CRConfig, results: list[TrainRecord], sweep: list[dict]
-                 ) -> list[Claim]:
-    """CR-1 (PT only), CR-2 (ICL finetuning), CR-3 (ICL+Grm finetuning, with the sweep)."""
+def _add_baselines(c1: dict, c3: dict, baselines: dict | None) -> dict[str, list[str]]:
+    """Add each seed's uninformative-demo metrics (``uninformative.baseline_metrics`` of its
+    record in ``baselines``, seed -> record or None) to its CR-1 and CR-3 metrics; returns
+    seed -> problems (none when ``baselines`` is None: not measured in this build)."""
+    problems = {}
+    for s in c1 if baselines is not None else ():
+        add, bad = baseline_metrics(baselines.get(int(s)), {"CR-1": c1[s], "CR-3": c3[s]})
+        c1[s].update(add.get("CR-1", {}))
+        c3[s].update(add.get("CR-3", {}))
+        if bad:
+            problems[s] = bad
+    return problems
+
+
+def cr123_claims(cfg: CRConfig, results: list[TrainRecord], sweep: list[dict],
+                 baselines: dict | None = None, variant: str = "") -> list[Claim]:
+    """CR-1 (PT only), CR-2 (ICL finetuning), CR-3 (ICL+Grm finetuning, with the sweep), under
+    the ids of ``variant``. ``baselines``: seed -> its ``uninf-demos`` job record (or None),
+    the type accuracies with uninformative demos (the shared-token variant's type bounds)."""
     c1, c2, c3 = {}, {}, {}
     for r in results:
         m = cr123_seed_metrics(r.phases, r.task, cfg.task.n_demos, cfg.eval_ks,
                                cfg.task.n_types)
         s = str(r.seed)
         c1[s], c2[s], c3[s] = m["CR-1"], m.get("CR-2", {}), m.get("CR-3", {})
+    problems = _add_baselines(c1, c3, baselines)
     t = cfg.task
     aw2 = [v.get("allweights_heldout_icl_exact") for v in c2.values()]
     details = {
@@ -189,7 +217,12 @@ def cr123_claims(cfg: CRConfig, results: list[TrainRecord], sweep: list[dict]
                                      "finetune_ks": list(t.finetune_ks)},
                  "sweep": sweep},
     }
-    return cr123_from_metrics(c1, c2, c3, details)
+    claims = cr123_from_metrics(c1, c2, c3, details, variant)
+    if problems:
+        why = "; ".join(f"seed {s}: {', '.join(p)}" for s, p in problems.items())
+        for claim in claims[0], claims[2]:
+            claim.notes += f" Uninformative-demo baselines not read ({why})."
+    return claims
 
 
 def cr123_tables(results: list[dict[str, Any]], sweep: list[dict[str, Any]]

@@ -23,6 +23,8 @@ __all__ = [
     "SweepRecord",
     "TaskvecRecord",
     "TrainRecord",
+    "UninfRecord",
+    "VARIANT_KINDS",
     "ViewsRecord",
     "job_name",
     "read_record",
@@ -107,6 +109,22 @@ class MechanismRecord(Record):
 
 
 @dataclass(frozen=True)
+class UninfRecord(Record):
+    """``seed<N>/uninf-demos`` (and ``shared/seed<N>/uninf-demos``): the type of the best
+    attribute guess of the seed's PT-only, ICL-finetuned and mixed-type ICL+Grm models on the
+    held-out ICL prompts at the default K, with the real demos and with uninformative demos
+    (``uninformative.uninf_demos_seed``): ``phases`` maps a phase to ``{real,
+    uninformative, contrast, demo_query_type}``."""
+
+    KIND: ClassVar[str] = "uninf-demos"
+    seed: int = record_field("seed")
+    K: int = record_field("K")
+    n: int = record_field("n")
+    phases: dict[str, Any] = record_field("phases")
+    timings: dict[str, float] = record_field("timings")
+
+
+@dataclass(frozen=True)
 class ViewsRecord(Record):
     """``views``: the attention views written (paths relative to the output folder)."""
 
@@ -118,16 +136,19 @@ class ViewsRecord(Record):
 JOB_KINDS: dict[str, type[Record]] = {
     "train": TrainRecord, "sweep": SweepRecord, "cr4-lam": LamRecord, "cr4": TaskvecRecord,
     "cascade": CascadeRecord, "placebo": PlaceboRecord, "mechanism": MechanismRecord,
-    "views": ViewsRecord,
+    "views": ViewsRecord, "uninf-demos": UninfRecord,
 }
+
+# the kinds of job the shared-token variant runs too (``shared/seed<N>/<kind>``)
+VARIANT_KINDS = ("train", "cr4", "uninf-demos")
 
 
 def job_name(kind: str, seed: int | None = None, *, setting: str | None = None,
              lam: float | None = None, variant: str = "") -> str:
     """The name of the job of ``kind``: ``[shared/]seed<N>/<kind>``, ``sweep/<slug>/seed<N>``
     (``setting`` = the slug), ``cr4-lam/<lam>/seed<N>`` or ``views``; ``variant="shared"``
-    for the shared-token variant's train and cr4 jobs. A ValueError for an unknown kind or
-    missing arguments."""
+    for the shared-token variant's jobs (:data:`VARIANT_KINDS`). A ValueError for an unknown
+    kind or missing arguments."""
     if kind not in JOB_KINDS:
         raise ValueError(f"job kind {kind!r} is not one of {sorted(JOB_KINDS)}")
     if kind == "views":
@@ -140,7 +161,7 @@ def job_name(kind: str, seed: int | None = None, *, setting: str | None = None,
         return f"sweep/{setting}/seed{seed}"
     if kind == "cr4-lam":
         return f"cr4-lam/{lam:g}/seed{seed}"
-    if variant and kind not in ("train", "cr4"):
+    if variant and kind not in VARIANT_KINDS:
         raise ValueError(f"the {variant!r} variant has no {kind!r} jobs")
     return (f"{variant}/" if variant else "") + f"seed{seed}/{kind}"
 

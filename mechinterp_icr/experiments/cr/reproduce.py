@@ -17,10 +17,17 @@ job                              after                       writes
 ``seed<N>/placebo``              (none)                      (record only)
 ``seed<N>/cr4``                  ``seed<N>/train``           ``runs/cr/seed<N>/analyses``
 ``seed<N>/mechanism``            ``seed<N>/train``           (record only)
+``seed<N>/uninf-demos``          ``seed<N>/train``           (record only)
 ``views``                        ``seed<first>/train``       ``views/``
 ``shared/seed<N>/train``         (none)                      ``shared-tokens/runs/cr/seed<N>``
 ``shared/seed<N>/cr4``           ``shared/seed<N>/train``    (its run's ``analyses``)
+``shared/seed<N>/uninf-demos``   ``shared/seed<N>/train``    (record only)
 ===============================  ==========================  =================================
+
+``uninf-demos`` (:mod:`.uninformative`) evaluates the seed's PT-only, ICL-finetuned and
+mixed-type ICL+Grm models on the held-out ICL prompts with uninformative demos (each demo of
+another type than the query's): the baselines of the shared-token variant's type bounds
+(CR-1 and CR-3's control), reported in the default task.
 
 The ``shared/`` jobs are the shared-token variant (``shared_variant_share`` > 0: the same
 config with ``task.attr_share`` set to it), where CR-8 can be decided; CR-1 .. CR-4 and CR-8
@@ -46,7 +53,6 @@ import numpy as np
 from mechinterp_icr.claims import Summary
 from mechinterp_icr.config import check
 from mechinterp_icr.experiments.cr.claims import cr123_claims, cr123_tables
-from mechinterp_icr.experiments.cr.claims_taskvec import variant_id
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import finetune_curves, heldout_icl_by_k
 from mechinterp_icr.experiments.cr.mechanism import (
@@ -76,6 +82,7 @@ from mechinterp_icr.experiments.cr.train import (
     seed_run_path,
     train_seed,
 )
+from mechinterp_icr.experiments.cr.uninformative import baseline_table, uninf_demos_seed
 from mechinterp_icr.jobs import Job, run_jobs
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.tasks.cr import ideal_reader_table
@@ -178,6 +185,7 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Job]:
         jobs.append(Job(job_name("mechanism", s), mechanism_seed,
                         {"run_path": seed_run_path(out_dir, s), "seed": s,
                          "mech": cfg.mechanism}, train))
+        jobs.append(uninf_job(cfg, out_dir, s))
     jobs += [sweep(st, s, [job_name("sweep", s, setting=st["pt_from"])]) for s in sweep_seeds
              for st in settings if st["pt_from"] not in (None, "self")]
     jobs.append(Job(job_name("views"), views_job, {"out_dir": out_dir, "seed": min(seeds)},
@@ -193,7 +201,28 @@ def plan(cfg: CRConfig, out_dir: Path, seeds: list[int]) -> list[Job]:
             jobs.append(Job(job_name("cr4", s, variant="shared"), taskvec_seed,
                             {"run_path": seed_run_path(vout, s), "seed": s,
                              "tvc": vcfg.taskvec}, (job_name("train", s, variant="shared"),)))
+            jobs.append(uninf_job(vcfg, vout, s, "shared"))
     return jobs
+
+
+def uninf_job(cfg: CRConfig, out_dir: Path, seed: int, variant: str = "") -> Job:
+    """The job ``[shared/]seed<N>/uninf-demos`` (evaluation only, after the seed's training):
+    the type accuracies with uninformative demos of the models the training job wrote. Its
+    inputs are the training job's, so it reruns whenever the training does."""
+    return Job(job_name("uninf-demos", seed, variant=variant), uninf_demos_seed,
+               {"cfg": cfg, "out_dir": out_dir, "seed": seed},
+               (job_name("train", seed, variant=variant),))
+
+
+def uninf_records(records: dict[str, dict], seeds: list[int], variant: str = "") -> dict:
+    """seed -> its ``uninf-demos`` record, None where the records have none (a run from
+    before the job existed: the variant's type bounds then cannot be read)."""
+    out = {}
+    for s in seeds:
+        name = job_name("uninf-demos", s, variant=variant)
+        out[s] = read_record(records, "uninf-demos", s, variant=variant) \
+            if name in records else None
+    return out
 
 
 def reproduce(cfg: CRConfig, out_dir: Path, seeds: list[int], summary: Summary,
@@ -231,8 +260,10 @@ def summarise(cfg: CRConfig, out_dir: Path, seeds: list[int], records: dict[str,
             else:
                 sweep_rows.append(rec("sweep", r.seed, setting=st["slug"]).row)
     sweep = sweep_table(sweep_rows)
-    for claim in cr123_claims(cfg, results, sweep):
+    baselines = uninf_records(records, seeds)
+    for claim in cr123_claims(cfg, results, sweep, baselines):
         summary.add(claim)
+    summary.tables["CR uninformative-demo baselines"] = baseline_table(baselines)
     summary.tables.update(cr123_tables(results, sweep))
     with summary.stage("figures"):
         figs = write_cr123_figures(heldout_icl_by_k(results, cfg.eval_ks), cfg.eval_ks,
@@ -289,8 +320,9 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
     vfig = Path(out_dir) / "figures" / SHARED_DIR
     write_cr123_figures(heldout_icl_by_k(results, vcfg.eval_ks), vcfg.eval_ks, len(results),
                         finetune_curves([r.curves for r in results]), [], vfig, seeds=seeds)
-    for claim in cr123_claims(vcfg, results, []):
-        claim.id = variant_id(claim.id, "shared")
+    baselines = uninf_records(records, seeds, "shared")
+    summary.tables["CR shared-token uninformative-demo baselines"] = baseline_table(baselines)
+    for claim in cr123_claims(vcfg, results, [], baselines, variant="shared"):
         claim.notes = head + claim.notes
         # the variant's own figure (CR-3 has no sweep there: its held-out-ICL-by-K figure)
         claim.figure = f"figures/{SHARED_DIR}/cr_icl_by_k.html"
@@ -298,20 +330,6 @@ def add_shared_variant(summary: Summary, vcfg: CRConfig, out_dir: Path, seeds: l
     add_cr4(summary, out_dir, seeds,
             {s: read_record(records, "cr4", s, variant="shared") for s in seeds}, {},
             vcfg.taskvec, variant="shared")
-    # the type bounds of CR-1 and of CR-3's mixed-type control are registered as 1/L + 0.05,
-    # chance for disjoint vocabularies; in this variant chance is higher, so CR-1's bound is
-    # unreadable there (the registry's claims.derive.shared_bound_unreadable) and the notes
-    # say why. A readable failing condition still decides `does not hold` (SPEC 0).
-    if chance > 1 / vcfg.task.n_types + 0.01:
-        for cid, what in (("CR-1", "CR-1's type bound 1/L + 0.05"),
-                          ("CR-3", "CR-3's mixed-type control bound 1/L + 0.05")):
-            c = summary.claims.get(variant_id(cid, "shared"))
-            if c is not None:
-                c.notes = (f"{what} is chance for disjoint vocabularies; in this variant an "
-                           f"uninformed guess already has the right type with probability "
-                           f"{chance:.3f}, so the bound cannot be read (SPEC 0: the variant's "
-                           f"bound is a within-model contrast with uninformative demos, not "
-                           f"measured in this run). " + c.notes)
     ks = list(range(1, vcfg.task.max_demos + 1))
     summary.tables["CR shared-token ideal reader"] = ideal_reader_table(vcfg.task, ks,
                                                                         seeds=tuple(seeds))

@@ -51,6 +51,7 @@ __all__ = [
     "ARMS",
     "learned_grid",
     "learned_memory",
+    "learned_runs",
     "rule_kwargs",
     "sample_complexity_per_seed",
     "sample_complexity_row",
@@ -151,6 +152,33 @@ def _empty(fast: FastIR) -> FastIR:
     return fast
 
 
+def _setting(cfg: IRConfig, seed: int, n: int):
+    """(d, model spec, task, embeddings, held-out evaluation sequences) of IR-5 at n."""
+    d = sweep_width(cfg, n)
+    rspec = model_spec(cfg, embedding="random", d_embed=d)
+    tk = task_config(cfg, n).build(seed)
+    E = token_embeddings(tk, rspec, seed)
+    return d, rspec, tk, E, tk.sample(tagged_rng(seed, "sweep-eval", n), cfg.sample_complexity.eval)
+
+
+def learned_runs(cfg: IRConfig, seed: int, n: int, N: int, setting=None
+                 ) -> tuple[list[float], list[int]]:
+    """The learned arm at one (n, N): ``sample_complexity.learned_runs`` runs, each a memory
+    written from its N training sequences and a PGD run of the position block on the first
+    ``sample_complexity.learned_fit_max`` of them; (final expected accuracies, units held).
+    ``setting``: :func:`_setting`'s result when the caller has it."""
+    sc = cfg.sample_complexity
+    _, rspec, tk, E, ev = setting or _setting(cfg, seed, n)
+    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=sc.steps)
+    accs, units = [], []
+    for r in range(sc.learned_runs):
+        train = tk.sample(tagged_rng(seed, "sweep-train", n, N, r), N)
+        fast = Step1IR(tk, rspec, seed=seed, E=E)
+        units.append(learned_memory(fast, train))
+        accs.append(_run(fast, _head(train, sc.learned_fit_max), ev, pgd, seed * 1000 + r))
+    return accs, units
+
+
 def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
                           ) -> dict[str, Any]:
     """IR-5 at one n of ``sample_complexity.n`` for one arm (:data:`ARMS`): width
@@ -162,11 +190,7 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
     if arm not in ARMS:
         raise ValueError(f"arm {arm!r} not in {ARMS}")
     sc = cfg.sample_complexity
-    d = sweep_width(cfg, n)
-    rspec = model_spec(cfg, embedding="random", d_embed=d)
-    tk = task_config(cfg, n).build(seed)
-    E = token_embeddings(tk, rspec, seed)
-    ev = tk.sample(tagged_rng(seed, "sweep-eval", n), sc.eval)
+    d, rspec, tk, E, ev = _setting(cfg, seed, n)
     ceil = ceiling(tk, rspec, tk.sample(tagged_rng(seed, "sweep-ceiling", n), sc.eval), seed,
                    E=E, key="step1_prob", grid=CEILING_GRID_EXPECTED)["step1_prob"]
     out: dict[str, Any] = {"seed": seed, "n": n, "d_embed": d, "arm": arm, "ceiling": ceil}
@@ -190,13 +214,7 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
         stop = out["z"] + sc.q * (ceil - out["z"])
         units: dict[str, list[int]] = {}
         for N in learned_grid(cfg):
-            accs, us = [], []
-            for r in range(sc.learned_runs):
-                train = tk.sample(tagged_rng(seed, "sweep-train", n, N, r), N)
-                fast = Step1IR(tk, rspec, seed=seed, E=E)
-                us.append(learned_memory(fast, train))
-                accs.append(_run(fast, _head(train, sc.learned_fit_max), ev, pgd,
-                                 seed * 1000 + r))
+            accs, us = learned_runs(cfg, seed, n, N, (d, rspec, tk, E, ev))
             acc[str(N)], units[str(N)] = accs, us
             if min(accs) >= stop:
                 break
