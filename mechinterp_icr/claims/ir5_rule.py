@@ -40,9 +40,8 @@ __all__ = ["IR5_PER_SEED", "IR5_POOLED", "crossing", "ir5_derive", "ir5_seed",
 IR5_PER_SEED = ("slope_minus_s_poly", "memory_reached_at_n_max", "learned_slope",
                 "learned_uncensored_n", "zero_data_reaches", "min_gain")
 IR5_POOLED = ("mean_slope_hi95_minus_s_poly",)
-# what cannot be read when an n of a seed is not measurable
-_WHOLE_GRID = ("slope_minus_s_poly", "memory_reached_at_n_max", "zero_data_reaches",
-               "min_gain", "learned_slope", "learned_uncensored_n")
+# the conditions that cannot be read when the memory arm cannot be read at an n of a seed
+_WHOLE_GRID = ("slope_minus_s_poly", "memory_reached_at_n_max")
 
 
 def isotonic_fit(y: list[float], w: list[float] | None = None) -> list[float]:
@@ -136,9 +135,12 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
     whose two means differ by more than ``flat`` or below ``min_frac`` x the ceiling, a run
     without a number), both arms' targets and N; then the memory
     arm's slope (censored N = its grid's largest), the learned arm's slope over its
-    uncensored n, and the controls' numbers. ``unmeasurable`` maps an n to why."""
+    uncensored n, and the controls' numbers. ``unmeasurable`` maps an n to why the memory arm
+    cannot be read there (its conditions then cannot be read on this seed);
+    ``learned_unmeasurable`` an n to why the learned arm cannot (its controls are then not
+    measured; the memory arm's conditions are still read)."""
     by_n = (m.get("ir5_by_n") if isinstance(m, Mapping) else None) or {}
-    rows, why = {}, {}
+    rows, why, why_l = {}, {}, {}
     for key in sorted(by_n, key=float):
         r = by_n[key] if isinstance(by_n[key], Mapping) else {}
         mem, lrn = r.get("memory") or {}, r.get("learned") or {}
@@ -151,18 +153,23 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
                      "z_memory": _num(mem.get("z")), "z_learned": _num(lrn.get("z")),
                      "memory_top_N": max((float(N) for N in mem.get("acc") or {}),
                                          default=math.nan)}
-        if not mem.get("acc") or not lrn.get("acc"):
-            why[key] = "the {} arm not measured (or stored twice)".format(
-                "memory" if not mem.get("acc") else "learned")
+        if not mem.get("acc"):
+            why[key] = "the memory arm not measured (or stored twice)"
         elif retr is None or retr < retrieval_min:
             why[key] = f"retrieval {_g(retr)} < {retrieval_min:g}"
-        elif math.isnan(P) or not spread <= flat:
+        elif math.isnan(P) or not spread <= flat + 1e-12:
             why[key] = f"memory plateau not flat (two largest N differ by {spread:.3g} > {flat:g})"
         elif C is None or P < min_frac * C:
             why[key] = f"memory plateau {P:.3g} < {min_frac:g} x ceiling {_g(C)}"
-        elif any(isinstance(v, float) and math.isnan(v) for v in (N_m, N_l)):
-            why[key] = "a run without a number (or an arm not measured)"
-    out: dict[str, Any] = {"by_n": rows, "unmeasurable": why}
+        elif isinstance(N_m, float) and math.isnan(N_m):
+            why[key] = "a memory-arm run without a number"
+        # the learned arm's own gaps: they leave its controls unmeasured, never the memory
+        # arm's conditions (a failing memory arm still decides)
+        if not lrn.get("acc"):
+            why_l[key] = "the learned arm not measured (or stored twice)"
+        elif isinstance(N_l, float) and math.isnan(N_l):
+            why_l[key] = "a learned-arm run without a number"
+    out: dict[str, Any] = {"by_n": rows, "unmeasurable": why, "learned_unmeasurable": why_l}
     if not rows:
         return {**out, "unmeasurable": {"*": "no IR-5 rows stored"}}
     ns = [float(k) for k in rows]
@@ -177,8 +184,10 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
                                       float(top["N_memory"] is not None))
     ok_l = [(float(k), rows[k]["N_learned"]) for k in rows
             if k not in why and rows[k]["N_learned"] is not None]
-    out["learned_uncensored_n"] = float(len(ok_l))
-    out["learned_slope"] = log_slope([a for a, _ in ok_l], [b for _, b in ok_l])
+    gap = why or why_l  # the learned arm's target needs the memory arm's plateau
+    out["learned_uncensored_n"] = math.nan if gap else float(len(ok_l))
+    out["learned_slope"] = (math.nan if gap else
+                            log_slope([a for a, _ in ok_l], [b for _, b in ok_l]))
     reach = [float(rows[k]["z_memory"] >= rows[k]["tau_memory"]) for k in rows
              if k not in why]
     out["zero_data_reaches"] = max(reach) if reach and not why else math.nan

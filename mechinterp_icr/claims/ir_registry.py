@@ -74,7 +74,7 @@ IR5 = {**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
                   n=(128, 256, 512, 1024, 2048, 4096),
                   d_n=(128, 256, 512, 1024, 2048, 4096),
                   d=(96, 80, 80, 80, 64, 80),
-                  Ns=(1, 2, 4, 8, 16, 32, 64, 128, 256), runs=8, plateau_runs=4,
+                  Ns=(1, 2, 4, 8, 16, 32, 64, 128, 256), runs=8, plateau_runs=16,
                   learned_runs=4, learned_N_max=8192, learned_fit_max=1024,
                   steps=50, eval=300, retrieval_min=0.99, retrieval_triples=4096,
                   q=0.5, conventions=(0.3, 0.7, 0.9), plateau_flat=0.02, plateau_min=0.95)}

@@ -26,7 +26,7 @@ QUICK_NOW = {
     "sample_complexity.d": [96, 80, 80, 80, 64, 80],
     "sample_complexity.retrieval_triples": 4096,
     "sample_complexity.Ns": [1, 2, 4, 8, 16, 32, 64, 128, 256], "sample_complexity.runs": 8,
-    "sample_complexity.plateau_runs": 4, "sample_complexity.learned_runs": 4,
+    "sample_complexity.plateau_runs": 16, "sample_complexity.learned_runs": 4,
     "sample_complexity.learned_N_max": 8192, "sample_complexity.learned_fit_max": 1024,
     "sample_complexity.steps": 50, "sample_complexity.eval": 300,
     "sample_complexity.retrieval_min": 0.99, "sample_complexity.q": 0.5,

@@ -230,8 +230,10 @@ def test_sample_complexity_per_seed_stores_the_runs_and_names_missing_or_doubled
     assert ir5_seed(m, 0.5, **rule_kwargs(cfg))["unmeasurable"] == {}
     # a missing row and a doubled one: that n is not measurable, named
     m = sample_complexity_per_seed(cfg, rows[2:] + [row(128, "learned")], [0])["0"]
-    why = ir5_seed(m, 0.5, **rule_kwargs(cfg))["unmeasurable"]
-    assert set(why) == {"32", "128"} and "not measured" in why["32"]
+    got = ir5_seed(m, 0.5, **rule_kwargs(cfg))
+    why, why_l = got["unmeasurable"], got["learned_unmeasurable"]
+    assert set(why) == {"32"} and "not measured" in why["32"]  # the memory row missing
+    assert set(why_l) == {"32", "128"}  # learned: missing at 32, doubled at 128
 
 
 def test_learned_memory_holds_exactly_the_triples_its_data_show():
@@ -359,5 +361,8 @@ def test_a_diverged_run_makes_its_row_not_measurable():
 
     m = build_ir5_seed()
     m["ir5_by_n"]["256"]["learned"]["acc"]["4"][1] = float("nan")
-    why = ir5_seed(m, 0.5, flat=0.02, min_frac=0.95, retrieval_min=0.99)["unmeasurable"]
-    assert list(why) == ["256"] and "without a number" in why["256"]
+    got = ir5_seed(m, 0.5, flat=0.02, min_frac=0.95, retrieval_min=0.99)
+    assert got["unmeasurable"] == {}  # the memory arm is still read
+    assert list(got["learned_unmeasurable"]) == ["256"]
+    assert "without a number" in got["learned_unmeasurable"]["256"]
+    assert got["learned_slope"] != got["learned_slope"]  # its control: not measured

@@ -145,3 +145,34 @@ def test_conventions_are_reported_not_deciding():
     m = spec("IR-5").derive("IR-5", per)[0]["0"]
     assert {"slope_q0.3", "slope_q0.7", "slope_q0.9", "learned_slope_q0.9"} <= set(m)
     assert m["slope_q0.9"] != m["ir5_slope"]  # another fraction, another N
+
+
+def test_a_gap_in_the_learned_arm_never_hides_a_failing_memory_arm():
+    per = _all(N_memory=lambda n: n / 64)
+    for m in per.values():
+        m["ir5_by_n"]["128"]["learned"] = None  # the learned job failed
+    c = _claim(per)
+    assert c["verdict"] == "does not hold"
+    assert _cond(c, "slope_minus_s_poly")["met"] is False
+
+
+def test_plateau_means_exactly_the_bar_apart_are_flat():
+    m = build_ir5_seed(plateau={128: 0.90, 256: 0.92}, ceiling=0.94)
+    assert ir5_seed(m, 0.5, **RULE)["unmeasurable"] == {}
+
+
+def test_a_verdict_that_flips_at_another_gain_fraction_says_so():
+    # half the gain at N = 2 everywhere, the rest only at N = n / 64: holds at q = 0.5,
+    # not at 0.9
+    per = {}
+    for s in SEEDS:
+        m = build_ir5_seed()
+        for n, r in m["ir5_by_n"].items():
+            z, P = r["memory"]["z"], 0.92
+            for N in r["memory"]["acc"]:
+                f = 0.5 * min(1.0, float(N) / 2) + 0.5 * min(1.0, float(N) / (int(n) / 64))
+                r["memory"]["acc"][N] = [z + (P - z) * f] * 4
+        per[s] = m
+    c = _claim(per)
+    assert c["verdict"] == "holds"
+    assert "At gain fraction(s)" in c["notes"] and "0.9" in c["notes"]

@@ -192,6 +192,26 @@ def _ir4(make, per, cfg: IRConfig) -> None:
          details={"perturbation_role": role})
 
 
+def _convention_note(per5: dict[str, dict[str, Any]], sc) -> str:
+    """Where the every-seed slope rule reads otherwise at the convention gain fractions than
+    at the registered q (SPEC 0: a verdict that flips under a nearby convention says so)."""
+    per = spec("IR-5").derive("IR-5", per5)[0]
+
+    def met(key: str) -> bool | None:
+        v = [m.get(key) for m in per.values()]
+        if not v or any(x is None or x != x for x in v):
+            return None
+        return all(x <= m.get("ir5_s_poly") + 1e-12 for x, m in zip(v, per.values()))
+
+    base = met("ir5_slope")
+    flips = [f"{c:g}" for c in sc.conventions
+             if base is not None and met(f"slope_q{c:g}") not in (None, base)]
+    if not flips:
+        return ""
+    return (f" At gain fraction(s) {', '.join(flips)} the every-seed slope rule reads "
+            f"{'not ' if base else ''}met (per-seed slope_q* in the claim's derived metrics).")
+
+
 def _ir5(make, per, cfg: IRConfig) -> None:
     """IR-5 from the stored runs (``ir5_by_n``): every number the rule reads is the spec's
     ``derive`` (claims/ir5_rule.py), so ``icr redecide`` recomputes it."""
@@ -206,8 +226,11 @@ def _ir5(make, per, cfg: IRConfig) -> None:
                f"{sc.runs} runs per N of {list(sc.Ns)} ({sc.plateau_runs} at the two largest), "
                f"learned arm {sc.learned_runs} runs per power of two up to {sc.learned_N_max}, "
                f"each run {sc.steps} steps, no early stop; a censored memory-arm N counts as "
-               f"{max(sc.Ns)}. Gain fractions {', '.join(f'{c:g}' for c in sc.conventions)} "
-               f"reported per seed (slope_q*).")
+               f"{max(sc.Ns)}. Structural: with a gain P - z > 0 the fit ends at or above P, so "
+               f"N is reached at n_max and zero data misses the target; those two fail only "
+               f"where the gain control does. Gain fractions "
+               f"{', '.join(f'{c:g}' for c in sc.conventions)} reported per seed (slope_q*)."
+               + _convention_note(per["IR-5"], sc))
 
 
 def _ir6(make, per, cfg: IRConfig) -> None:

@@ -84,7 +84,7 @@ class SampleComplexityConfig:
     # the memory arm's N grid: it reaches its plateau by N = 128 at every n (docs/ir.md)
     Ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     runs: int = 8  # memory-arm PGD runs per (n, N, seed) up to the plateau points
-    plateau_runs: int = 4  # memory-arm runs at the two largest N of Ns
+    plateau_runs: int = 16  # memory-arm runs at the two largest N of Ns (docs/ir.md)
     learned_runs: int = 4  # learned-arm runs per (n, N, seed)
     learned_N_max: int = 8192  # the learned arm's grid: powers of two up to this (2 x n_max)
     learned_fit_max: int = 1024  # the learned arm's position block trains on this many of N

@@ -21,11 +21,11 @@ satisfies it), so it is decided against a measurement shown able to see growth:
   constructed memory stores it, an unseen one is absent). It is the most sample-efficient
   memory that learns from the data, so its N must grow about linearly with the n R facts.
   Its grid is the powers of two up to ``learned_N_max``, ended at the first N where every
-  run reaches z + q x (C - z) (C the ideal-row ceiling, which the memory arm's plateau does
-  not exceed, so the rule's target is crossed by then). Its position block trains on the
-  first ``learned_fit_max`` of the N sequences (the memory writes all of them): the memory
-  arm shows the position block needs far fewer (its plateau by N = 128), and a larger
-  PGD batch only costs time (docs/ir.md measures the difference).
+  run reaches z + q x (1 - z), at or above the rule's target whatever the plateau. Its
+  position block trains on the first ``learned_fit_max`` of the N sequences (the memory
+  writes all of them): the memory arm shows the position block needs far fewer (its plateau
+  by N = 128), and a larger PGD batch only costs time (``analyses/ir5_fit_cap.py`` measures
+  the difference).
 
 Per seed (:func:`sample_complexity_per_seed`) the rows are stored as ``ir5_by_n``, the input
 of the rule.
@@ -211,7 +211,10 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
                                 ev, pgd, seed * 1000 + r)
                            for r in range(sc.plateau_runs if N in top2 else sc.runs)]
     else:
-        stop = out["z"] + sc.q * (ceil - out["z"])
+        # every run at z + q (1 - z): at or above the rule's target z + q (P - z) whatever
+        # the memory arm's plateau P (an accuracy is at most 1), so ending the grid there never
+        # censors N; it reads no plateau and no ceiling
+        stop = out["z"] + sc.q * (1.0 - out["z"])
         units: dict[str, list[int]] = {}
         for N in learned_grid(cfg):
             accs, us = learned_runs(cfg, seed, n, N, (d, rspec, tk, E, ev))
