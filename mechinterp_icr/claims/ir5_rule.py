@@ -33,8 +33,10 @@ import numpy as np
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
 
-__all__ = ["IR5_PER_SEED", "IR5_POOLED", "crossing", "ir5_derive", "ir5_seed",
-           "ir5_unreadable", "isotonic_fit", "log_slope", "plateau", "s_poly"]
+__all__ = ["IR5_PER_SEED", "IR5_POOLED", "IR5_TABLE", "crossing", "ir5_derive", "ir5_seed",
+           "ir5_table", "ir5_unreadable", "isotonic_fit", "log_slope", "plateau", "s_poly"]
+
+IR5_TABLE = "IR-5 sample complexity"  # the summary table :func:`ir5_table` fills
 
 # the derived metrics the spec decides on (per seed) and the pooled one
 IR5_PER_SEED = ("slope_minus_s_poly", "memory_reached_at_n_max", "learned_slope",
@@ -235,3 +237,24 @@ def ir5_unreadable(claim_id: str, per_seed: Mapping[str, Any], q: float, **rule:
     out["mean_slope_hi95_minus_s_poly"] = {"*": "seed(s) " + ", ".join(bad) +
                                            " not measurable at some n"}
     return out
+
+
+def ir5_table(per_seed: Mapping[str, Any], q: float, conventions, **rule: float
+              ) -> dict[str, Any]:
+    """The IR-5 table's entries: per seed and n the plateau, both arms' zero-data accuracy,
+    target and N at ``q`` (None = right-censored) and at each convention fraction, and why an
+    n is not measurable (memory arm, learned arm). ``rule``: :func:`ir5_seed`'s keywords."""
+    rows = []
+    for seed, m in per_seed.items():
+        by_q = {float(c): ir5_seed(m, float(c), **rule) for c in (q, *conventions)}
+        main = by_q[float(q)]
+        for n, r in main["by_n"].items():
+            rows.append({"seed": str(seed), "n": int(float(n)), **{
+                k: r[k] for k in ("P", "plateau_spread", "ceiling", "z_memory", "z_learned",
+                                  "tau_memory", "tau_learned", "N_memory", "N_learned")},
+                "N_by_q": {f"{c:g}": {"memory": by_q[c]["by_n"][n]["N_memory"],
+                                      "learned": by_q[c]["by_n"][n]["N_learned"]}
+                           for c in by_q},
+                "unmeasurable": main["unmeasurable"].get(n),
+                "learned_unmeasurable": main["learned_unmeasurable"].get(n)})
+    return {"rows": rows, "q": float(q), "conventions": [float(c) for c in conventions]}

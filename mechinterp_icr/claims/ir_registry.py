@@ -7,7 +7,7 @@ Changes: dated entries in docs/registry.md, heading "IR-1..IR-9"."""
 from __future__ import annotations
 
 from mechinterp_icr.claims.derive import ir8_unreadable, ir9_unreadable
-from mechinterp_icr.claims.ir5_rule import ir5_derive, ir5_unreadable
+from mechinterp_icr.claims.ir5_rule import IR5_TABLE, ir5_derive, ir5_table, ir5_unreadable
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
@@ -182,6 +182,9 @@ IR_SPECS = (
         unreadable=lambda cid, per_seed: ir5_unreadable(cid, per_seed,
                                                         IR5["sample_complexity.q"],
                                                         **_ir5_rule()),
+        tables=lambda cid, per_seed: {IR5_TABLE: ir5_table(
+            per_seed, IR5["sample_complexity.q"], IR5["sample_complexity.conventions"],
+            **_ir5_rule())},
     ),
     ClaimSpec(
         "IR-6",

@@ -153,6 +153,10 @@ class ClaimSpec:
     # read, e.g. no headroom; seed "*": every seed)
     derive: Callable[[str, Mapping[str, Any]], tuple[dict, dict]] | None = None
     unreadable: Callable[[str, Mapping[str, Any]], dict[str, dict[str, str]]] | None = None
+    # the summary tables the spec computes from the same measurements (``tables(claim_id,
+    # per_seed)`` -> {table name: entries}), so ``icr redecide`` recomputes them beside the
+    # verdict (the entries replace the stored table's)
+    tables: Callable[[str, Mapping[str, Any]], dict[str, dict[str, Any]]] | None = None
 
     @property
     def headline(self) -> Condition:

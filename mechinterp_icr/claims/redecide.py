@@ -163,7 +163,26 @@ def redecide_summary(summary: Mapping[str, Any], registry: Mapping[str, ClaimSpe
         if missing:
             unmeasured[cid] = missing
     kept = {k: v for k, v in summary.items() if k != "rerun"}
-    return {**kept, "claims": new_claims}, unmeasured
+    return {**kept, "claims": new_claims, "tables": _tables(summary, registry)}, unmeasured
+
+
+def _tables(summary: Mapping[str, Any], registry: Mapping[str, ClaimSpec]) -> Any:
+    """The stored tables with every table a spec computes (``ClaimSpec.tables``) recomputed
+    from its claim's stored per-seed measurements; the others as stored."""
+    tables = summary.get("tables")
+    if not isinstance(tables, Mapping):
+        return tables
+    out = dict(tables)
+    for cid, c in (summary.get("claims") or {}).items():
+        rid = registered_id(str(cid), registry) if isinstance(c, Mapping) else None
+        spec = registry.get(rid) if rid is not None else None
+        per_seed = c.get("per_seed") if isinstance(c, Mapping) else None
+        if spec is None or spec.tables is None or not isinstance(per_seed, Mapping):
+            continue
+        for name, entries in spec.tables(str(cid), per_seed).items():
+            if isinstance(out.get(name), Mapping):
+                out[name] = {**out[name], **entries}
+    return out
 
 
 def _same(a: Any, b: Any, tol: float) -> bool:
@@ -188,6 +207,10 @@ def differences(stored: Mapping[str, Any], redecided: Mapping[str, Any],
     out = []
     if not _same(stored.get("rerun"), redecided.get("rerun"), tol):
         out.append("summary: its rerun record is not what the attached rerun gives")
+    t_old, t_new = stored.get("tables") or {}, redecided.get("tables") or {}
+    for name in sorted(set(t_old) | set(t_new)):
+        if not _same(t_old.get(name), t_new.get(name), tol):
+            out.append(f"summary: table {name!r} differs from what the specs give")
     old, new = stored.get("claims") or {}, redecided.get("claims") or {}
     for cid in sorted(set(old) | set(new), key=lambda c: claim_key((c,))):
         a, b = old.get(cid), new.get(cid)

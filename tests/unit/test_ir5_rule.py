@@ -176,3 +176,20 @@ def test_a_verdict_that_flips_at_another_gain_fraction_says_so():
     c = _claim(per)
     assert c["verdict"] == "holds"
     assert "At gain fraction(s)" in c["notes"] and "0.9" in c["notes"]
+
+
+def test_redecide_recomputes_the_ir5_table_and_check_finds_a_stale_one():
+    import copy
+
+    from helpers import registry_summary
+
+    from mechinterp_icr.claims.redecide import differences, redecide_summary
+
+    s = registry_summary()
+    s["tables"] = {"IR-5 sample complexity": {"rows": [], "note": "kept"}}
+    new = redecide_summary(s)[0]
+    table = new["tables"]["IR-5 sample complexity"]
+    assert table["note"] == "kept" and table["q"] == 0.5 and len(table["rows"]) == 5 * 6
+    assert any("table 'IR-5 sample complexity'" in d for d in differences(s, new))
+    again = redecide_summary(copy.deepcopy(new))[0]
+    assert differences(new, again) == []

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from mechinterp_icr.claims.ir5_rule import ir5_seed
+from mechinterp_icr.claims.ir5_rule import ir5_table
 from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, sweep_width, task_config
 from mechinterp_icr.experiments.ir.ir5_dn import retrieval_at
 from mechinterp_icr.experiments.ir.train import CEILING_GRID_EXPECTED, ceiling, tagged_rng
@@ -257,23 +257,11 @@ def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
 
 
 def sample_complexity_table(cfg: IRConfig, per: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The IR-5 summary table: per seed and n, the plateau, both arms' zero-data accuracy,
-    target and N at the registered q (None = right-censored) and at the conventions, and why
-    an n is not measurable."""
-    sc, kw = cfg.sample_complexity, rule_kwargs(cfg)
-    rows = []
-    for seed, m in per.items():
-        by_q = {q: ir5_seed(m, q, **kw) for q in (sc.q, *sc.conventions)}
-        main = by_q[sc.q]
-        for n, r in main["by_n"].items():
-            rows.append({"seed": seed, "n": int(float(n)), **{
-                k: r[k] for k in ("P", "plateau_spread", "ceiling", "z_memory", "z_learned",
-                                  "tau_memory", "tau_learned", "N_memory", "N_learned")},
-                "N_by_q": {f"{q:g}": {"memory": by_q[q]["by_n"][n]["N_memory"],
-                                      "learned": by_q[q]["by_n"][n]["N_learned"]}
-                           for q in by_q},
-                "unmeasurable": main["unmeasurable"].get(n)})
-    return {"rows": rows, "q": sc.q, "conventions": list(sc.conventions),
+    """The IR-5 summary table (:func:`..claims.ir5_rule.ir5_table` at ``cfg``'s q, conventions
+    and plateau bars; ``icr redecide`` recomputes the same entries under the registered ones),
+    with the widths d(n) and a note."""
+    sc = cfg.sample_complexity
+    return {**ir5_table(per, sc.q, sc.conventions, **rule_kwargs(cfg)),
             "d_of_n": {str(n): sweep_width(cfg, n) for n in sc.n},
             "note": "N = where the isotonic fit of the mean expected step-1 accuracy against "
                     "log N first reaches z + q x (P - z) (log-interpolated; None = not reached "

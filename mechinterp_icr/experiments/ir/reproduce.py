@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import Summary
+from mechinterp_icr.claims.ir5_rule import IR5_TABLE
 from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
@@ -197,7 +198,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
                if (rows := rec("ht_overwrite", first, run=name).rows) is not None}
 
     per["IR-5"] = sample_complexity_per_seed(cfg, sweep_rows, seeds)
-    summary.tables["IR-5 sample complexity"] = sample_complexity_table(cfg, per["IR-5"])
+    summary.tables[IR5_TABLE] = sample_complexity_table(cfg, per["IR-5"])
     summary.tables["IR-3 gap vs n"] = {"rows": gap_rows, "fit": gap_fit(gap_rows)}
     summary.tables["IR-3 gap decay"] = gap_traces
     summary.tables["IR-9 gap from the imposed offset"] = ir9_traces
