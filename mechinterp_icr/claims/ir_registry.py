@@ -13,7 +13,7 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR5", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5", "ir5_rule_kwargs", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
            "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
 
 # Analysis constants an IR verdict reads that are not config keys (SPEC 0): IR-8's
@@ -80,7 +80,9 @@ IR5 = {**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
                   q=0.5, conventions=(0.3, 0.7, 0.9), plateau_flat=0.02, plateau_min=0.95)}
 
 
-def _ir5_rule() -> dict[str, float]:
+def ir5_rule_kwargs() -> dict[str, float]:
+    """The registered keyword arguments of :func:`..ir5_rule.ir5_seed` (the plateau bars and
+    the retrieval precondition), read from :data:`IR5`."""
     return {"flat": IR5["sample_complexity.plateau_flat"],
             "min_frac": IR5["sample_complexity.plateau_min"],
             "retrieval_min": IR5["sample_complexity.retrieval_min"]}
@@ -178,13 +180,13 @@ IR_SPECS = (
         hyperparameters=IR5,
         derive=lambda cid, per_seed: ir5_derive(cid, per_seed, IR5["sample_complexity.q"],
                                                 IR5["sample_complexity.conventions"],
-                                                **_ir5_rule()),
+                                                **ir5_rule_kwargs()),
         unreadable=lambda cid, per_seed: ir5_unreadable(cid, per_seed,
                                                         IR5["sample_complexity.q"],
-                                                        **_ir5_rule()),
+                                                        **ir5_rule_kwargs()),
         tables=lambda cid, per_seed: {IR5_TABLE: ir5_table(
             per_seed, IR5["sample_complexity.q"], IR5["sample_complexity.conventions"],
-            **_ir5_rule())},
+            **ir5_rule_kwargs())},
     ),
     ClaimSpec(
         "IR-6",

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mechinterp_icr.claims.registry import threshold
 from mechinterp_icr.viz.figures import seeds_caption
 
 __all__ = ["ir5_figure"]
@@ -20,12 +21,10 @@ _ARMS = {"memory": ("#1f77b4", "memory (constructed)"),
 
 
 def _rule() -> tuple[float, tuple[float, ...], dict[str, float]]:
-    from mechinterp_icr.claims.ir_registry import IR5
+    from mechinterp_icr.claims.ir_registry import IR5, ir5_rule_kwargs
 
-    kw = {"flat": IR5["sample_complexity.plateau_flat"],
-          "min_frac": IR5["sample_complexity.plateau_min"],
-          "retrieval_min": IR5["sample_complexity.retrieval_min"]}
-    return IR5["sample_complexity.q"], tuple(IR5["sample_complexity.conventions"]), kw
+    return (IR5["sample_complexity.q"], tuple(IR5["sample_complexity.conventions"]),
+            ir5_rule_kwargs())
 
 
 def _geo_mean(v: list[float]) -> float:
@@ -117,12 +116,13 @@ def _N_panel(fig, go, raw, res, seeds, ns, arm, fractions, s_poly) -> None:
             showlegend=c == q), 1, 1)
         if c == q:
             x0, y0 = next(iter(mean.items()))
-            slope = s_poly if arm == "memory" else 0.8
+            slope = (s_poly if arm == "memory" else
+                     threshold("IR-5", "learned_slope", control=True))
             fig.add_trace(go.Scatter(
                 x=[x0, ns[-1]], y=[y0, y0 * (ns[-1] / x0) ** slope], mode="lines",
                 line={"color": color, "width": 1.5, "dash": "dash"},
                 name=(f"slope s_poly = {slope:.3f} (the most the bound allows)"
-                      if arm == "memory" else "slope 0.8 (the control's least growth)"),
+                      if arm == "memory" else f"slope {slope:g} (the control's least growth)"),
                 legendgroup=arm), 1, 1)
 
 

@@ -22,11 +22,11 @@ real minus uninformative.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
 
+from mechinterp_icr.claims.protocol import as_number
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import nested_prompts, to_record
 from mechinterp_icr.experiments.cr.train import seed_run_path
@@ -83,14 +83,6 @@ def uninf_demos_seed(cfg: CRConfig, out_dir: Path, seed: int) -> dict[str, Any]:
                       "timings": {"uninformative demos": time.perf_counter() - t}})
 
 
-def _number(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
-
-
 def baseline_metrics(rec: Any, claim_metrics: dict[str, dict[str, Any]]
                      ) -> tuple[dict[str, dict[str, float]], list[str]]:
     """({claim id: per-seed metrics to add}, problems) of one seed from its
@@ -108,8 +100,8 @@ def baseline_metrics(rec: Any, claim_metrics: dict[str, dict[str, Any]]
         got = rec.phases.get(phase)
         if got is None:
             continue
-        stored = _number(claim_metrics.get(cid, {}).get(metric))
-        real, uninf = _number(got.get("real")), _number(got.get("uninformative"))
+        stored = as_number(claim_metrics.get(cid, {}).get(metric))
+        real, uninf = as_number(got.get("real")), as_number(got.get("uninformative"))
         same = stored is not None and real is not None and abs(stored - real) <= SAME_REAL_TOL
         if not same:
             problems.append(f"{phase}: the job's real-demo {metric} {real} is not the stored "

@@ -33,13 +33,20 @@ of the rule.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import torch
 
 from mechinterp_icr.claims.ir5_rule import ir5_table
-from mechinterp_icr.experiments.ir.config import IRConfig, model_spec, sweep_width, task_config
+from mechinterp_icr.experiments.ir.config import (
+    IRConfig,
+    main_pgd,
+    model_spec,
+    sweep_width,
+    task_config,
+)
 from mechinterp_icr.experiments.ir.ir5_dn import retrieval_at
 from mechinterp_icr.experiments.ir.train import CEILING_GRID_EXPECTED, ceiling, tagged_rng
 from mechinterp_icr.models.ir import FastIR, token_embeddings
@@ -152,6 +159,12 @@ def _empty(fast: FastIR) -> FastIR:
     return fast
 
 
+def _pgd(cfg: IRConfig) -> PGDConfig:
+    """The registered PGD of an IR-5 run: the main run's large step and perturbation, then
+    ``sample_complexity.steps`` small steps."""
+    return dataclasses.replace(main_pgd(cfg), steps=cfg.sample_complexity.steps)
+
+
 def _setting(cfg: IRConfig, seed: int, n: int):
     """(d, model spec, task, embeddings, held-out evaluation sequences) of IR-5 at n."""
     d = sweep_width(cfg, n)
@@ -169,7 +182,7 @@ def learned_runs(cfg: IRConfig, seed: int, n: int, N: int, setting=None
     ``setting``: :func:`_setting`'s result when the caller has it."""
     sc = cfg.sample_complexity
     _, rspec, tk, E, ev = setting or _setting(cfg, seed, n)
-    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=sc.steps)
+    pgd = _pgd(cfg)
     accs, units = [], []
     for r in range(sc.learned_runs):
         train = tk.sample(tagged_rng(seed, "sweep-train", n, N, r), N)
@@ -202,7 +215,7 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
     with torch.no_grad():
         fast.B.copy_(perturbation(fast.T, cfg.sigma, seed))
         out["z"] = step1_expected(fast, ev)
-    pgd = PGDConfig(big_lr=cfg.big_lr, sigma=cfg.sigma, lr=cfg.lr, steps=sc.steps)
+    pgd = _pgd(cfg)
     acc: dict[str, list[float]] = {}
     if arm == "memory":
         top2 = sorted(sc.Ns)[-2:]
