@@ -6,7 +6,7 @@
 Prints, per checkpoint, the boundary chosen on the dev split and the test accuracy of the
 top-PC and full probes (and, unless --quick, transfer, label-shuffle and random-direction
 controls, type variance share). Writes RUN/analyses/task_vectors.json and a PCA (or UMAP)
-scatter; over two checkpoints or more also task_vectors_steps.png / .html (probe accuracies
+scatter (PC signs aligned across checkpoints; --color-by type, query-subject or correct); over two checkpoints or more also task_vectors_steps.png / .html (probe accuracies
 and eta^2 against training step, phases in sequence). All computation lives in
 mechinterp_icr.experiments.cr.taskvec; RUN must be a CR run (task kind cr).
 """
@@ -37,6 +37,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="probes only (no controls/transfer)")
     ap.add_argument("--k-sweep", action="store_true", help="also separation vs K")
     ap.add_argument("--umap", action="store_true", help="UMAP view instead of PCA (slow)")
+    ap.add_argument("--color-by", default="type", choices=["type", "query-subject", "correct"],
+                    help="what the scatter's colour shows: the attribute type, the query "
+                         "subject, or whether the model's answer is right")
     ap.add_argument("--out", type=Path, default=None, help="figure folder (RUN/analyses)")
     ap.add_argument("--csv", default=None, metavar="PATH",
                     help="also write the table (one row per checkpoint) as CSV to PATH")
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
         # a bare last / first is the main phase's (ft-icl), never the all-weights arm
         selection = resolve_selection(RunDir(a.run), a.checkpoints)
         res = probe_run(a.run, selection, tvc, a.seed, full=not a.quick, umap=a.umap,
-                           out_dir=a.out, with_k=a.k_sweep)
+                        out_dir=a.out, with_k=a.k_sweep, color_by=a.color_by)
     except (ConfigError, RunError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

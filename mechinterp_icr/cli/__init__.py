@@ -448,9 +448,12 @@ def view(run: str, checkpoint: str, prompt: str | None, example: int | None,
 @click.option("--prompt", default=None,
               help='Space-separated tokens instead of a drawn prompt, e.g. "[BOS] S1 A0_3 '
                    '[SEP] S2".')
+@click.option("--head", "heads", default="all", show_default=True,
+              help="Heads whose attention and roles are shown: all, or LxHy joined by "
+                   "commas (e.g. L1H0,L1H1).")
 @click.option("--out", "out", default=None, type=click.Path(dir_okay=False),
               help="HTML file to write (default RUN/analyses/explore.html).")
-def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
+def explore(run: str, selection: str, prompt_seed: int, prompt: str | None, heads: str,
             out: str | None) -> None:
     """Write one offline HTML page with a slider over checkpoints of RUN: the attention of
     every head on one prompt (circuitsvis), the prediction beside the correct answer, the
@@ -459,7 +462,8 @@ def explore(run: str, selection: str, prompt_seed: int, prompt: str | None,
     _check_run_path(run)
     from mechinterp_icr.viz.explore import explore_run
 
-    path = explore_run(Path(run), selection, out=out, prompt_seed=prompt_seed, prompt=prompt)
+    path = explore_run(Path(run), selection, out=out, prompt_seed=prompt_seed, prompt=prompt,
+                       heads=heads)
     click.echo(str(path))
 
 

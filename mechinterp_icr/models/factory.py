@@ -10,6 +10,7 @@ this file.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import torch
@@ -17,7 +18,8 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from mechinterp_icr.config import ConfigError, ModelConfig
 
-__all__ = ["default_device", "hooked_config", "build_model", "init_weights_", "flops_per_token"]
+__all__ = ["default_device", "hooked_config", "build_model", "init_weights_", "flops_per_token",
+           "parse_heads", "head_name"]
 
 
 def default_device() -> str:
@@ -92,3 +94,28 @@ def flops_per_token(cfg: ModelConfig) -> float:
     n = cfg.n_layers * per_layer + cfg.d_model * cfg.d_vocab
     attn = cfg.n_layers * 2 * cfg.n_ctx * cfg.n_heads * cfg.d_head
     return 6.0 * n + 6.0 * attn
+
+
+def head_name(layer: int, head: int) -> str:
+    """A head's name everywhere in the package: ``L{layer}H{head}`` (e.g. ``L1H0``)."""
+    return f"L{layer}H{head}"
+
+
+def parse_heads(text: str, n_layers: int, n_heads: int, field: str = "--head"
+                ) -> list[tuple[int, int]]:
+    """``(layer, head)`` pairs of a head selection: ``all`` (every head, layer-major), or
+    names ``LxHy`` joined by commas (order kept, repeats dropped). A name outside the model
+    raises ConfigError naming ``field``, the value and what is allowed."""
+    text = str(text).strip()
+    if text == "all":
+        return [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    out: list[tuple[int, int]] = []
+    for part in text.split(","):
+        m = re.fullmatch(r"L(\d{1,6})H(\d{1,6})", part.strip())
+        if not m or int(m[1]) >= n_layers or int(m[2]) >= n_heads:
+            raise ConfigError(
+                f"{field} = {part.strip()[:40]!r} is not allowed; expected all or LxHy with "
+                f"x < {n_layers} and y < {n_heads} (e.g. L0H0), several joined by commas")
+        if (int(m[1]), int(m[2])) not in out:
+            out.append((int(m[1]), int(m[2])))
+    return out

@@ -8,6 +8,8 @@
 - :func:`checkpoint_heatmaps`: one matrix per checkpoint (head x position recoveries, sender x
   receiver recoveries) as a static figure of stacked panels (the PNG) and an interactive
   figure with a slider over every checkpoint (the HTML); :func:`save_heatmaps` writes both.
+- :func:`checkpoint_slider` puts per-checkpoint figures of one layout (e.g. one head's OV/QK
+  blocks, :func:`circuit_figure`) behind one slider.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 
 from mechinterp_icr.viz.figures import save_figure
 
-__all__ = ["checkpoint_colours", "checkpoint_heatmaps", "ci_note", "dla_figure", "gap_note",
-           "lens_figure", "lens_height", "recovery_panels", "save_heatmaps", "shown_panels"]
+__all__ = ["checkpoint_colours", "checkpoint_heatmaps", "checkpoint_slider", "circuit_figure",
+           "ci_note", "dla_figure", "gap_note", "lens_figure", "lens_height", "recovery_panels", "save_heatmaps", "shown_panels"]
 
 MAX_BAR_CHECKPOINTS = 6  # grouped bars up to this many checkpoints, a heatmap above
 
@@ -292,3 +294,30 @@ def circuit_figure(blocks: list[dict], title: str):
                                "side": "right"}}},
         margin={"t": 130})
     return fig, 1300 if cols == 2 else 760, 150 + 560 * rows
+
+
+def checkpoint_slider(figs: list, labels: list[str]):
+    """One figure with a slider over checkpoints from ``figs`` (one per checkpoint, in
+    training order, all with the same subplots, e.g. :func:`circuit_figure`'s): every
+    checkpoint's traces, only the chosen one's visible; each step also sets that
+    checkpoint's title and subplot titles. Opens on the last checkpoint."""
+    import plotly.graph_objects as go
+
+    if not figs or len(figs) != len(labels):
+        raise ValueError(f"checkpoint_slider needs one label per figure (got {len(figs)} "
+                         f"figures and {len(labels)} labels)")
+    owner = [i for i, f in enumerate(figs) for _ in f.data]
+    out = go.Figure(layout=figs[-1].layout)
+    for i, f in enumerate(figs):
+        for t in f.data:
+            out.add_trace(t.update(visible=i == len(figs) - 1))
+    steps = [{"method": "update", "label": lab,
+              "args": [{"visible": [o == i for o in owner]},
+                       {"title": f.layout.title.to_plotly_json(),
+                        "annotations": [a.to_plotly_json() for a in f.layout.annotations]}]}
+             for i, (f, lab) in enumerate(zip(figs, labels))]
+    out.update_layout(sliders=[{"active": len(figs) - 1, "steps": steps, "pad": {"t": 40},
+                                "currentvalue": {"prefix": "checkpoint: "}}])
+    if figs[-1].layout.height:  # room for the slider under the panels
+        out.update_layout(height=figs[-1].layout.height + 120)
+    return out

@@ -37,6 +37,7 @@ __all__ = [
     "write_cr8_figure",
     "cr9_figure",
     "write_cr9_figure",
+    "COLOR_BY",
     "task_vector_views_figure",
     "write_task_vector_views",
 ]
@@ -409,7 +410,36 @@ def _pc_titles(fig, var_ratio, row: int, col: int) -> None:
         update(title_text=f"PC{i + 1}{share}", row=row, col=col)
 
 
-def task_vector_views_figure(views: list[tuple], n_types: int, umap: bool):
+COLOR_BY = ("type", "query-subject", "correct")  # what a task-vector scatter is coloured by
+
+
+def _add_label_scatter(fig, Z, labels, color_by: str, n_types: int, col: int,
+                       first: bool) -> None:
+    """One panel's points coloured by ``color_by`` (:data:`COLOR_BY`): the attribute type
+    (one trace per type), the query subject (its index on a continuous scale, one colour bar)
+    or whether the model's answer is right."""
+    import plotly.graph_objects as go
+
+    labels = np.asarray(labels)
+    if color_by == "type":
+        _add_type_scatter(fig, Z[:, 0], Z[:, 1], labels, _type_colors(n_types), 1, col,
+                          legend=first, size=5)
+    elif color_by == "query-subject":
+        fig.add_trace(go.Scatter(
+            x=Z[:, 0], y=Z[:, 1], mode="markers", name="query subject", showlegend=False,
+            text=[f"query subject {int(v)}" for v in labels], hoverinfo="text",
+            marker=dict(size=5, opacity=0.8, color=labels, colorscale="Viridis",
+                        coloraxis="coloraxis")), 1, col)
+    else:
+        for ok, name, colr in ((1, "model right", "#2ca02c"), (0, "model wrong", "#d62728")):
+            m = labels == ok
+            fig.add_trace(go.Scatter(x=Z[m, 0], y=Z[m, 1], mode="markers", name=name,
+                                     legendgroup=name, showlegend=first,
+                                     marker=dict(size=5, color=colr, opacity=0.7)), 1, col)
+
+
+def task_vector_views_figure(views: list[tuple], n_types: int, umap: bool,
+                             color_by: str = "type"):
     """The figure of :func:`write_task_vector_views` (not written)."""
     from plotly.subplots import make_subplots
 
@@ -417,28 +447,32 @@ def task_vector_views_figure(views: list[tuple], n_types: int, umap: bool):
                                             np.linspace(0, len(views) - 1, 4).round()]
     fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[
         f"{v[0]} ({v[1]['boundary_label']}, top-PC {v[1]['acc_pc']:.2f})" for v in shown])
-    cols = _type_colors(n_types)
     for j, v in enumerate(shown):
-        Z, t = v[2], v[3]
-        _add_type_scatter(fig, Z[:, 0], Z[:, 1], t, cols, 1, j + 1, legend=j == 0, size=5)
+        _add_label_scatter(fig, np.asarray(v[2]), v[3], color_by, n_types, j + 1, j == 0)
         if umap:
             fig.update_xaxes(title_text="UMAP 1", row=1, col=j + 1)
             fig.update_yaxes(title_text="UMAP 2", row=1, col=j + 1)
         else:
             _pc_titles(fig, v[4] if len(v) > 4 else None, 1, j + 1)
     kind = "UMAP" if umap else "PCA"
+    what = {"type": "attribute type", "query-subject": "query subject",
+            "correct": "whether the model's answer is right"}[color_by]
     fig.update_layout(title=f"Task vectors of held-out-subject ICL prompts ({kind}), coloured "
-                            "by attribute type", legend_title_text="attribute type")
+                            f"by {what}", legend_title_text=what)
+    if color_by == "query-subject":
+        fig.update_layout(coloraxis={"colorscale": "Viridis",
+                                     "colorbar": {"title": {"text": "query subject"}}})
     return fig
 
 
 def write_task_vector_views(views: list[tuple], n_types: int, umap: bool,
-                            out_dir: Path) -> dict[str, str]:
+                            out_dir: Path, color_by: str = "type") -> dict[str, str]:
     """Scatter of 2-D task-vector coordinates per checkpoint (at most four, evenly spaced),
-    coloured by attribute type, with axis titles (``PC1 (x% var)``, ``PC2``; ``UMAP 1``,
-    ``UMAP 2``). ``views``: (checkpoint name, its probe row, (N, 2) coordinates, (N,) types
+    coloured by ``color_by`` (:data:`COLOR_BY`), with axis titles (``PC1 (x% var)``,
+    ``PC2``; ``UMAP 1``, ``UMAP 2``). ``views``: (checkpoint name, its probe row, (N, 2)
+    coordinates, (N,) colour labels (the types, query subjects or 1/0 right answers)
     [, the two components' explained-variance ratios for PCA])."""
-    fig = task_vector_views_figure(views, n_types, umap)
+    fig = task_vector_views_figure(views, n_types, umap, color_by)
     kind = "UMAP" if umap else "PCA"
     return save_figure(fig, Path(out_dir) / f"task_vectors_{kind.lower()}",
                        width=380 * min(len(views), 4) + 200, height=460)

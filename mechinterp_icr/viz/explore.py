@@ -214,8 +214,12 @@ def _progress(items, desc: str):
 
 @torch.no_grad()
 def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int = 0,
-                 prompt: str | None = None, n_roles: int = 64) -> dict[str, Any]:
-    """Everything the page shows, as JSON-ready numbers (see the module docstring)."""
+                 prompt: str | None = None, n_roles: int = 64, heads: str = "all"
+                 ) -> dict[str, Any]:
+    """Everything the page shows, as JSON-ready numbers (see the module docstring); ``heads``
+    (``all`` or ``LxHy`` joined by commas) narrows the attention patterns and the role table
+    to those heads."""
+    from mechinterp_icr.models.factory import head_name, parse_heads
     from mechinterp_icr.pipeline import load_run_model
     from mechinterp_icr.store.rundir import RunDir, RunError
     from mechinterp_icr.viz.views import MAX_EXAMPLE
@@ -234,6 +238,8 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
     rbatch, rqp = _role_batch(task, prompt_seed, n_roles)
     cr7 = _cr7_probes(task, prompt_seed) if kind == "cr" else None
     L, H = cfg.model.n_layers, cfg.model.n_heads
+    chosen = parse_heads(heads, L, H)
+    rows = [l * H + h for l, h in chosen]  # patterns and role rows are layer-major
     entries, computed = [], {}
     role_names: list[str] = []
     for ck, model in _progress(run.iter_models(",".join(c.name for c in cks), build),
@@ -241,14 +247,14 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
         dev = next(model.parameters()).device
         logits, cache = model.run_with_cache(toks[None].to(dev),
                                              names_filter=lambda n: n.endswith("hook_pattern"))
-        pats = torch.cat([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(L)], 0)
+        pats = torch.cat([cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(L)], 0)[rows]
         probs = torch.softmax(logits[0, qp].float(), -1)
         top = int(probs.argmax())
         role_names, roles = _head_roles(model, task, rbatch, rqp)
         entry = {"name": ck.name, "phase": ck.phase, "step": ck.step,
                  "attention": np.round(pats.cpu().numpy().astype(float), 3).tolist(),
                  "prediction": task.vocab.tokens([top])[0], "p_prediction": float(probs[top]),
-                 "roles": roles}
+                 "roles": [roles[i] for i in rows]}
         if answer is not None:
             entry["p_answer"] = float(probs[answer])
         if cr7 is not None:
@@ -264,7 +270,7 @@ def explore_data(run_path: str | Path, selection: str = "all", prompt_seed: int 
         "run": str(run.path), "kind": kind, "selection": selection, "prompt_desc": what,
         "tokens": task.vocab.tokens(toks.tolist()), "position": qp,
         "answer": None if answer is None else task.vocab.tokens([answer])[0],
-        "head_names": [f"L{l}H{h}" for l in range(L) for h in range(H)],
+        "head_names": [head_name(l, h) for l, h in chosen],
         "role_names": role_names, "role_n": n_roles, "checkpoints": entries,
         "curves": curves, "curve_groups": _curve_groups(kind, names, H, mechanism=L == 1),
     }
@@ -283,12 +289,13 @@ def explore_html(data: dict[str, Any]) -> str:
 
 
 def explore_run(run: str | Path, selection: str = "all", out: str | Path | None = None,
-                prompt_seed: int = 0, prompt: str | None = None, n_roles: int = 64) -> Path:
+                prompt_seed: int = 0, prompt: str | None = None, n_roles: int = 64,
+                heads: str = "all") -> Path:
     """Write the explorer page of ``run`` (default ``RUN/analyses/explore.html``)."""
     if out is not None and Path(out).suffix.lower() not in (".html", ".htm"):
         raise ConfigError(f"--out = {str(out)!r} is not allowed; expected a file name ending "
                           "in .html")
-    data = explore_data(run, selection, prompt_seed, prompt, n_roles)
+    data = explore_data(run, selection, prompt_seed, prompt, n_roles, heads)
     from mechinterp_icr.store.rundir import RunDir
 
     path = Path(out) if out is not None else RunDir(run).analyses_dir / "explore.html"

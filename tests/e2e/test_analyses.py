@@ -298,17 +298,25 @@ def test_ov_qk_draws_the_circuit_blocks_of_one_head(cr_run):
 
     env = {k: v for k, v in os.environ.items() if k != "MECHINTERP_ICR_NO_PNG"}
     res = subprocess.run([sys.executable, str(ROOT / "analyses" / "ov_qk.py"), str(cr_run),
-                          "--head", "L1H0", "--checkpoints", "last"],
+                          "--head", "L1H0", "--checkpoints", "first,last"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = json.loads((cr_run / "analyses" / "ov_qk.json").read_text())
-    assert [r["block"] for r in rows] == ["OV attribute -> attribute", "OV subject -> attribute",
-                                          "QK subject query x key token", "QK positions"]
+    blocks_drawn = ["OV attribute -> attribute", "OV subject -> attribute",
+                    "QK subject query x key token", "QK positions"]
+    assert [r["block"] for r in rows] == blocks_drawn * 2  # first, then last checkpoint
     assert 0 <= rows[0]["ov_top1"] <= 1
-    stem = cr_run / "analyses" / f"ov_qk-{rows[0]['checkpoint']}-L1H0"
+    first, last = rows[0]["checkpoint"], rows[-1]["checkpoint"]
+    assert first != last
+    stem = cr_run / "analyses" / f"ov_qk-{last}-L1H0"
     assert stem.with_suffix(".html").exists()
     if chromium_path():
         assert stem.with_suffix(".png").stat().st_size > 1000
+    # one page per head with a slider over both checkpoints, opening on the last
+    page = (cr_run / "analyses" / "ov_qk-L1H0-checkpoints.html").read_text()
+    shown = re.findall(r'"visible":(true|false)', page)  # per trace (steps hold lists)
+    assert shown == ["false"] * 4 + ["true"] * 4
+    assert f'"label":"{first}"' in page and f'"label":"{last}"' in page
 
     model, task = mi.load(cr_run)
     blocks = {b["name"]: b for b in circuit_blocks(model, task, 1, 0)}

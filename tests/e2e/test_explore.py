@@ -195,3 +195,22 @@ def test_the_page_opens_on_the_view_that_fits_the_model():
     assert mech[0]["label"].startswith("CR-7") and main_model[0]["label"] == "held-out accuracy"
     assert any(g["label"].startswith("CR-7") and "mechanism model's view" in g["label"]
                for g in main_model)
+
+
+def test_head_narrows_the_attention_and_the_role_table(page):
+    """--head L1H0,L0H1: the page holds those heads' patterns and role rows, in that order,
+    equal to the same heads' rows of the all-heads page; a head outside the model is one
+    line and exit code 2."""
+    from mechinterp_icr.viz.explore import explore_data
+
+    d, _ = page
+    every = explore_data(d / "run", "last", n_roles=4)
+    two = explore_data(d / "run", "last", n_roles=4, heads="L1H0,L0H1")
+    assert two["head_names"] == ["L1H0", "L0H1"]
+    at = [every["head_names"].index(n) for n in two["head_names"]]
+    for key in ("attention", "roles"):
+        assert two["checkpoints"][0][key] == [every["checkpoints"][0][key][i] for i in at]
+    r = CliRunner().invoke(main, ["explore", str(d / "run"), "--head", "L2H0",
+                                  "--out", str(d / "y.html")])
+    assert r.exit_code == 2 and "--head = 'L2H0' is not allowed" in r.output
+    assert not (d / "y.html").exists()

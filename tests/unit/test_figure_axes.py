@@ -209,3 +209,38 @@ def test_ir5_figure_labels_N_in_powers_of_two():
     for axis in (fig.layout.yaxis, fig.layout.xaxis2):
         assert list(axis.tickvals) == [2 ** k for k in range(0, 11, 2)]
         assert list(axis.ticktext) == [str(2 ** k) for k in range(0, 11, 2)]
+
+
+def test_the_task_vector_scatter_colours_by_what_is_asked():
+    """--color-by: one trace per type, one colour-scaled trace per panel by query subject,
+    or right / wrong answers; the title says which; axes stay titled."""
+    from mechinterp_icr.viz.cr_figures import task_vector_views_figure
+
+    rng = np.random.default_rng(0)
+    row = {"boundary_label": "L1.mid", "acc_pc": 0.93}
+    Z = rng.normal(size=(30, 2))
+    by_type = task_vector_views_figure([("a", row, Z, np.arange(30) % 3, [0.4, 0.2])] * 2, 3,
+                                       umap=False)
+    assert [t.name for t in by_type.data] == ["type 0", "type 1", "type 2"] * 2
+    subj = task_vector_views_figure([("a", row, Z, np.arange(30) % 7, [0.4, 0.2])] * 2, 3,
+                                    umap=False, color_by="query-subject")
+    assert len(subj.data) == 2 and list(subj.data[0].marker.color) == list(np.arange(30) % 7)
+    assert "query subject" in subj.layout.title.text and untitled_axes(subj) == []
+    assert subj.layout.coloraxis.colorbar.title.text == "query subject"
+    right = task_vector_views_figure([("a", row, Z, np.arange(30) % 2, [0.4, 0.2])], 3,
+                                     umap=False, color_by="correct")
+    assert [t.name for t in right.data] == ["model right", "model wrong"]
+    assert [len(t.x) for t in right.data] == [15, 15]
+
+
+def test_pc_signs_face_the_same_way_across_checkpoints():
+    """orient_to_types: a component and its negation give the same oriented coordinates, with
+    the lowest type's mean on the positive side."""
+    from mechinterp_icr.experiments.cr.taskvec import orient_to_types
+
+    rng = np.random.default_rng(1)
+    types = np.arange(40) % 2
+    Z = rng.normal(size=(40, 2)) + np.where(types[:, None] == 0, 2.0, -2.0)
+    a, b = orient_to_types(Z, types), orient_to_types(Z * np.array([-1.0, 1.0]), types)
+    assert np.allclose(a, b)
+    assert (a[types == 0].mean(0) > 0).all()

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check
+from mechinterp_icr.config import ConfigError, RunConfig, TrainConfig, check, check_choice
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.interp import probes as pr
 from mechinterp_icr.interp import taskvec as tv
@@ -50,9 +50,7 @@ from mechinterp_icr.pipeline import load_run_model
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.rundir import RunDir
 from mechinterp_icr.training.loop import train_phase
-from mechinterp_icr.viz.cr_figures import (
-    write_task_vector_views,
-)
+from mechinterp_icr.viz.cr_figures import COLOR_BY, write_task_vector_views
 
 __all__ = [
     "PHASE_FT",
@@ -64,6 +62,7 @@ __all__ = [
     "lam_run_config",
     "lam_sweep",
     "logit_lens_type",
+    "orient_to_types",
     "pca_points",
     "probe_curve",
     "probe_run",
@@ -268,16 +267,21 @@ def analyse_checkpoint(model, task, seed: int, tvc: TaskvecConfig, full: bool = 
     return out
 
 
+def orient_to_types(Z: np.ndarray, types) -> np.ndarray:
+    """``Z`` (N, k) with each column's sign chosen to put the mean of the lowest type's points
+    on its positive side: a component's sign is arbitrary, so panels of different checkpoints
+    and phases then face the same way."""
+    first = np.asarray(types) == np.min(types)
+    return Z * np.where(Z[first].mean(0) < 0, -1.0, 1.0)
+
+
 def pca_points(model, task, seed: int, tvc: TaskvecConfig, hook: str, n: int = 400
                ) -> dict[str, Any]:
     """2-D PCA coordinates of held-out task vectors at one hook (for the scatter). A PC's
-    sign is arbitrary, so each is oriented to put the mean of type 0's points on its positive
-    side: panels of different checkpoints and phases then face the same way."""
+    sign is arbitrary, so each is oriented by :func:`orient_to_types`."""
     H = _tvset(model, task, n, seed, 9, task.heldout_subjects, names=[hook])
     p = tv.pca(H.at(0), 2)
-    Z = p.transform(H.at(0))
-    first = np.asarray(H.types) == np.min(H.types)
-    Z = Z * np.where(Z[first].mean(0) < 0, -1.0, 1.0)
+    Z = orient_to_types(p.transform(H.at(0)), H.types)
     return {"x": Z[:, 0].tolist(), "y": Z[:, 1].tolist(), "type": H.types.tolist(),
             "var_ratio": p.explained_variance_ratio_.tolist()}
 
@@ -502,12 +506,15 @@ def analyse_seed(run_path: Path, seed: int, tvc: TaskvecConfig, log=print) -> di
 # --------------------------------------------------------------------------------------------
 def probe_run(run_path: Path, selection: str, tvc: TaskvecConfig, seed: int = 0,
               full: bool = True, umap: bool = False, out_dir: Path | None = None,
-              with_k: bool = False, log=print) -> dict[str, Any]:
+              with_k: bool = False, log=print, color_by: str = "type") -> dict[str, Any]:
     """CR-4 numbers for every checkpoint of ``selection`` in one CR run directory.
 
-    Writes ``<run>/analyses/task_vectors.json`` and figures (PCA scatter per checkpoint, and a
-    UMAP view with ``umap``) into ``out_dir`` (default ``<run>/analyses``).
+    Writes ``<run>/analyses/task_vectors.json`` and figures (PCA scatter per checkpoint, its
+    signs aligned across checkpoints by :func:`orient_to_types`, coloured by ``color_by``:
+    ``type``, ``query-subject`` or ``correct``; a UMAP view with ``umap``) into ``out_dir``
+    (default ``<run>/analyses``).
     """
+    check_choice("--color-by", color_by, COLOR_BY)
     run = RunDir(run_path)
     _, task, build = load_run_model(run)
     out_dir = Path(out_dir) if out_dir is not None else run.analyses_dir
@@ -525,7 +532,10 @@ def probe_run(run_path: Path, selection: str, tvc: TaskvecConfig, seed: int = 0,
         else:
             pc = tv.pca(X, 2)
             Z, var = pc.transform(X), pc.explained_variance_ratio_.tolist()
-        views.append((ck.name, r, Z, H.types, var))  # var: the PCs' shares, axis titles
+        labels = {"type": H.types, "query-subject": H.query_subject,
+                  "correct": (H.pred == H.answer).astype(int)}[color_by]
+        # var: the PCs' shares, axis titles; signs aligned across the panels
+        views.append((ck.name, r, orient_to_types(Z, H.types), labels, var))
         if log:
             extra = (f", transfer {r['transfer_acc_pc']:.3f}, shuffle {r['acc_shuffle_pc']:.3f}"
                      f", random dirs {r['acc_random_dir']:.3f}, eta^2 {r['eta2']:.3f}"
@@ -533,7 +543,7 @@ def probe_run(run_path: Path, selection: str, tvc: TaskvecConfig, seed: int = 0,
             log(f"{ck.name:24s} at {r['boundary_label']:5s} top-PC {r['acc_pc']:.3f} "
                 f"full {r['acc_full']:.3f}{extra}  (model ICL exact {r['icl_exact']:.3f}, "
                 f"output type {r['output_type_acc']:.3f})")
-    figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir)
+    figs = write_task_vector_views(views, task.cfg.n_types, umap, out_dir, color_by)
     result = {"run": str(run.path), "selection": selection, "rows": rows, "figures": figs,
               "params": {k: getattr(tvc, k) for k in tvc.__dataclass_fields__}}
     atomic_write_json(out_dir / "task_vectors.json", result)
