@@ -8,11 +8,12 @@ block (W_pos W_QK W_pos^T, which a token-only QK leaves out), each row centred
     python analyses/ov_qk.py out/runs/cr/seed0 --head all --checkpoints phase:ft-icl:last
 
 Writes RUN/analyses/ov_qk-<checkpoint>-L<layer>H<head>.png / .html per checkpoint (at most 8,
-evenly chosen with the first and last) and, over two checkpoints or more (at most 64), ov_qk-L<layer>H<head>-checkpoints.html, one page per head with a
-slider over the checkpoints (each kept under the options' name like every result). Prints,
-per head, the largest |value| of each block and, on a CR run, the head's OV probe (interp.circuits.ov_probe: the share of attributes whose best other
-attribute output has the same type, and the same-type precision of the top V-1). A
-vocabulary larger than 256 tokens is drawn as its position block alone.
+evenly chosen with the first and last) and, over two checkpoints or more (at most 64),
+ov_qk-L<layer>H<head>-checkpoints.html, one page per head with a slider over the checkpoints
+(each kept under the options' name like every result). Prints, per head, the largest |value| of
+each block and, on a CR run, the head's OV probe (interp.circuits.ov_probe: the share of
+attributes whose best other attribute output has the same type, and the same-type precision of
+the top V-1). A vocabulary larger than 256 tokens is drawn as its position block alone.
 """
 
 from _common import (

@@ -6,8 +6,9 @@
 Prints, per checkpoint, the boundary chosen on the dev split and the test accuracy of the
 top-PC and full probes (and, unless --quick, transfer, label-shuffle and random-direction
 controls, type variance share). Writes RUN/analyses/task_vectors.json and a PCA (or UMAP)
-scatter (PC signs aligned across checkpoints; --color-by type, query-subject or correct); over two checkpoints or more also task_vectors_steps.png / .html (probe accuracies
-and eta^2 against training step, phases in sequence). All computation lives in
+scatter (PC signs aligned across checkpoints; --color-by type, query-subject or correct); over
+two checkpoints or more also task_vectors_steps.png / .html (probe accuracies and eta^2 against
+training step, phases in sequence). All computation lives in
 mechinterp_icr.experiments.cr.taskvec; RUN must be a CR run (task kind cr).
 """
 

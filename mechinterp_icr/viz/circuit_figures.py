@@ -20,7 +20,8 @@ from pathlib import Path
 from mechinterp_icr.viz.figures import save_figure
 
 __all__ = ["checkpoint_colours", "checkpoint_heatmaps", "checkpoint_slider", "circuit_figure",
-           "ci_note", "dla_figure", "gap_note", "lens_figure", "lens_height", "recovery_panels", "save_heatmaps", "shown_panels"]
+           "ci_note", "dla_figure", "gap_note", "lens_figure", "lens_height", "recovery_panels",
+           "save_heatmaps", "shown_panels"]
 
 MAX_BAR_CHECKPOINTS = 6  # grouped bars up to this many checkpoints, a heatmap above
 
