@@ -354,7 +354,8 @@ def run_caption(run, selection: str, rows: list[dict] | None = None) -> str:
 
 
 def save_step_figure(run, name: str, rows: list[dict], series: dict[str, str], title: str,
-                     y_title: str, group: str | None = None, y_range=None) -> None:
+                     y_title: str, group: str | None = None, y_range=None,
+                     band: tuple[str, str] | None = None) -> None:
     """When ``rows`` span two checkpoints or more: the metric(s) against training step, phases
     in sequence (``viz.step_figures.step_figure``), written as ``RUN/analyses/<name>_steps``
     (.png, .html; kept like the table) and named on stdout."""
@@ -363,5 +364,5 @@ def save_step_figure(run, name: str, rows: list[dict], series: dict[str, str], t
     from mechinterp_icr.viz.figures import save_figure
     from mechinterp_icr.viz.step_figures import step_figure
 
-    fig = step_figure(rows, series, title, y_title, group=group, y_range=y_range)
+    fig = step_figure(rows, series, title, y_title, group=group, y_range=y_range, band=band)
     print_figures(save_figure(fig, run.analyses_dir / f"{name}_steps", width=1100, height=560))

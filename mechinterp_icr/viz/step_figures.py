@@ -33,12 +33,26 @@ def phase_offsets(rows: list[dict]) -> dict[str, int]:
     return offsets
 
 
+def _add_band(fig, pts: list[dict], off: dict[str, int], band: tuple[str, str], colour: str,
+              name: str) -> None:
+    """A shaded band from ``band[0]`` to ``band[1]`` of the rows that hold both as numbers."""
+    ok = [r for r in pts if all(isinstance(r.get(k), (int, float)) and r[k] == r[k]
+                                for k in band)]
+    if not ok:
+        return
+    x = [off[r.get("phase", "")] + int(r["step"]) for r in ok]
+    fig.add_scatter(x=x + x[::-1], y=[r[band[1]] for r in ok] + [r[band[0]] for r in ok][::-1],
+                    fill="toself", fillcolor=colour, opacity=0.18, line={"width": 0},
+                    hoverinfo="skip", showlegend=False, legendgroup=name)
+
+
 def step_figure(rows: list[dict], series: dict[str, str], title: str, y_title: str,
-                group: str | None = None, y_range=None):
+                group: str | None = None, y_range=None, band: tuple[str, str] | None = None):
     """Rows with ``checkpoint``, ``phase`` and ``step`` (several rows per checkpoint when
     ``group`` tells them apart): one line per series label (-> row key) and group value,
     against the step in phase order (the module docstring). Rows whose value is missing or
-    not a number are left out of their line."""
+    not a number are left out of their line. ``band``: the row keys of a low and a high
+    bound (an interval) drawn as a shaded band around each line."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
 
@@ -59,10 +73,13 @@ def step_figure(rows: list[dict], series: dict[str, str], title: str, y_title: s
                 continue
             pts.sort(key=lambda r: off[r.get("phase", "")] + int(r["step"]))
             name = " ".join(str(x) for x in (g, label) if x not in (None, ""))
+            colour = colours[i % len(colours)]
+            if band is not None:
+                _add_band(fig, pts, off, band, colour, name)
             fig.add_scatter(
                 x=[off[r.get("phase", "")] + int(r["step"]) for r in pts],
-                y=[r[key] for r in pts], mode="lines+markers", name=name,
-                line={"color": colours[i % len(colours)]},
+                y=[r[key] for r in pts], mode="lines+markers", name=name, legendgroup=name,
+                line={"color": colour},
                 customdata=[[r["checkpoint"], r.get("phase", ""), r["step"]] for r in pts],
                 hovertemplate="%{customdata[0]} (phase %{customdata[1]}, step "
                               "%{customdata[2]})<br>%{y:.4g}<extra>" + name + "</extra>")

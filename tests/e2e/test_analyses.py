@@ -209,7 +209,8 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
     res = subprocess.run([sys.executable, str(ROOT / "analyses" / f"{name}.py"), str(run),
                           "--checkpoints", "first,last", "--n", "8", "--csv", str(csv),
                           # draw the CR heatmaps although 20 steps barely tell the pairs apart
-                          *(["--min-gap=-1e9"] if kind == "cr" and "patching" in name else [])],
+                          *(["--min-gap=-1e9"] if kind == "cr" and "patching" in name else []),
+                          *(["--track", "L0H0@1,L1H0@2"] if name == "patching_heatmap" else [])],
                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     assert CIRCUIT[name] in res.stdout.splitlines()[0]  # full column names
@@ -222,6 +223,7 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
         assert '"sliders"' in html.read_text()  # the slider over checkpoints
     if name == "patching_heatmap":
         _heatmap_has_intervals(html.read_text(), csv, rows, -1e9 if kind == "cr" else 0.5)
+        _tracked_cells_are_drawn_against_step(run, rows, -1e9 if kind == "cr" else 0.5)
     if chromium_path():  # kaleido writes PNGs only with a system Chromium
         assert (run / "analyses" / f"{name}.png").stat().st_size > 1000
     if name in ("logit_lens", "dla"):  # the metric against training step, phases in sequence
@@ -234,6 +236,26 @@ def test_circuit_scripts_write_table_png_and_html(request, tmp_path, kind, name)
 
             png = Image.open(steps.with_suffix(".png")).convert("RGB")
             assert png.size[0] >= 1000 and len(png.getcolors(1 << 20)) > 20  # not blank
+
+
+def _tracked_cells_are_drawn_against_step(run: Path, rows: list[dict], min_gap: float) -> None:
+    """--track L0H0@1,L1H0@2: per cell a recovery line over the checkpoints whose gap is at
+    least ``min_gap``, with the rows' numbers, and its interval as a band."""
+    traces = _plotly_traces((run / "analyses" / "patching_heatmap_steps.html").read_text())
+    lines = [t for t in traces if t.get("mode") == "lines+markers"]
+    bands = [t for t in traces if t.get("fill") == "toself"]
+    for cell, (head, pos) in zip(("L0H0@1", "L1H0@2"), (("L0H0", 1), ("L1H0", 2))):
+        want = [r for r in rows if r["head_name"] == head and r["pos"] == pos
+                and r["gap"] >= min_gap]
+        line = [t for t in lines if t["name"].startswith(cell)]
+        if not want:
+            assert not line
+            continue
+        assert len(line) == 1 and line[0]["y"] == pytest.approx([r["recovery"] for r in want])
+    assert len(bands) == len(lines)
+    for value in ("L0H0@999", "L0H7@1", "L0H0", "L0H0@x"):
+        bad = _script("patching_heatmap", str(run), "--track", value)
+        assert bad.returncode == 2 and f"--track = {value!r} is not allowed" in bad.stderr
 
 
 def _plotly_traces(html: str) -> list[dict]:
