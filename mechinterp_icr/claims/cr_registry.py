@@ -125,7 +125,7 @@ SHARED_IDEAL_K1_MAX, SHARED_IDEAL_KMAX_MIN = 0.70, 0.99
 CR9_MIN_LAM = 5
 # CR-9: the standard deviation of eta^2 over retrainings of the main run at the default lam,
 # on seeds 200-207 (outside the decision and fresh blocks), measured before the decision run
-# by scripts/cr9_noise.py (docs/registry.md, change log); the drop tolerance is
+# by icr calibrate cr9-noise (docs/registry.md, change log); the drop tolerance is
 # 2 x sqrt(2) x this / sqrt(n_seeds) (claims.derive.cr9_tolerance)
 CR9_LAM_SD = 0.0617
 # CR-7's causal arms (SPEC 1, CR-7 (ii)-(v)): (arm, the probe it is read on, op, threshold on
@@ -238,7 +238,7 @@ CR_SPECS = (
             _neg("PT-only model paired against the mixed-type finetune: rise over K",
                  "pt_paired_partial_eta2_rise_k", ">=", 0.1, rule="mean"),
         ),
-        # the shared-token variant's sharing rate (scripts/cr_shared_rate.py, chosen from the
+        # the shared-token variant's sharing rate (icr calibrate shared-rate, chosen from the
         # ideal reader on task seeds 100-119 before any training; docs/registry.md, change log)
         hyperparameters={**MAIN_RUN, **TASKVEC, "shared_variant_share": 0.8},
         derive=lambda cid, per_seed: cr8_derive(cid, per_seed, TASKVEC["taskvec.ks"]),

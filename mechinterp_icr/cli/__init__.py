@@ -467,7 +467,9 @@ def explore(run: str, selection: str, prompt_seed: int, prompt: str | None, head
     click.echo(str(path))
 
 
-# the commands on summaries (check, redecide, compare) register themselves on main
+# the commands on summaries (check, redecide, compare) and icr calibrate (the CR calibrations
+# behind registered values) register themselves on main
+from mechinterp_icr.cli import calibrate as _calibrate  # noqa: E402,F401
 from mechinterp_icr.cli import summaries as _summaries  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,7 +22,7 @@ Membership: ``type_member`` (d_vocab, L) says which types a token belongs to; ``
 reads it vectorised; ``attr_type_of_id`` is the type of a token that belongs to exactly one
 type (-2: several, -1: none). ``ideal_type_accuracy`` is the Bayes reader of the type from the
 demo attribute tokens alone (the reader the variant's sharing rate is chosen by, before any
-training: ``scripts/cr_shared_rate.py``).
+training: ``icr calibrate shared-rate``).
 
 Every type ``l`` owns a first-order Markov chain over the grammar tokens; ``lam`` mixes a shared
 chain ``Q`` with the type's own chain ``R_l``: ``P_l = (1-lam) Q + lam R_l`` (initial

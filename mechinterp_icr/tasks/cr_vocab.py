@@ -20,7 +20,7 @@ samples and scores).
 
 ``ideal_type_accuracy`` is the Bayes reader of the type from the demo attribute tokens alone
 (the reader the variant's sharing rate is chosen by, before any training:
-``scripts/cr_shared_rate.py``); ``CRTask.ideal_type_accuracy`` delegates to it."""
+``icr calibrate shared-rate``); ``CRTask.ideal_type_accuracy`` delegates to it."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ class CRConfig:
     sweep_seeds: int = 3  # the sweep runs on the first this-many seeds
     # the shared-token variant (CR-8; CR-1..CR-4 reported in it): its task.attr_share, the
     # sharing rate chosen from the ideal reader on task seeds 100-119 before training
-    # (scripts/cr_shared_rate.py); 0: the variant is not run
+    # (icr calibrate shared-rate); 0: the variant is not run
     shared_variant_share: float = 0.8
     taskvec: TaskvecConfig = field(default_factory=TaskvecConfig)
     mechanism: MechanismConfig = field(default_factory=MechanismConfig)
@@ -421,7 +421,7 @@ def sweep_config(cfg: CRConfig, setting: SweepSetting) -> tuple[str, CRConfig, b
 # the quick profile reports the grammar-before-subject g.. s a ICL+Grm beside CR-3 (it reuses
 # the PT weights); the paper profile adds the design space, with the literal s g.. a PT order at
 # the quick pretraining length (its own pretraining; the word-order search with longer
-# pretraining is scripts/cr_word_order_search.py). Reported only: REPORT_ONLY in
+# pretraining was scripts/cr_word_order_search.py, in git at 420760c). Reported only: REPORT_ONLY in
 # claims/registry.py.
 QUICK_SWEEP = (
     "default (gsa PT, s g.. a ICL+Grm, shared chain, len 1-2, bare query)|",
