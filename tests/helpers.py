@@ -134,6 +134,8 @@ DERIVE_INPUTS = {
     "CR-1": {"heldout_icl_best_attr_type": 0.25, "ft_heldout_icl_best_attr_type": 0.99},
     "CR-3": {"mixed_heldout_icl_best_attr_type": 0.25},
     "CR-2": {"heldout_icl_exact_by_K": {str(k): 0.9 + 0.01 * k for k in range(1, 9)}},
+    # CR-7: the arm statistics on the synthetic mutual coupling (it fails (iv) and (v))
+    "CR-7": {"placebo_mutual_kq_preset_speedup": 20.0, "placebo_mutual_kq_frozen_speedup": 0.38},
     "CR-8": {"ft_partial_eta2_by_k": {k: 0.3 + 0.1 * i for i, k in enumerate(_KS)},
              "mixed_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),
              "pt_partial_eta2_by_k": dict.fromkeys(_KS, 0.3),

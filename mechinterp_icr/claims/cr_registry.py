@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mechinterp_icr.claims.derive import (
     cr2_derive,
+    cr7_mutual_derive,
     cr8_derive,
     cr8_unreadable,
     cr9_derive,
@@ -347,14 +348,15 @@ CR_SPECS = (
             _pos("placebo: same start, OV linear and KQ convex, read as OV first at every "
                  "onset fraction", "placebo_same_start_ov_first", ">=", 1.0),
             # the arm statistics on synthetic arm curves (interp.cascade.synthetic_arm_curves):
-            # a one-way cascade passes (ii)-(v); mutual coupling fails (iv) and (v)
+            # a one-way cascade passes (ii)-(v); mutual coupling fails (iv) or (v) (SPEC 1;
+            # claims.derive.cr7_mutual_derive)
             *(_pos(f"placebo arms, one-way cascade: {text}",
                    f"placebo_one_way_{arm}_speedup", op, thr)
               for arm, probe, op, thr, text in CR7_ARM_RULES),
-            *(_neg(f"placebo arms, mutual coupling: {text}",
-                   f"placebo_mutual_{arm}_speedup", op, thr)
-              for arm, probe, op, thr, text in CR7_ARM_RULES if arm.startswith("kq_")),
+            _neg("placebo arms, mutual coupling: passes both (iv) and (v)",
+                 "placebo_mutual_meets_iv_and_v", ">=", 1.0),
         ),
+        derive=lambda cid, per_seed: cr7_mutual_derive(cid, per_seed, CR7_ARM_RULES),
         hyperparameters=dict(MECH_MODEL, **{"cascade.ft_lrs": (3e-3, 6e-3),
                                             "cascade.onset_fraction": 0.1,
                                             "cascade.onset_fractions_reported":
@@ -422,7 +424,8 @@ CR_METRIC_RANGES: dict[str, tuple[float, float] | None] = {
     **dict.fromkeys(("ov_first_lr_3e-3", "ov_first_lr_6e-3", "placebo_ov_first",
                      "placebo_kq_first", "placebo_simultaneous_ov_first",
                      "placebo_kq_leads_ov_first", "placebo_swapped_ov_first",
-                     "placebo_swapped_kq_first", "placebo_same_start_ov_first"), UNIT),
+                     "placebo_swapped_kq_first", "placebo_same_start_ov_first",
+                     "placebo_mutual_meets_iv_and_v"), UNIT),
     # CR-7 causal arms: a ratio of steps (>= 0, 0: never reached): unbounded above
     **dict.fromkeys([f"{arm}_{probe}_speedup_lr_{lr}" for arm, probe, *_ in CR7_ARM_RULES
                      for lr in CR7_LRS]

@@ -19,8 +19,10 @@ import numpy as np
 
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
+from mechinterp_icr.claims.protocol import compare
 
-__all__ = ["CR9_ICL_WORKS", "SHARED_SUFFIX", "cr2_derive", "cr8_derive", "cr8_unreadable",
+__all__ = ["CR9_ICL_WORKS", "SHARED_SUFFIX", "cr2_derive", "cr7_mutual_derive", "cr8_derive",
+           "cr8_unreadable",
            "cr9_derive", "cr9_tolerance", "cr9_unreadable", "curve",
            "ir8_unreadable", "max_drop", "spearman", "trend", "type_bound_derive",
            "type_bound_unreadable"]
@@ -101,6 +103,26 @@ def cr2_derive(claim_id: str, per_seed: Mapping[str, Any], ks) -> tuple[dict, di
         return {}, {"mean_curve_max_drop_over_k": float("nan")}
     mc = {k: float(np.mean([c[k] for c in curves])) for k in want}
     return {}, {"mean_curve_max_drop_over_k": max_drop(list(mc), list(mc.values()))}
+
+
+def cr7_mutual_derive(claim_id: str, per_seed: Mapping[str, Any], rules) -> tuple[dict, dict]:
+    """CR-7's mutual-coupling placebo as SPEC words it ("must fail (iv) or (v)"): per seed,
+    ``placebo_mutual_meets_iv_and_v`` = 1 when the arm statistics on the synthetic mutual
+    coupling's curves (``placebo_mutual_<arm>_speedup``) meet every KQ-arm rule of ``rules``
+    (``CR7_ARM_RULES``: (arm, probe, op, threshold, text)), 0 when one fails; NaN when one is
+    not stored. The negative control misbehaves where it is 1: both (iv) and (v) passed, so the
+    arms could not tell mutual coupling from a one-way cascade."""
+    kq = [(arm, op, thr) for arm, _probe, op, thr, _text in rules if arm.startswith("kq_")]
+    out = {}
+    for s, m in per_seed.items():
+        m = m if isinstance(m, Mapping) else {}
+        vals = [(_num(m.get(f"placebo_mutual_{arm}_speedup")), op, thr) for arm, op, thr in kq]
+        if not kq or any(v is None or math.isnan(v) for v, _, _ in vals):
+            out[str(s)] = {"placebo_mutual_meets_iv_and_v": float("nan")}
+        else:
+            met = all(compare(v, op, thr) for v, op, thr in vals)
+            out[str(s)] = {"placebo_mutual_meets_iv_and_v": float(met)}
+    return out, {}
 
 
 # ------------------------------------------------------------------------------------------

@@ -115,8 +115,7 @@ MACHINE_NOISE: dict[str, dict[str, float]] = {
          'or never'): 0.0,
         'control placebo arms, one-way cascade: KQ preset: OV not sped up twice': 0.0,
         'control placebo arms, one-way cascade: KQ frozen: OV not delayed twice': 0.0,
-        'control placebo arms, mutual coupling: KQ preset: OV not sped up twice': 0.0,
-        'control placebo arms, mutual coupling: KQ frozen: OV not delayed twice': 0.0,
+        'control placebo arms, mutual coupling: passes both (iv) and (v)': 0.0,
     },
     'CR-8': {
         'condition paired_partial_eta2_rise_k': 0.085,

@@ -348,7 +348,7 @@ def synthetic_arm_speedups(frac: float = ONSET_FRACTION, tail: float = PLATEAU_T
     """The arm statistics (:func:`arm_speedups`) on both synthetic systems
     (:func:`synthetic_arm_curves`), as ``placebo_<coupling>_<arm>_speedup``: what CR-7's
     placebo controls read (a one-way cascade must pass (ii)-(v), mutual coupling must fail
-    (iv) and (v))."""
+    (iv) or (v): ``claims.derive.cr7_mutual_derive``)."""
     out = {}
     for coupling in SYNTHETIC_ARM_RATES:
         c = synthetic_arm_curves(coupling)

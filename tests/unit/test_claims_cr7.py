@@ -60,7 +60,7 @@ def test_cr7_holds_for_a_one_way_cascade_and_lists_every_registered_control():
     c = _cr7()
     assert c["verdict"] == HOLDS, c["verdict_reason"]
     registered = {x.name: x.condition.metric for x in spec("CR-7").controls}
-    assert len(registered) == 13
+    assert len(registered) == 12  # mutual coupling: one control, (iv) or (v)
     assert {x["name"] for x in c["controls"]} == set(registered)
     assert all(x["as_expected"] for x in c["controls"])
 
@@ -93,9 +93,32 @@ def test_cr7_placebo_misreads_keep_it_from_holding():
     assert _cr7(placebo_simultaneous_ov_first=1.0)["verdict"] != HOLDS
     assert _cr7(placebo_kq_leads_ov_first=1.0)["verdict"] != HOLDS
     assert _cr7(placebo_same_start_ov_first=0.0)["verdict"] == INCONCLUSIVE
-    # arm statistics that let mutual coupling pass (v)
-    assert _cr7(placebo_mutual_kq_frozen_speedup=0.9)["verdict"] == INCONCLUSIVE
+    # arm statistics that let mutual coupling pass both (iv) and (v): it is read as a cascade
+    assert _cr7(placebo_mutual_kq_frozen_speedup=0.9,
+                placebo_mutual_kq_preset_speedup=1.5)["verdict"] == INCONCLUSIVE
     assert _cr7(placebo_one_way_ov_frozen_speedup=1.0)["verdict"] == INCONCLUSIVE
+
+
+def test_cr7_mutual_coupling_placebo_is_as_expected_when_it_fails_iv_or_v():
+    """SPEC 1, CR-7: mutual coupling "must fail (iv) or (v)": failing one is enough."""
+    name = "placebo arms, mutual coupling: passes both (iv) and (v)"
+
+    def ctrl(**kw):
+        c = _cr7(**kw)
+        return c, next(k for k in c["controls"] if k["name"] == name)
+
+    c, k = ctrl()  # the synthetic curves fail both
+    assert k["as_expected"] and c["verdict"] == HOLDS
+    assert k["per_seed"]["0"] == 0.0
+    c, k = ctrl(placebo_mutual_kq_frozen_speedup=0.9)  # passes (v), fails (iv)
+    assert k["as_expected"] and c["verdict"] == HOLDS
+    c, k = ctrl(placebo_mutual_kq_preset_speedup=1.5)  # passes (iv), fails (v)
+    assert k["as_expected"] and c["verdict"] == HOLDS
+    c, k = ctrl(placebo_mutual_kq_frozen_speedup=[0.9, 0.2, 0.2, 0.2, 0.2],
+                placebo_mutual_kq_preset_speedup=1.5)  # passes both on seed 0 only
+    assert not k["as_expected"] and k["per_seed"]["0"] == 1.0 and c["verdict"] != HOLDS
+    c, k = ctrl(placebo_mutual_kq_frozen_speedup=float("nan"))  # not stored: not read
+    assert c["verdict"] != HOLDS
 
 
 def test_synthetic_arm_curves_one_way_pass_and_mutual_fails():

@@ -63,8 +63,8 @@ SPEC_PINS = {
               ("positive", "placebo_one_way_ov_frozen_speedup", "<=", 0.5, E),
               ("positive", "placebo_one_way_kq_preset_speedup", "<=", 2.0, E),
               ("positive", "placebo_one_way_kq_frozen_speedup", ">=", 0.5, E),
-              ("negative", "placebo_mutual_kq_preset_speedup", "<=", 2.0, E),
-              ("negative", "placebo_mutual_kq_frozen_speedup", ">=", 0.5, E)]),
+              # SPEC: mutual coupling must fail (iv) or (v) (one control since 2026-12-06)
+              ("negative", "placebo_mutual_meets_iv_and_v", ">=", 1.0, E)]),
     # revised 2026-12-05: the paired curve (finetuned minus the mixed-type finetune)
     "CR-8": ([("paired_partial_eta2_rho_k", ">=", 0.8, M),
               ("paired_partial_eta2_rise_k", ">=", 0.1, E), ("ft_exact_rise_k", ">=", 0.05, M)],

@@ -243,7 +243,7 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
             "starting together with OV linear and KQ convex is read as OV first at every "
             "onset fraction (why the onset order does not decide); the arm statistics on a "
             "synthetic one-way cascade must pass (ii)-(v) and on a synthetic mutual coupling "
-            "must fail (iv) and (v).",
+            "must fail (iv) or (v).",
             cr7_convention_notes(per_seed), notes) if x).strip(),
         figure=figure, details=dict(details or {}))
 
