@@ -51,11 +51,11 @@ MACHINE_NOISE: dict[str, dict[str, float]] = {
     },
     'CR-3': {
         'condition heldout_icl_exact': 0.00361,
-        'control ICL+Grm finetuned on mixed-type demos': 0.0118,
+        'control ICL+Grm finetuned on mixed-type demos': 0.0366,
     },
     'CR-3 (shared tokens)': {
         'condition heldout_icl_exact': 0.00488,
-        'control ICL+Grm finetuned on mixed-type demos': 0.00791,
+        'control ICL+Grm finetuned on mixed-type demos': 0.021,
     },
     'CR-4': {
         'condition ft_acc_pc': 0.00333,

@@ -128,14 +128,12 @@ def test_cr2_rule_unmet_does_not_hold():
 
 # ---- CR-3 ------------------------------------------------------------------------------------
 def test_cr3_mixed_type_control_inferring_the_type_is_not_holds():
-    # the control reads the seed mean (2026-12-06): mean type 0.336 > 0.30
-    d = _claims(mixed_grm_best_type=[0.26, 0.26, 0.45, 0.45, 0.26])["CR-3"]
+    # one seed that infers the type is enough, whatever the others (a mean of 0.298 would
+    # hide it: why this control reads every seed)
+    d = _claims(mixed_grm_best_type=[0.26, 0.26, 0.26, 0.45, 0.26])["CR-3"]
     assert d["verdict"] == INCONCLUSIVE and not d["holds"]
     c = d["controls"][0]
     assert c["meets_rule"] is True and c["as_expected"] is False
-    # one seed over the bound on a mean of 0.298 is the noise the mean rule absorbs
-    d = _claims(mixed_grm_best_type=[0.26, 0.26, 0.26, 0.45, 0.26])["CR-3"]
-    assert d["controls"][0]["as_expected"] is True
 
 
 def test_cr3_rule_unmet_does_not_hold():
@@ -151,7 +149,7 @@ def test_cr3_uses_the_registered_threshold_and_mean_rule():
     # registered bound, claims.derive.type_bound_derive) above 0
     ctrl = spec("CR-3").controls[0].condition
     assert (ctrl.metric, ctrl.op, ctrl.threshold, ctrl.rule) == (
-        "mixed_heldout_icl_type_over_bound", ">", 0.0, "mean")
+        "mixed_heldout_icl_type_over_bound", ">", 0.0, "every_seed")
     per = {"0": {"mixed_heldout_icl_best_attr_type": 0.31}}
     derived = spec("CR-3").derive("CR-3", per)[0]["0"]
     assert derived["mixed_heldout_icl_type_bound"] == pytest.approx(0.30)

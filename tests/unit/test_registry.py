@@ -27,9 +27,8 @@ SPEC_PINS = {
     "CR-2": ([("heldout_icl_exact", ">=", 0.90, M), ("mean_curve_max_drop_over_k", "<=", 0.02, P)],
              [("negative", "pt_heldout_icl_exact", ">", 0.5, E),
               ("negative", "mixed_heldout_icl_exact", ">", 0.5, E)]),
-    # control on the seed mean since 2026-12-06 (machine noise 0.037 against a margin of 0.023)
     "CR-3": ([("heldout_icl_exact", ">=", 0.80, M)],
-             [("negative", "mixed_heldout_icl_type_over_bound", ">", 0.0, M)]),
+             [("negative", "mixed_heldout_icl_type_over_bound", ">", 0.0, E)]),
     "CR-4": ([("ft_acc_pc", ">=", 0.95, E), ("ft_transfer_acc_pc", ">=", 0.90, E),
               ("ft_patch_gain", ">=", 0.80, M)],  # revised 2026-12-05: necessity reported only
              [("negative", "pt_acc_pc", ">", 0.5, E), ("negative", "pt_patch_gain", ">", 0.3, E),
