@@ -9,13 +9,16 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli import _PROFILE, _SET, _seeds
 from mechinterp_icr.cli.group import _fail, main
 from mechinterp_icr.config import ConfigError
 
 __all__ = ["calibrate"]
 
 DECISION_SEEDS = frozenset(range(5))  # the published reproduction's seeds (make reproduce)
+_PROFILE = click.option("--profile", default="quick", show_default=True,
+                        help="Profile of the CR config: quick or paper.")
+_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                    help="Dotted override of any field of the CR config (see `icr config cr`).")
 
 
 def _calibration_seeds(text: str) -> list[int]:
@@ -25,9 +28,9 @@ def _calibration_seeds(text: str) -> list[int]:
     if sep and a.strip().isdigit() and b.strip().isdigit() and int(a) <= int(b) < 10**6:
         seeds = list(range(int(a), int(b) + 1))
     else:
-        try:
-            seeds = _seeds(text)
-        except ConfigError:
+        parts = [s.strip() for s in text.split(",")]
+        seeds = [int(s) for s in parts if s.isdigit()]
+        if not parts or len(seeds) != len(parts) or len(set(seeds)) != len(seeds):
             raise ConfigError(f"--seeds = {text[:60]!r} is not allowed; expected A-B (A <= B) or "
                               "distinct non-negative integers joined by commas, e.g. "
                               "200-207") from None
