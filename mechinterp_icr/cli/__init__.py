@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli.group import _fail, error_line, main  # noqa: F401 (error_line: API)
+from mechinterp_icr.cli.group import _fail, _seeds, error_line, main  # noqa: F401 (error_line: API)
 from mechinterp_icr.config import ConfigError, parse_init
 from mechinterp_icr.config.rounding import ROUNDINGS, rounding_callback
 
@@ -24,17 +24,6 @@ warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
 warnings.filterwarnings("ignore", category=DeprecationWarning, module="transformer_lens")
 
 
-
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds = {text!r} is not allowed; expected comma-separated integers "
-                          "such as 0,1,2") from None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"--seeds = {text!r} is not allowed; expected distinct non-negative "
-                          "integers such as 0,1,2")
-    return seeds
 
 
 _ROUNDING = click.option(  # re-executes the command with the setting's variables if needed

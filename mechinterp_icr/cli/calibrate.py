@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli.group import _fail, main
+from mechinterp_icr.cli.group import _fail, _seeds, main
 from mechinterp_icr.config import ConfigError
 
 __all__ = ["calibrate"]
@@ -28,9 +28,9 @@ def _calibration_seeds(text: str) -> list[int]:
     if sep and a.strip().isdigit() and b.strip().isdigit() and int(a) <= int(b) < 10**6:
         seeds = list(range(int(a), int(b) + 1))
     else:
-        parts = [s.strip() for s in text.split(",")]
-        seeds = [int(s) for s in parts if s.isdigit()]
-        if not parts or len(seeds) != len(parts) or len(set(seeds)) != len(seeds):
+        try:
+            seeds = _seeds(text)
+        except ConfigError:
             raise ConfigError(f"--seeds = {text[:60]!r} is not allowed; expected A-B (A <= B) or "
                               "distinct non-negative integers joined by commas, e.g. "
                               "200-207") from None

@@ -15,6 +15,19 @@ from mechinterp_icr.config import ConfigError
 __all__ = ["error_line", "main"]
 
 
+def _seeds(text: str) -> list[int]:
+    """``--seeds``: distinct non-negative integers joined by commas."""
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds = {text!r} is not allowed; expected comma-separated integers "
+                          "such as 0,1,2") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"--seeds = {text!r} is not allowed; expected distinct non-negative "
+                          "integers such as 0,1,2")
+    return seeds
+
+
 def _fail(msg: str) -> None:
     msg = " ".join(str(msg).split())  # one line
     if len(msg) > 2000:
