@@ -34,7 +34,8 @@ from mechinterp_icr.interp.ir_attention import row_stats
 from mechinterp_icr.models.ir import FastIR
 from mechinterp_icr.training.pgd import fast_loss, pgd_fast
 
-__all__ = ["START_GAP", "attractor_metrics", "converged", "converged_gap", "impose_gap"]
+__all__ = ["START_GAP", "attractor_metrics", "converged", "converged_gap", "impose_gap",
+           "per_seed_metrics"]
 
 START_GAP = 0.05  # the within-pair gap imposed at the start (SPEC 2, IR-9; registered)
 
@@ -146,3 +147,10 @@ def attractor_metrics(cfg: IRConfig, seed: int) -> dict[str, Any]:
             "converged": float(converged(traces["learned"])),
             "trace": traces["learned"], "frozen_trace": traces["frozen"],
             **_placebo([t for t, _ in traces["learned"]], traces["learned"][0][1])}
+
+
+def per_seed_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """IR-9's per-seed entry of ``summary.json`` from :func:`attractor_metrics`: every number
+    prefixed ``ir9_`` (the registered metrics' names), the two trajectories left out (they
+    go to the table 'IR-9 gap from the imposed offset')."""
+    return {f"ir9_{k}": v for k, v in metrics.items() if k not in ("trace", "frozen_trace")}

@@ -40,6 +40,7 @@ from mechinterp_icr.experiments.ir.claims import empty_per_seed, ir_claims
 from mechinterp_icr.experiments.ir.config import IRConfig
 from mechinterp_icr.experiments.ir.controls import OW_RUNS, causal_table
 from mechinterp_icr.experiments.ir.ir5 import sample_complexity_per_seed, sample_complexity_table
+from mechinterp_icr.experiments.ir.ir9 import per_seed_metrics as ir9_per_seed
 from mechinterp_icr.experiments.ir.jobs import (
     attractor_job,
     gap_job,
@@ -186,8 +187,7 @@ def summarise(cfg: IRConfig, out_dir: Path, seeds: list[int], records: dict[str,
         gap_rows += [rec("gap", s, n=n).row for n in cfg.gap_n]
         per["IR-7"][sk] = rec("k3", s).ir7
         ir9 = rec("ir9", s).ir9
-        per["IR-9"][sk] = {f"ir9_{k}": v for k, v in ir9.items()
-                           if k not in ("trace", "frozen_trace")}
+        per["IR-9"][sk] = ir9_per_seed(ir9)
         ir9_traces[sk] = {"learned": ir9["trace"], "frozen": ir9["frozen_trace"]}
         per["IR-6"][sk] = rec("ir6", s).ir6
         sweep_rows += [rec(arm, s, n=n).row for arm in ("sample", "sample_learned")
