@@ -190,16 +190,23 @@ def build_ir5_seed(N_memory=None, N_learned=None, *, ns=(128, 256, 512, 1024, 20
     N_memory = N_memory or (lambda n: 2.0)
     N_learned = N_learned or (lambda n: float(n))
 
-    def acc(Ns, z, half):
-        return {str(N): [z + (P - z) * (min(1.0, N / (2 * half)) if half else 0.4)] * 4
+    def acc(Ns, z, half, runs):
+        return {str(N): [z + (P - z) * (min(1.0, N / (2 * half)) if half else 0.4)] * runs(N)
                 for N in Ns}
+
+    from mechinterp_icr.claims.ir_registry import IR5
+
+    def mem_runs(N):  # the registered run counts: more at the two largest N (the plateau)
+        return IR5["sample_complexity.plateau_runs" if N in sorted(memory_Ns)[-2:]
+                   else "sample_complexity.runs"]
 
     by_n = {}
     for n in ns:
-        mem = acc(memory_Ns, z_memory, N_memory(n))
+        mem = acc(memory_Ns, z_memory, N_memory(n), mem_runs)
         if plateau:
-            mem.update({str(N): [v] * 4 for N, v in plateau.items()})
-        lrn = acc([2 ** k for k in range(14) if 2 ** k <= learned_top], z_learned, N_learned(n))
+            mem.update({str(N): [v] * mem_runs(N) for N, v in plateau.items()})
+        lrn = acc([2 ** k for k in range(14) if 2 ** k <= learned_top], z_learned, N_learned(n),
+                  lambda N: IR5["sample_complexity.learned_runs"])
         by_n[str(n)] = {"d": n // 2, "ceiling": ceiling, "retrieval": retrieval,
                         "memory": {"z": z_memory, "acc": mem},
                         "learned": {"z": z_learned, "acc": lrn}}

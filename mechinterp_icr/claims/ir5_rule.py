@@ -21,6 +21,17 @@ What the rule reads from them:
   censored N counts as its grid's largest; the learned arm's slope is over its uncensored n.
 - **s_poly** = log((log n_max / log n_min)^2) / log(n_max / n_min) (:func:`s_poly`): the slope
   of (log n)^2 over the range, the steepest growth the polylog upper bound allows.
+- **The registered grid** (``grid``: n, the memory arm's N, its runs per N and at the two
+  largest N, the learned arm's runs per N): an n of it that was not stored, or stored with
+  fewer N or runs, is not measurable (a ``--set`` with fewer runs is not the registered
+  measurement); a stored n outside it is ignored. Without ``grid`` (ad-hoc use) the stored
+  rows are read as they are.
+- **Not measurable never hides a failure** (SPEC 0): where some n cannot be read, the slope is
+  still bounded: least squares is linear in log N, so the smallest slope any values at those n
+  could give (each between the grid's smallest and largest N) is :func:`best_case_slope`.
+  When even that exceeds the registered bar (``slope_bar``), the seed's slope condition is
+  read as failing on that bound instead of as not measurable. N at n_max is read whenever
+  n_max itself can be read.
 """
 
 from __future__ import annotations
@@ -33,7 +44,8 @@ import numpy as np
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
 
-__all__ = ["IR5_PER_SEED", "IR5_POOLED", "IR5_TABLE", "crossing", "ir5_derive", "ir5_seed",
+__all__ = ["IR5_PER_SEED", "IR5_POOLED", "IR5_TABLE", "best_case_slope", "crossing",
+           "ir5_derive", "ir5_seed",
            "ir5_table", "ir5_unreadable", "isotonic_fit", "log_slope", "plateau", "s_poly"]
 
 IR5_TABLE = "IR-5 sample complexity"  # the summary table :func:`ir5_table` fills
@@ -117,6 +129,48 @@ def log_slope(ns: list[float], Ns: list[float]) -> float:
     return float((x * (y - y.mean())).sum() / (x * x).sum())
 
 
+def best_case_slope(ns: list[float], Ns: list[float], free: list[bool], lo: float, hi: float
+                    ) -> float:
+    """The smallest least-squares slope of log N on log n when the N at the ``free`` positions
+    may be anything in [``lo``, ``hi``] (the others as given): the slope is linear in each
+    log N with weight log n minus its mean, so each free N sits at ``lo`` where that weight
+    is positive and at ``hi`` where it is negative. NaN with fewer than two n or a given N
+    that is not a positive number."""
+    if len(ns) < 2 or not 0 < lo <= hi:
+        return math.nan
+    x = np.log(np.asarray(ns, float))
+    x = x - x.mean()
+    y = []
+    for xi, N, f in zip(x, Ns, free):
+        if f:
+            y.append(math.log(lo if xi > 0 else hi))
+        elif N is None or not N > 0:
+            return math.nan
+        else:
+            y.append(math.log(N))
+    return float((x * np.asarray(y)).sum() / (x * x).sum())
+
+
+def _grid_gaps(r: Mapping[str, Any], grid: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(why the memory arm, why the learned arm) of one stored n falls short of the registered
+    ``grid`` ("" when it does not, or without a grid)."""
+    if not grid:
+        return "", ""
+    mem = (r.get("memory") or {}).get("acc") or {}
+    lrn = (r.get("learned") or {}).get("acc") or {}
+    Ns = sorted(float(N) for N in grid["Ns"])
+    have = {float(N): len(v or []) for N, v in mem.items()}
+    missing = [f"{N:g}" for N in Ns if N not in have]
+    if missing:
+        return f"memory arm lacks the registered N = {', '.join(missing)}", ""
+    need = {N: grid["plateau_runs"] if N in Ns[-2:] else grid["runs"] for N in Ns}
+    short = [f"{have[N]} of {need[N]} runs at N = {N:g}" for N in Ns if have[N] < need[N]]
+    few = [f"{len(v or [])} of {grid['learned_runs']} runs at N = {float(N):g}"
+           for N, v in lrn.items() if len(v or []) < grid["learned_runs"]]
+    return (("memory arm: " + "; ".join(short)) if short else "",
+            ("learned arm: " + "; ".join(few)) if few else "")
+
+
 def _g(v: float | None) -> str:
     return "none" if v is None else f"{v:.4g}"
 
@@ -130,21 +184,24 @@ def _arm_N(arm: Any, P: float, q: float) -> tuple[float, float | None]:
     return tau, crossing((arm or {}).get("acc") or {}, tau)
 
 
-def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: float
+def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: float,
+             slope_bar: float | None = None, grid: Mapping[str, Any] | None = None
              ) -> dict[str, Any]:
     """One seed's IR-5 quantities at gain fraction ``q`` from its stored ``ir5_by_n``: per n
     the plateau, whether it is valid (why not: retrieval below ``retrieval_min``, a plateau
     whose two means differ by more than ``flat`` or below ``min_frac`` x the ceiling, a run
-    without a number), both arms' targets and N; then the memory
-    arm's slope (censored N = its grid's largest), the learned arm's slope over its
-    uncensored n, and the controls' numbers. ``unmeasurable`` maps an n to why the memory arm
-    cannot be read there (its conditions then cannot be read on this seed);
-    ``learned_unmeasurable`` an n to why the learned arm cannot (its controls are then not
-    measured; the memory arm's conditions are still read)."""
+    without a number, fewer N or runs than the registered ``grid``), both arms' targets and
+    N; then the memory arm's slope (censored N = its grid's largest; where an n cannot be
+    read, its best case, which decides only when it already fails ``slope_bar``), the learned
+    arm's slope over its uncensored n, and the controls' numbers. ``unmeasurable`` maps an n
+    to why the memory arm cannot be read there; ``blank`` maps each whole-grid metric that
+    cannot be read on this seed to why; ``learned_unmeasurable`` an n to why the learned arm
+    cannot (its controls are then not measured; the memory arm's conditions are still read)."""
     by_n = (m.get("ir5_by_n") if isinstance(m, Mapping) else None) or {}
+    keys = ({str(int(n)) for n in grid["n"]} if grid else set(by_n))
     rows, why, why_l = {}, {}, {}
-    for key in sorted(by_n, key=float):
-        r = by_n[key] if isinstance(by_n[key], Mapping) else {}
+    for key in sorted(keys, key=float):
+        r = by_n.get(key) if isinstance(by_n.get(key), Mapping) else {}
         mem, lrn = r.get("memory") or {}, r.get("learned") or {}
         P, spread = plateau(mem.get("acc") or {})
         C, retr = _num(r.get("ceiling")), _num(r.get("retrieval"))
@@ -155,8 +212,11 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
                      "z_memory": _num(mem.get("z")), "z_learned": _num(lrn.get("z")),
                      "memory_top_N": max((float(N) for N in mem.get("acc") or {}),
                                          default=math.nan)}
+        short_m, short_l = _grid_gaps(r, grid) if mem.get("acc") else ("", "")
         if not mem.get("acc"):
             why[key] = "the memory arm not measured (or stored twice)"
+        elif short_m:
+            why[key] = short_m
         elif retr is None or retr < retrieval_min:
             why[key] = f"retrieval {_g(retr)} < {retrieval_min:g}"
         elif math.isnan(P) or not spread <= flat + 1e-12:
@@ -169,21 +229,49 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
         # arm's conditions (a failing memory arm still decides)
         if not lrn.get("acc"):
             why_l[key] = "the learned arm not measured (or stored twice)"
+        elif short_l:
+            why_l[key] = short_l
         elif isinstance(N_l, float) and math.isnan(N_l):
             why_l[key] = "a learned-arm run without a number"
     out: dict[str, Any] = {"by_n": rows, "unmeasurable": why, "learned_unmeasurable": why_l}
     if not rows:
-        return {**out, "unmeasurable": {"*": "no IR-5 rows stored"}}
+        return {**out, "unmeasurable": {"*": "no IR-5 rows stored"},
+                "blank": dict.fromkeys(_WHOLE_GRID, "no IR-5 rows stored")}
+    return {**out, **_whole_grid(rows, why, why_l, slope_bar)}
+
+
+def _whole_grid(rows: dict[str, dict], why: dict[str, str], why_l: dict[str, str],
+                slope_bar: float | None) -> dict[str, Any]:
+    """:func:`ir5_seed`'s metrics over the whole n grid from its per-n ``rows`` and the n the
+    memory (``why``) and learned (``why_l``) arms cannot be read at."""
+    out: dict[str, Any] = {}
     ns = [float(k) for k in rows]
     n_lo, n_hi = min(ns), max(ns)
     out["s_poly"] = s_poly(n_lo, n_hi) if n_hi > n_lo else math.nan
     mem_N = [rows[k]["N_memory"] if rows[k]["N_memory"] is not None else rows[k]["memory_top_N"]
              for k in rows]
+    grid_N = [float(r["memory_top_N"]) for r in rows.values() if r["memory_top_N"] > 0]
+    # the range an unreadable n's N could take: from 1 sequence to the largest N stored at any
+    # n (both at least as wide as the crossing's own range there: the bound is conservative)
+    lo_N = 1.0
     out["slope"] = math.nan if why else log_slope(ns, mem_N)
+    out["slope_best_case"] = (best_case_slope(ns, mem_N, [k in why for k in rows], lo_N,
+                                              max(grid_N, default=math.nan))
+                              if why else out["slope"])
     out["slope_minus_s_poly"] = out["slope"] - out["s_poly"]
-    top = rows[max(rows, key=float)]
-    out["memory_reached_at_n_max"] = (math.nan if why else
-                                      float(top["N_memory"] is not None))
+    blank = {}
+    reason = "; ".join(f"n = {n}: {w}" for n, w in why.items())
+    bound = out["slope_best_case"] - out["s_poly"]
+    if why and slope_bar is not None and bound > slope_bar:  # fails whatever those n hold
+        out["slope_minus_s_poly"] = bound
+    elif why:
+        blank["slope_minus_s_poly"] = reason
+    top_key = max(rows, key=float)
+    out["memory_reached_at_n_max"] = (math.nan if top_key in why else
+                                      float(rows[top_key]["N_memory"] is not None))
+    if top_key in why:
+        blank["memory_reached_at_n_max"] = f"n = {top_key}: {why[top_key]}"
+    out["blank"] = blank
     ok_l = [(float(k), rows[k]["N_learned"]) for k in rows
             if k not in why and rows[k]["N_learned"] is not None]
     gap = why or why_l  # the learned arm's target needs the memory arm's plateau
@@ -199,7 +287,7 @@ def ir5_seed(m: Any, q: float, *, flat: float, min_frac: float, retrieval_min: f
 
 
 def ir5_derive(claim_id: str, per_seed: Mapping[str, Any], q: float, conventions,
-               **rule: float) -> tuple[dict, dict]:
+               **rule: Any) -> tuple[dict, dict]:
     """IR-5's per-seed metrics (:data:`IR5_PER_SEED`, plus the slopes at the convention
     fractions, reported) and the pooled ``mean_slope_hi95_minus_s_poly``: the upper end of
     the 95% Student-t interval of the seed-mean memory slope minus s_poly (NaN unless every
@@ -208,7 +296,8 @@ def ir5_derive(claim_id: str, per_seed: Mapping[str, Any], q: float, conventions
     for s, m in per_seed.items():
         r = ir5_seed(m, q, **rule)
         d = {k: r.get(k, math.nan) for k in IR5_PER_SEED}
-        d.update(ir5_slope=r.get("slope", math.nan), ir5_s_poly=r.get("s_poly", math.nan))
+        d.update(ir5_slope=r.get("slope", math.nan), ir5_s_poly=r.get("s_poly", math.nan),
+                 ir5_slope_best_case=r.get("slope_best_case", math.nan))
         for c in conventions:
             rc = ir5_seed(m, float(c), **rule)
             d[f"slope_q{c:g}"] = rc.get("slope", math.nan)
@@ -221,25 +310,22 @@ def ir5_derive(claim_id: str, per_seed: Mapping[str, Any], q: float, conventions
                  interval(slopes)[1] - sp if ok else math.nan}
 
 
-def ir5_unreadable(claim_id: str, per_seed: Mapping[str, Any], q: float, **rule: float
+def ir5_unreadable(claim_id: str, per_seed: Mapping[str, Any], q: float, **rule: Any
                    ) -> dict[str, dict[str, str]]:
-    """The seeds where an n of the grid is not measurable (:func:`ir5_seed`: retrieval too
-    low, a plateau that is not flat or too low, a run without a number): their whole-grid
-    metrics cannot be read, with the n and the reason."""
-    bad = {}
+    """The seeds whose whole-grid metrics cannot be read (:func:`ir5_seed`'s ``blank``: an n
+    not measurable, with the n and the reason; a slope whose best case already fails is
+    read), and the pooled slope bound when some seed's slope cannot be read."""
+    out: dict[str, dict[str, str]] = {}
     for s, m in per_seed.items():
-        why = ir5_seed(m, q, **rule)["unmeasurable"]
-        if why:
-            bad[str(s)] = "; ".join(f"n = {n}: {w}" for n, w in why.items())
-    if not bad:
-        return {}
-    out = {k: dict(bad) for k in _WHOLE_GRID}
-    out["mean_slope_hi95_minus_s_poly"] = {"*": "seed(s) " + ", ".join(bad) +
-                                           " not measurable at some n"}
+        for metric, why in ir5_seed(m, q, **rule)["blank"].items():
+            out.setdefault(metric, {})[str(s)] = why
+    if "slope_minus_s_poly" in out:
+        out["mean_slope_hi95_minus_s_poly"] = {
+            "*": "seed(s) " + ", ".join(out["slope_minus_s_poly"]) + " not measurable at some n"}
     return out
 
 
-def ir5_table(per_seed: Mapping[str, Any], q: float, conventions, **rule: float
+def ir5_table(per_seed: Mapping[str, Any], q: float, conventions, **rule: Any
               ) -> dict[str, Any]:
     """The IR-5 table's entries: per seed and n the plateau, both arms' zero-data accuracy,
     target and N at ``q`` (None = right-censored) and at each convention fraction, and why an

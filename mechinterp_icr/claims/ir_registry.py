@@ -6,6 +6,8 @@ Changes: dated entries in docs/registry.md, heading "IR-1..IR-9"."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from mechinterp_icr.claims.derive import ir8_unreadable, ir9_unreadable
 from mechinterp_icr.claims.ir5_rule import IR5_TABLE, ir5_derive, ir5_table, ir5_unreadable
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
@@ -13,8 +15,8 @@ from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
 from mechinterp_icr.claims.protocol import positive as _pos
 
-__all__ = ["IR4_PERTURBATION_ROLE", "IR5", "ir5_rule_kwargs", "IR8_SOLVED", "IR_ANALYSIS_CONSTANTS",
-           "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
+__all__ = ["IR4_PERTURBATION_ROLE", "IR5", "IR5_SLOPE", "ir5_rule_kwargs", "IR8_SOLVED",
+           "IR_ANALYSIS_CONSTANTS", "IR_METRIC_RANGES", "IR_SPECS", "STOP_TOL_FACTORS"]
 
 # Analysis constants an IR verdict reads that are not config keys (SPEC 0): IR-8's
 # induction-style offsets, probe shapes and the probes TransformerLens scores; the grid of the
@@ -80,12 +82,21 @@ IR5 = {**_TASK, "big_lr": 1.0, "sigma": 0.01, "lr": 0.05,
                   q=0.5, conventions=(0.3, 0.7, 0.9), plateau_flat=0.02, plateau_min=0.95)}
 
 
-def ir5_rule_kwargs() -> dict[str, float]:
-    """The registered keyword arguments of :func:`..ir5_rule.ir5_seed` (the plateau bars and
-    the retrieval precondition), read from :data:`IR5`."""
+# IR-5's per-seed slope condition (the spec below uses it; the rule reads its bar to decide a
+# seed on the slope's best case where some n cannot be read, claims/ir5_rule.py)
+IR5_SLOPE = _c("slope_minus_s_poly", "<=", 0.0, text="slope of log N(n) on log n minus s_poly")
+
+
+def ir5_rule_kwargs() -> dict[str, Any]:
+    """The registered keyword arguments of :func:`..ir5_rule.ir5_seed` (the plateau bars, the
+    retrieval precondition, the slope condition's bar and the registered grid), read from
+    :data:`IR5` and :data:`IR5_SLOPE`."""
     return {"flat": IR5["sample_complexity.plateau_flat"],
             "min_frac": IR5["sample_complexity.plateau_min"],
-            "retrieval_min": IR5["sample_complexity.retrieval_min"]}
+            "retrieval_min": IR5["sample_complexity.retrieval_min"],
+            "slope_bar": IR5_SLOPE.threshold,
+            "grid": {k: IR5[f"sample_complexity.{k}"]
+                     for k in ("n", "Ns", "runs", "plateau_runs", "learned_runs")}}
 
 
 # IR-3 / IR-6 / IR-7: the within-pair gap is also reported with the stopping rule's tolerance
@@ -163,8 +174,7 @@ IR_SPECS = (
         "the seed-mean slope's upper 95% bound is too; N reached at n_max on every seed. "
         "Decided against a learned memory that must show linear growth (positive control).",
         conditions=(
-            _c("slope_minus_s_poly", "<=", 0.0,
-               text="slope of log N(n) on log n minus s_poly"),
+            IR5_SLOPE,
             _c("mean_slope_hi95_minus_s_poly", "<=", 0.0, rule="pooled",
                text="upper 95% bound of the seed-mean slope minus s_poly"),
             _c("memory_reached_at_n_max", ">=", 1.0, text="N reached at n_max"),

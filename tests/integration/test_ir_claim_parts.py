@@ -216,7 +216,10 @@ def test_sample_complexity_per_seed_stores_the_runs_and_names_missing_or_doubled
     from mechinterp_icr.experiments.ir.ir5 import rule_kwargs, sample_complexity_per_seed
 
     cfg = apply_overrides(profile("quick"), ["sample_complexity.n=[32,64,128,256]",
-                                             "sample_complexity.Ns=[1,2,4,8]"])
+                                             "sample_complexity.Ns=[1,2,4,8]",
+                                             "sample_complexity.runs=1",
+                                             "sample_complexity.plateau_runs=1",
+                                             "sample_complexity.learned_runs=1"])
     acc = {"1": [0.5], "2": [0.8], "4": [0.9], "8": [0.9]}
 
     def row(n, arm):

@@ -8,7 +8,14 @@ import math
 import pytest
 from helpers import build_ir5_seed
 
-from mechinterp_icr.claims.ir5_rule import crossing, ir5_seed, isotonic_fit, log_slope, s_poly
+from mechinterp_icr.claims.ir5_rule import (
+    best_case_slope,
+    crossing,
+    ir5_seed,
+    isotonic_fit,
+    log_slope,
+    s_poly,
+)
 from mechinterp_icr.experiments.ir.claims import ir_claims
 from mechinterp_icr.experiments.ir.config import QUICK
 
@@ -85,8 +92,8 @@ def test_the_seed_mean_slope_upper_bound_decides_when_every_seed_is_under_s_poly
 def test_a_memory_censored_at_n_max_does_not_hold():
     per = _all()
     top = per["3"]["ir5_by_n"]["4096"]  # training makes it worse than zero data there
-    top.update(ceiling=0.3, memory={"z": 0.35, "acc": {N: [0.3] * 4 for N in
-                                                      top["memory"]["acc"]}})
+    top.update(ceiling=0.3, memory={"z": 0.35, "acc": {N: [0.3] * len(v) for N, v in
+                                                      top["memory"]["acc"].items()}})
     assert ir5_seed(per["3"], 0.5, **RULE)["by_n"]["4096"]["N_memory"] is None
     c = _claim(per)
     assert c["verdict"] == "does not hold"
@@ -171,7 +178,7 @@ def test_a_verdict_that_flips_at_another_gain_fraction_says_so():
             z, P = r["memory"]["z"], 0.92
             for N in r["memory"]["acc"]:
                 f = 0.5 * min(1.0, float(N) / 2) + 0.5 * min(1.0, float(N) / (int(n) / 64))
-                r["memory"]["acc"][N] = [z + (P - z) * f] * 4
+                r["memory"]["acc"][N] = [z + (P - z) * f] * len(r["memory"]["acc"][N])
         per[s] = m
     c = _claim(per)
     assert c["verdict"] == "holds"
@@ -193,3 +200,69 @@ def test_redecide_recomputes_the_ir5_table_and_check_finds_a_stale_one():
     assert any("table 'IR-5 sample complexity'" in d for d in differences(s, new))
     again = redecide_summary(copy.deepcopy(new))[0]
     assert differences(new, again) == []
+
+
+def test_best_case_slope_puts_each_free_n_where_it_lowers_the_slope():
+    ns = [128, 256, 512, 1024, 2048, 4096]
+    Ns = [2, 4, 8, 16, 32, 64]  # N = n / 64: slope 1
+    assert best_case_slope(ns, Ns, [False] * 6, 1, 256) == pytest.approx(1.0)
+    # a free n in the upper half goes to the smallest N, one in the lower half to the largest
+    assert best_case_slope(ns, Ns, [False] * 5 + [True], 1, 64) == pytest.approx(2.5 / 17.5)
+    assert best_case_slope(ns, Ns, [False, False, True, False, False, False], 1, 256
+                           ) == pytest.approx(15 / 17.5)
+    assert math.isnan(best_case_slope(ns, [None] * 6, [False] * 6, 1, 256))
+
+
+def _unreadable_at(per, n, **row):
+    for m in per.values():
+        m["ir5_by_n"][str(n)].update(row)
+    return per
+
+
+def test_an_unreadable_n_never_hides_a_slope_that_fails_whatever_it_holds():
+    # null model: a memory whose N grows linearly in n (no polylog bound); n = 512 cannot be
+    # read on every seed, yet no N there could bring the slope under s_poly
+    per = _unreadable_at(_all(N_memory=lambda n: n / 64), 512, retrieval=0.98)
+    c = _claim(per)
+    cond = _cond(c, "slope_minus_s_poly")
+    assert c["verdict"] == "does not hold", c["verdict_reason"]
+    assert cond["met"] is False and not cond.get("unreadable")
+    assert all(0.5 < m["ir5_slope_best_case"] < 0.9 for m in c["derived"].values())
+    # the same with the top n unreadable: N = 1 there could make the slope 0.14 < s_poly, so
+    # the seed cannot be read (and N at n_max neither)
+    per = _unreadable_at(_all(N_memory=lambda n: n / 64), 4096, retrieval=0.98)
+    c = _claim(per)
+    assert c["verdict"] == "inconclusive"
+    assert _cond(c, "slope_minus_s_poly")["met"] is None
+    assert _cond(c, "memory_reached_at_n_max")["met"] is None
+
+
+def test_an_unreadable_middle_n_leaves_n_max_readable_and_a_flat_memory_unread():
+    per = _unreadable_at(_all(), 512, retrieval=0.98)  # flat memory: holds wherever read
+    c = _claim(per)
+    assert c["verdict"] == "inconclusive"
+    assert _cond(c, "slope_minus_s_poly")["met"] is None
+    assert "n = 512: retrieval 0.98" in _cond(c, "slope_minus_s_poly")["unreadable"]["0"]
+    assert _cond(c, "memory_reached_at_n_max")["met"] is True
+
+
+def test_a_run_short_of_the_registered_grid_is_not_measurable():
+    from mechinterp_icr.claims.ir_registry import ir5_rule_kwargs
+
+    rule = ir5_rule_kwargs()
+    m = build_ir5_seed()
+    m["ir5_by_n"]["256"]["memory"]["acc"]["4"] = [0.5, 0.5]  # 2 runs where 8 are registered
+    del m["ir5_by_n"]["1024"]  # a registered n not stored
+    m["ir5_by_n"]["8192"] = m["ir5_by_n"]["4096"]  # an n outside the grid: ignored
+    m["ir5_by_n"]["128"]["learned"]["acc"]["8"] = [0.5]  # 1 learned run where 4 are
+    got = ir5_seed(m, 0.5, **rule)
+    assert set(got["by_n"]) == {"128", "256", "512", "1024", "2048", "4096"}
+    assert "2 of 8 runs at N = 4" in got["unmeasurable"]["256"]
+    assert "not measured" in got["unmeasurable"]["1024"]
+    assert "1 of 4 runs at N = 8" in got["learned_unmeasurable"]["128"]
+    assert set(got["unmeasurable"]) == {"256", "1024"}
+    # without the registered grid (ad-hoc use) the stored rows are read as they are
+    assert ir5_seed(m, 0.5, **RULE)["unmeasurable"] == {}
+    c = _claim({s: build_ir5_seed() if s != "4" else m for s in SEEDS})
+    assert c["verdict"] == "inconclusive"
+    assert "n = 256: memory arm: 2 of 8 runs" in _cond(c, "slope_minus_s_poly")["unreadable"]["4"]

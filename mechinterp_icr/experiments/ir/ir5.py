@@ -239,11 +239,15 @@ def sample_complexity_row(cfg: IRConfig, seed: int, n: int, arm: str = "memory"
     return out
 
 
-def rule_kwargs(cfg: IRConfig) -> dict[str, float]:
-    """The keyword arguments of :func:`..claims.ir5_rule.ir5_seed` from ``cfg``."""
+def rule_kwargs(cfg: IRConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`..claims.ir5_rule.ir5_seed` from ``cfg``: its plateau
+    bars and grid (the registered ones are ``claims.ir_registry.ir5_rule_kwargs``, which also
+    give the slope bar)."""
     sc = cfg.sample_complexity
     return {"flat": sc.plateau_flat, "min_frac": sc.plateau_min,
-            "retrieval_min": sc.retrieval_min}
+            "retrieval_min": sc.retrieval_min,
+            "grid": {k: getattr(sc, k) for k in ("n", "Ns", "runs", "plateau_runs",
+                                                 "learned_runs")}}
 
 
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
