@@ -16,7 +16,14 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli.group import _fail, _seeds, error_line, main  # noqa: F401 (error_line: API)
+from mechinterp_icr.cli.group import (
+    _fail,
+    _seeds,
+    error_line,  # noqa: F401 (the package's API)
+    main,
+    profile_option,
+    set_option,
+)
 from mechinterp_icr.config import ConfigError, parse_init
 from mechinterp_icr.config.rounding import ROUNDINGS, rounding_callback
 
@@ -298,12 +305,9 @@ def _resolve_targets(target: str, profile: str, overrides: tuple[str, ...]):
     return [(t, resolve_config(t, profile, by_target[t])) for t in targets]
 
 
-_PROFILE = click.option("--profile", default="quick", show_default=True,
-                        help="Profile of the target's config: quick (minutes on a laptop CPU) "
-                             "or paper.")
-_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                    help="Dotted override of any field of the target's config (see `icr config "
-                         "TARGET`); with `all`, prefix the target: cr.task.lam=0.5.")
+_PROFILE = profile_option("target's config")
+_SET = set_option("target's config", " (see `icr config TARGET`); with `all`, prefix the "
+                  "target: cr.task.lam=0.5")
 
 
 @main.command()

@@ -9,16 +9,14 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli.group import _fail, _seeds, main
+from mechinterp_icr.cli.group import _fail, _seeds, main, profile_option, set_option
 from mechinterp_icr.config import ConfigError
 
 __all__ = ["calibrate"]
 
 DECISION_SEEDS = frozenset(range(5))  # the published reproduction's seeds (make reproduce)
-_PROFILE = click.option("--profile", default="quick", show_default=True,
-                        help="Profile of the CR config: quick or paper.")
-_SET = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-                    help="Dotted override of any field of the CR config (see `icr config cr`).")
+_PROFILE = profile_option("CR config")
+_SET = set_option("CR config", " (see `icr config cr`)")
 
 
 def _calibration_seeds(text: str) -> list[int]:

@@ -28,6 +28,18 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def profile_option(config: str):
+    """``--profile`` of the commands that build a config (``config``: whose, in the help)."""
+    return click.option("--profile", default="quick", show_default=True,
+                        help=f"Profile of the {config}: quick (minutes on a laptop CPU) or paper.")
+
+
+def set_option(config: str, extra: str = ""):
+    """``--set KEY=VALUE`` (repeatable) of the commands that build a config."""
+    return click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                        help=f"Dotted override of any field of the {config}{extra}.")
+
+
 def _fail(msg: str) -> None:
     msg = " ".join(str(msg).split())  # one line
     if len(msg) > 2000:
