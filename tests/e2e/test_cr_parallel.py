@@ -95,6 +95,7 @@ def test_pooled_plan_names_every_job_by_its_target(tmp_path):
     assert dict((t.name, t.after) for t in pool)["cr/seed1/cr4"] == ("cr/seed1/train",)
 
 
+@pytest.mark.slow  # the 2-seed serial run (about 50 s) is the slow step's
 def test_one_pool_reads_and_writes_the_records_of_reproduce(serial, capfd):
     """run_targets (what `icr reproduce` calls) finds the records a target's reproduce wrote:
     same files, same fingerprints; and builds the same claims from them."""
@@ -115,6 +116,7 @@ def test_one_pool_reads_and_writes_the_records_of_reproduce(serial, capfd):
     assert comparable(again, out)["claims"] == comparable(first, out)["claims"]
 
 
+@pytest.mark.slow  # the 2-seed serial run (about 50 s) is the slow step's
 def test_rerun_skips_every_job(serial, capfd):
     out, first = serial
     records = sorted((out / "jobs" / "cr").rglob("*.json"))

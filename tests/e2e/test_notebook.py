@@ -17,6 +17,7 @@ def test_the_committed_notebook_has_no_outputs():
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code)
 
 
+@pytest.mark.slow  # about 60 s on 2 cores: the slow step runs it
 def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

@@ -86,3 +86,15 @@ def test_logit_lens_n_100000000_and_n_0_are_refused_and_keep_the_result(inductio
         assert result.read_bytes() == before
         said[n] = lines[0]
     assert "resources.max_gib" in said["900000"] and "1,000,000" in said["100000000"]
+
+
+@pytest.mark.parametrize("value", ["L0H0@999", "L0H7@1", "L2H0@1", "L0H0", "L0H0@x", "L0H0@-1"])
+def test_patching_heatmap_track_refuses_a_cell_the_model_or_prompts_lack(monkeypatch, capsys,
+                                                                         value):
+    mod = load_repo_script("analyses/patching_heatmap.py", monkeypatch)
+    assert mod.tracked("L1H0@5, L0H1@0", 2, 2, 12) == ["L1H0@5", "L0H1@0"]
+    with pytest.raises(SystemExit) as e:
+        mod.tracked(value, 2, 2, 12)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1
+    assert err[0].startswith(f"error: --track = {value!r} is not allowed") and "P < 12" in err[0]

@@ -48,7 +48,9 @@ def no_cr_build(monkeypatch):
     CRTaskConfig(n_types=20, n_values=200, attr_share=0.5),
     CRTaskConfig(n_subjects=2000, n_types=200, n_values=300, n_grammar=4),
     IRTaskConfig(), IRTaskConfig(n_subjects=2000, n_relations=20),
-    IRTaskConfig(n_subjects=500, n_relations=200), InductionTaskConfig(n_tokens=50000),
+    # 200 relations: about 20 s under tracemalloc, so in the slow step
+    pytest.param(IRTaskConfig(n_subjects=500, n_relations=200), marks=pytest.mark.slow),
+    InductionTaskConfig(n_tokens=50000),
 ], ids=lambda c: f"{type(c).kind}-{task_build_bytes(c)}")
 def test_task_estimate_covers_every_table_it_builds(cfg):
     cfg.build(0)  # first call: imports and caches, not the task's tables
