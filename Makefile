@@ -37,10 +37,12 @@ reproduce: $(STAMP) chromium
 
 # The committed figures/ and README's claim table must be what the registered specs give on the
 # committed measurements (icr redecide --check: seconds, no training); then the default suite,
-# which builds its own measurements and never reads figures/.
+# which builds its own measurements and never reads figures/. Two test workers (pytest-xdist),
+# one test file each at a time (module fixtures are built once), one torch thread per process
+# (tests/conftest.py): the two cores, not more. The slow step runs serially (it starts Ray).
 test: $(STAMP) chromium
 	$(VENV)/bin/icr redecide figures --check --readme README.md
-	$(PY) -m pytest -q; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
+	$(PY) -m pytest -q -n 2 --dist loadfile; rc=$$?; if [ $$rc = 5 ]; then echo 'no tests collected'; exit 0; fi; exit $$rc
 
 test-slow: $(STAMP) chromium
 	$(PY) -m pytest -q -m slow; rc=$$?; if [ $$rc = 5 ]; then echo 'no slow tests collected'; exit 0; fi; exit $$rc

@@ -13,6 +13,9 @@ import pytest
 import torch
 
 os.environ.setdefault("MECHINTERP_ICR_NO_PNG", "1")  # tests do not need kaleido PNGs
+# one thread in every process the tests start too (`make test` runs two test workers on 2 cores)
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 _LAYERS = ("unit", "integration", "e2e")
 
 
