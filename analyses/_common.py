@@ -98,6 +98,15 @@ def parser(doc: str) -> argparse.ArgumentParser:
     return ap
 
 
+def add_config_args(ap: argparse.ArgumentParser, config: str) -> None:
+    """``--profile`` and ``--set KEY=VALUE`` (repeatable): the reproduction's config of
+    ``config`` (e.g. "IR") a script builds its runs from, as ``icr reproduce`` takes them."""
+    ap.add_argument("--profile", default="quick", choices=("quick", "paper"))
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    metavar="KEY=VALUE", help=f"override a field of the {config} config "
+                                              "(repeatable)")
+
+
 def add_csv(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--csv", default=None, metavar="PATH",
                     help="also write the printed table as CSV to PATH")

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from _common import Parser, run_main
+from _common import Parser, add_config_args, run_main
 
 
 def main() -> None:
@@ -24,9 +24,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, required=True, help="subjects (a registered n)")
     ap.add_argument("--N", type=int, required=True, help="finetuning sequences")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", default="quick", choices=("quick", "paper"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="KEY=VALUE", help="override a field of the IR config (repeatable)")
+    add_config_args(ap, "IR")
     a = ap.parse_args()
     from mechinterp_icr.config import ConfigError, apply_overrides
     from mechinterp_icr.experiments import ir

@@ -12,9 +12,8 @@ trajectories per seed as JSON. About 6 s per seed on one core at the quick profi
 """
 
 import argparse
-import sys
 
-from _common import Parser, run_main
+from _common import Parser, add_config_args, run_main
 
 
 def _short(v):
@@ -24,29 +23,22 @@ def _short(v):
 def main() -> None:
     ap = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated seeds")
-    ap.add_argument("--profile", default="quick", choices=("quick", "paper"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="KEY=VALUE", help="override a field of the IR config (repeatable)")
+    add_config_args(ap, "IR")
     ap.add_argument("--out", default=None, metavar="PATH", help="write the claim entry as JSON")
     a = ap.parse_args()
-    try:
-        seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
-    except ValueError:
-        ap.error(f"--seeds = {a.seeds!r} is not allowed; expected comma-separated integers")
-    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        ap.error(f"--seeds = {a.seeds!r} is not allowed; expected distinct seeds >= 0")
+    # the commands' seed parser (light: click and the config errors); a bad seed list or
+    # override is one line and exit 2 (run_main) before any model is built
+    from mechinterp_icr.cli.group import parse_seeds
+
+    seeds = parse_seeds(a.seeds)
     # imported after checking the arguments: --help stays fast
     from mechinterp_icr.claims.redecide import redecide_claim
-    from mechinterp_icr.config import ConfigError, apply_overrides
+    from mechinterp_icr.config import apply_overrides
     from mechinterp_icr.experiments import ir
     from mechinterp_icr.experiments.ir.ir9 import attractor_metrics, per_seed_metrics
     from mechinterp_icr.store.io import atomic_write_json
 
-    try:
-        cfg = apply_overrides(ir.profile(a.profile), a.overrides)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    cfg = apply_overrides(ir.profile(a.profile), a.overrides)
     per_seed, traces = {}, {}
     for s in seeds:
         m = attractor_metrics(cfg, s)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from _common import Parser, run_main
+from _common import Parser, add_config_args, run_main
 
 
 def main() -> None:
@@ -22,9 +22,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     ap.add_argument("--out", required=True, help="JSONL file the rows are appended to")
     ap.add_argument("--only", default="", help="JSON list of settings instead of the grid")
-    ap.add_argument("--profile", default="quick", choices=("quick", "paper"))
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    metavar="KEY=VALUE", help="override a field of the IR config (repeatable)")
+    add_config_args(ap, "IR")
     a = ap.parse_args()
     # imported after parsing: --help stays fast
     from mechinterp_icr.config import ConfigError, apply_overrides

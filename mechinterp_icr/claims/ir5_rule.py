@@ -44,11 +44,13 @@ import numpy as np
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
 
-__all__ = ["IR5_PER_SEED", "IR5_POOLED", "IR5_TABLE", "best_case_slope", "crossing",
-           "ir5_derive", "ir5_seed",
-           "ir5_table", "ir5_unreadable", "isotonic_fit", "log_slope", "plateau", "s_poly"]
+__all__ = ["IR5_GRID_KEYS", "IR5_PER_SEED", "IR5_POOLED", "IR5_TABLE", "best_case_slope",
+           "crossing", "ir5_derive", "ir5_seed", "ir5_table", "ir5_unreadable", "isotonic_fit",
+           "log_slope", "plateau", "s_poly"]
 
 IR5_TABLE = "IR-5 sample complexity"  # the summary table :func:`ir5_table` fills
+# the ``sample_complexity`` settings the rule checks a stored run's grid against (``grid``)
+IR5_GRID_KEYS = ("n", "Ns", "runs", "plateau_runs", "learned_runs")
 
 # the derived metrics the spec decides on (per seed) and the pooled one
 IR5_PER_SEED = ("slope_minus_s_poly", "memory_reached_at_n_max", "learned_slope",

@@ -9,7 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from mechinterp_icr.claims.derive import ir8_unreadable, ir9_unreadable
-from mechinterp_icr.claims.ir5_rule import IR5_TABLE, ir5_derive, ir5_table, ir5_unreadable
+from mechinterp_icr.claims.ir5_rule import (
+    IR5_GRID_KEYS,
+    IR5_TABLE,
+    ir5_derive,
+    ir5_table,
+    ir5_unreadable,
+)
 from mechinterp_icr.claims.protocol import SIGNED_UNIT, UNIT, ClaimSpec, Condition
 from mechinterp_icr.claims.protocol import condition as _c
 from mechinterp_icr.claims.protocol import negative as _neg
@@ -95,8 +101,7 @@ def ir5_rule_kwargs() -> dict[str, Any]:
             "min_frac": IR5["sample_complexity.plateau_min"],
             "retrieval_min": IR5["sample_complexity.retrieval_min"],
             "slope_bar": IR5_SLOPE.threshold,
-            "grid": {k: IR5[f"sample_complexity.{k}"]
-                     for k in ("n", "Ns", "runs", "plateau_runs", "learned_runs")}}
+            "grid": {k: IR5[f"sample_complexity.{k}"] for k in IR5_GRID_KEYS}}
 
 
 # IR-3 / IR-6 / IR-7: the within-pair gap is also reported with the stopping rule's tolerance

@@ -18,9 +18,9 @@ import click
 
 from mechinterp_icr.cli.group import (
     _fail,
-    _seeds,
     error_line,  # noqa: F401 (the package's API)
     main,
+    parse_seeds,
     profile_option,
     set_option,
 )
@@ -344,7 +344,7 @@ def reproduce(target: str, profile: str, out: str, seeds: str, overrides: tuple[
     from mechinterp_icr.store.job_seconds import read_job_seconds
 
     try:
-        seed_list = _seeds(seeds)
+        seed_list = parse_seeds(seeds)
         resolved = _resolve_targets(target, profile, overrides)
         workers = default_workers() if workers is None else workers
         check_range("--workers", workers, 1, 1024, integer=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from mechinterp_icr.cli.group import _fail, _seeds, main, profile_option, set_option
+from mechinterp_icr.cli.group import _fail, main, parse_seeds, profile_option, set_option
 from mechinterp_icr.config import ConfigError
 
 __all__ = ["calibrate"]
@@ -27,7 +27,7 @@ def _calibration_seeds(text: str) -> list[int]:
         seeds = list(range(int(a), int(b) + 1))
     else:
         try:
-            seeds = _seeds(text)
+            seeds = parse_seeds(text)
         except ConfigError:
             raise ConfigError(f"--seeds = {text[:60]!r} is not allowed; expected A-B (A <= B) or "
                               "distinct non-negative integers joined by commas, e.g. "

@@ -12,11 +12,12 @@ import click
 
 from mechinterp_icr.config import ConfigError
 
-__all__ = ["error_line", "main"]
+__all__ = ["error_line", "main", "parse_seeds", "profile_option", "set_option"]
 
 
-def _seeds(text: str) -> list[int]:
-    """``--seeds``: distinct non-negative integers joined by commas."""
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: distinct non-negative integers joined by commas (ConfigError otherwise);
+    the commands' and the analysis scripts' one parser."""
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from mechinterp_icr.claims.ir5_rule import ir5_table
+from mechinterp_icr.claims.ir5_rule import IR5_GRID_KEYS, ir5_table
 from mechinterp_icr.experiments.ir.config import (
     IRConfig,
     main_pgd,
@@ -246,8 +246,7 @@ def rule_kwargs(cfg: IRConfig) -> dict[str, Any]:
     sc = cfg.sample_complexity
     return {"flat": sc.plateau_flat, "min_frac": sc.plateau_min,
             "retrieval_min": sc.retrieval_min,
-            "grid": {k: getattr(sc, k) for k in ("n", "Ns", "runs", "plateau_runs",
-                                                 "learned_runs")}}
+            "grid": {k: getattr(sc, k) for k in IR5_GRID_KEYS}}
 
 
 def sample_complexity_per_seed(cfg: IRConfig, rows: list[dict], seeds: list[int]
