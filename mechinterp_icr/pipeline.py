@@ -1,6 +1,7 @@
-"""Generic single-phase training and evaluation of a run directory (``icr train`` / ``icr eval``).
+"""One run directory: resolve a run config, train one phase into it, evaluate it, load it.
 
-Paper pipelines with several phases live in ``mechinterp_icr.experiments``.
+``icr train`` reaches it through ``experiments.phases.train``, the one path for every task
+kind (the papers' phases bring their own model and training, :func:`train_single_phase`).
 
 Everything a command could refuse is checked before anything is written: the config (types,
 ranges, a task, a model that fits the task, the resource estimate of
@@ -255,7 +256,7 @@ def train_single_phase(cfg: RunConfig, out: Path, phase: str = "train",
     its sidecars record it as ``init_from``. A phase that has checkpoints resumes from them.
     ``on_log``: called with every metrics record (``training.loop.train_phase``).
 
-    A phase recipe (``experiments.recipes``) brings its own model and training: ``build()``
+    A phase recipe (``experiments.phases``) brings its own model and training: ``build()``
     makes the model (default :func:`model_for_task`), ``trainer(model, run, extra_meta,
     on_log)`` trains the phase into ``run`` and returns its ``PhaseResult`` (default: the
     task's own training data under ``cfg.train``), and ``phase_train`` is the phase's

@@ -92,41 +92,24 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
     disk against resources.max_gib / resources.max_disk_gib; a bad setting is one line on
     stderr and exit code 2.
     """
-    from mechinterp_icr.experiments.recipes import RECIPE_TASKS, recipe, recipes
-
     if init is not None:
         parse_init(init)  # RUN must exist: said before torch is imported
-    if task_kind in RECIPE_TASKS:
-        phase = recipes(task_kind)[0].name if phase is None else phase
-        recipe(task_kind, phase)  # refused with the list before anything else
-    else:
-        phase = "train" if phase is None else phase
-        if profile != "quick":
-            raise ConfigError(f"--profile = {profile!r} is not allowed for --task "
-                              f"{task_kind}: profiles are the cr and ir reproductions'")
-    from mechinterp_icr.experiments.presets import preset_overrides
-    from mechinterp_icr.store.rundir import check_phase_name
+    from mechinterp_icr.experiments.phases import train as train_phase
 
-    check_phase_name(phase)
-    overrides = tuple(preset_overrides(preset, task_kind, phase if task_kind in RECIPE_TASKS
-                                       else None, overrides))
-    name = Path(out).resolve().name or "run"
-    if task_kind in RECIPE_TASKS:
-        _train_recipe(task_kind, phase, out, seed, overrides, init, profile, track)
-        return
-    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
-
-    cfg = resolve_run_config(task_kind, 0 if seed is None else seed, list(overrides),
-                             name=name)
-    from mechinterp_icr.training.tracking import WandbTracker
-
-    tracker = WandbTracker(cfg, Path(out), phase) if track == "wandb" else None
-    try:
-        res = train_single_phase(cfg, Path(out), phase=phase, init=init, on_log=tracker)
-    finally:
-        if tracker is not None:
-            tracker.finish()
-    _report_phase(res, phase, out)
+    res = train_phase(task_kind, out, phase, seed, overrides, init=init, profile=profile,
+                      preset=preset, track=track)
+    phase = res.name
+    for w in res.warnings:
+        click.echo(f"warning: {w}", err=True)
+    if res.started_from and not (res.phase is not None and (res.phase.finished or
+                                                            res.phase.resumed_from is not None)):
+        click.echo(f"started from {res.started_from}")
+    if res.phase is not None:
+        _report_phase(res.phase, phase, out)
+    if res.row is not None:
+        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in res.row.items() if k != "run")
+        click.echo(f"{phase!r} in {out} (a rerun resumes it or reports it finished): {shown}")
 
 
 def _check_run_path(run: str, config: bool = True) -> None:
@@ -141,36 +124,6 @@ def _check_run_path(run: str, config: bool = True) -> None:
                           "reproduce`, or check the path")
     if config and not os.path.lexists(p / "config.json"):
         raise ConfigError(f"run directory {p} has no config.json")
-
-
-def _train_recipe(task_kind: str, phase: str, out: str, seed: int | None,
-                  overrides: tuple[str, ...], init: str | None, profile: str,
-                  track: str) -> None:
-    from mechinterp_icr.experiments.recipes import train_recipe
-    from mechinterp_icr.training.tracking import WandbTracker
-
-    tracker = None
-    if track == "wandb":
-        tracker = WandbTracker({"task": task_kind, "phase": phase, "profile": profile,
-                                 "set": list(overrides), "init": init}, Path(out), phase)
-    try:
-        res = train_recipe(task_kind, phase, out, 0 if seed is None else seed,
-                           list(overrides), init=init, profile=profile, on_log=tracker,
-                           seed_given=seed is not None)
-    finally:
-        if tracker is not None:
-            tracker.finish()
-    for w in res.warnings:
-        click.echo(f"warning: {w}", err=True)
-    if res.started_from and not (res.phase is not None and (res.phase.finished or
-                                                            res.phase.resumed_from is not None)):
-        click.echo(f"started from {res.started_from}")
-    if res.phase is not None:
-        _report_phase(res.phase, phase, out)
-    if res.row is not None:
-        shown = ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                          for k, v in res.row.items() if k != "run")
-        click.echo(f"{phase!r} in {out} (a rerun resumes it or reports it finished): {shown}")
 
 
 def _report_phase(res, phase: str, out: str) -> None:
@@ -196,7 +149,7 @@ def _report_phase(res, phase: str, out: str) -> None:
 def phases(task_kind: str) -> None:
     """List the phases `icr train --task T --phase NAME` trains, one line each: what it
     trains and what it starts from."""
-    from mechinterp_icr.experiments.recipes import RECIPE_TASKS, recipes
+    from mechinterp_icr.experiments.phases import RECIPE_TASKS, recipes
 
     if task_kind not in RECIPE_TASKS:
         raise ConfigError(f"--task = {task_kind!r} is not allowed; the tasks with phase "

@@ -156,11 +156,12 @@ def pgd_fast(fast, batch: Batch, cfg: PGDConfig, seed: int,
 def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: int, *,
                eval_fn: Callable[[Any], dict[str, Any]] | None = None,
                dense_until: int = 100, checkpoint_every: int = 100,
-               extra_meta: dict[str, Any] | None = None, first_order: int = 0
-               ) -> dict[str, Any]:
+               extra_meta: dict[str, Any] | None = None, first_order: int = 0,
+               on_log: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """PGD / GD on the IR HookedTransformer through ``train_phase`` (full batch = ``batch``).
     ``first_order``: the phase order of ``big`` (the small steps get the next), so a run
-    whose earlier phase made the model lists them after it.
+    whose earlier phase made the model lists them after it. ``on_log``: called with every
+    metrics record of both phases (``train_phase``'s).
 
     Phases: ``big`` (1 step, SGD ``big_lr``), then the perturbation of the position block
     (PGD only), then ``pgd`` or ``gd`` (``steps`` SGD steps of ``lr``) with a checkpoint at
@@ -185,7 +186,7 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
                       grad_clip=cfg.clip, trainable=trainable, eval_every=0,
                       checkpoint_schedule="linear", checkpoint_every=1, progress=False)
     r1 = train_phase(model, sample, big, run, "big", seed, eval_fn=eval_fn, grad_masks=masks,
-                     phase_order=first_order, extra_meta=meta)
+                     phase_order=first_order, extra_meta=meta, on_log=on_log)
     if cfg.perturb and cfg.sigma > 0:
         B = get_pos_block(model) + perturbation(model.cfg.n_ctx, cfg.sigma, seed)
         if cfg.target == "pos":
@@ -198,5 +199,5 @@ def pgd_hooked(model, batch: Batch, cfg: PGDConfig, run: RunDir | None, seed: in
                         checkpoint_schedule="log", checkpoint_dense_until=dense_until,
                         checkpoint_every=checkpoint_every, progress=False)
     r2 = train_phase(model, sample, small, run, phase, seed, eval_fn=eval_fn, grad_masks=masks,
-                     phase_order=first_order + 1, extra_meta=meta)
+                     phase_order=first_order + 1, extra_meta=meta, on_log=on_log)
     return {"big": r1, phase: r2}

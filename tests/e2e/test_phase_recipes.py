@@ -149,7 +149,7 @@ def test_another_runs_pretraining_never_mixes_into_a_run(pt_run, tmp_path):
 
 
 def test_icr_phases_lists_every_recipe():
-    from mechinterp_icr.experiments.recipes import recipes
+    from mechinterp_icr.experiments.phases import recipes
 
     r = _icr("phases", "--task", "cr")
     assert r.exit_code == 0

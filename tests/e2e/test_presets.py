@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from mechinterp_icr.cli import main
+from mechinterp_icr.experiments.phases import recipes
 from mechinterp_icr.experiments.presets import preset_overrides
-from mechinterp_icr.experiments.recipes import recipes
 
 pytestmark = pytest.mark.e2e
 

@@ -140,3 +140,46 @@ def test_track_wandb_logs_every_metrics_record_offline(tmp_path, monkeypatch):
     assert _icr("train", "--task", "induction", "--out", tmp_path / "plain", *IND, "--set",
                 "train.steps=5").exit_code == 0
     assert len(fake.inits) == 1
+
+
+def test_python_train_is_the_cli_path(tmp_path):
+    """``experiments.phases.train`` is what ``icr train`` runs, for every task kind: the
+    same settings give the same checkpoints, and it refuses what the command refuses."""
+    from mechinterp_icr.config import ConfigError
+    from mechinterp_icr.experiments.phases import train
+
+    items = [IND[i + 1] for i in range(0, len(IND), 2)] + ["train.steps=10"]
+    res = train("induction", tmp_path / "py", overrides=items)
+    assert res.name == "train" and res.phase.steps == 10 and res.row is None
+    assert _icr("train", "--task", "induction", "--out", tmp_path / "cli", *IND, "--set",
+                "train.steps=10").exit_code == 0
+    a = _weights(tmp_path / "py" / "checkpoints" / "train-0000010.safetensors")
+    b = _weights(tmp_path / "cli" / "checkpoints" / "train-0000010.safetensors")
+    assert all((a[k] == b[k]).all() for k in a)
+    with pytest.raises(ConfigError, match="--profile = 'paper' is not allowed"):
+        train("induction", tmp_path / "p", overrides=items, profile="paper")
+    with pytest.raises(ConfigError, match="--phase = 'nope' is not allowed"):
+        train("cr", tmp_path / "c", "nope")
+    assert not (tmp_path / "p").exists() and not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("task,phase,sets,section", [
+    ("cr", "mech-pretrain", ["cascade.pt_steps=4"], "cascade"),
+    ("ir", "sym-pgd", [], "hooked"),
+])
+def test_track_wandb_logs_the_papers_phases_with_their_settings(tmp_path, monkeypatch, task,
+                                                                 phase, sets, section):
+    """Every phase of both papers goes to the tracker (the IR phases did not), with the
+    phase's resolved settings as the wandb config."""
+    import sys
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    run = tmp_path / "run"
+    args = [a for s in sets for a in ("--set", s)]
+    r = _icr("train", "--task", task, "--out", run, "--phase", phase, "--preset", "tiny",
+             *args, "--track", "wandb")
+    assert r.exit_code == 0, r.output
+    assert len(fake.inits) == 1 and section in fake.inits[0]["config"]
+    logged = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(fake.logs) == len(logged) > 0 and fake.finished == 1

@@ -55,9 +55,10 @@ def memory_run_config(cfg: IRConfig, seed: int, name: str) -> RunConfig:
                                        checkpoint_schedule="none", progress=False))
 
 
-def memory_pretrain_run(cfg: IRConfig, seed: int, path: Path) -> dict[str, Any]:
+def memory_pretrain_run(cfg: IRConfig, seed: int, path: Path, on_log=None) -> dict[str, Any]:
     """Pretrain the memory and write the run ``path`` (resumed: a finished run is read, not
-    pretrained again). Returns its retrieval and the pretraining's last record."""
+    pretrained again). Returns its retrieval and the pretraining's last record. ``on_log``
+    (a tracker) gets the pretraining's records and the checkpoint's evaluation."""
     rcfg = memory_run_config(cfg, seed, Path(path).name)
     run = RunDir.open_for(path, rcfg)  # refuses a directory holding another run
     done = [c for c in run.checkpoints() if c.phase == "memory-pretrain"]
@@ -77,17 +78,20 @@ def memory_pretrain_run(cfg: IRConfig, seed: int, path: Path) -> dict[str, Any]:
                 extra_meta={"memory": info,
                             "memory_pretrain": {"steps": cfg.pretrained.steps,
                                                 "lr": cfg.pretrained.lr,
-                                                "batch": cfg.pretrained.batch}})
+                                                "batch": cfg.pretrained.batch}},
+                on_log=on_log)
     for r in log:
         run.log_metrics({"phase": "memory-log", **r})
+        if on_log is not None:
+            on_log({"phase": "memory-log", **r})
     return {"finished": False, **info}
 
 
 def memory_pgd_run(cfg: IRConfig, seed: int, path: Path, model, init_from: str,
-                   rcfg: RunConfig) -> dict[str, Any]:
+                   rcfg: RunConfig, on_log=None) -> dict[str, Any]:
     """PGD on top of the memory in ``model`` (loaded from a ``memory-pretrain`` checkpoint;
     everything but the attention is frozen here) into ``path`` with IR-6's settings and
-    data. Returns the last evaluation."""
+    data (``on_log``: its tracker). Returns the last evaluation."""
     task = rcfg.task.build(seed)
     n = task.cfg.n_subjects
     if n != cfg.pretrained.n:
@@ -105,7 +109,7 @@ def memory_pgd_run(cfg: IRConfig, seed: int, path: Path, model, init_from: str,
     ev = _eval_batch(cfg, task, seed)
     pgd_hooked(model, train, pgd, run, seed, eval_fn=hooked_metrics_fn(task, ev),
                dense_until=cfg.hooked.dense, first_order=1,
-               extra_meta={"init_from": init_from, "ir_settings": settings})
+               extra_meta={"init_from": init_from, "ir_settings": settings}, on_log=on_log)
     last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
     return {"run": str(path), "n_checkpoints": len(run.checkpoints()),
             **{k: last[k] for k in ("step1_acc", "step2_acc", "within_pair_gap", "a",

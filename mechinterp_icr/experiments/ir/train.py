@@ -254,13 +254,13 @@ def check_pgd_resume(run: RunDir, pgd: PGDConfig, settings: dict[str, Any]) -> N
 
 
 def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, perturb: bool,
-               target: str, fresh: bool = True) -> dict[str, Any]:
+               target: str, fresh: bool = True, on_log=None) -> dict[str, Any]:
     """One HookedTransformer PGD (``perturb``) or GD run at ``n = hooked.n`` into ``root/name``,
     checkpointed at every step up to ``hooked.dense``; ``target`` "pos" trains the position
     block, "qk" all of W_Q, W_K (with its own step sizes and clipping). ``fresh``: a present
     directory is replaced (the reproduction); otherwise it must hold this run, which resumes
-    from its checkpoints (``icr train --task ir``). Returns the run path, its checkpoint
-    count and the last evaluation."""
+    from its checkpoints (``icr train --task ir``; ``on_log``: its tracker). Returns the run
+    path, its checkpoint count and the last evaluation."""
     tcfg = task_config(cfg, cfg.hooked.n, sym=sym)
     task = tcfg.build(seed)
     spec = model_spec(cfg)
@@ -291,7 +291,7 @@ def hooked_run(cfg: IRConfig, seed: int, root: Path, name: str, sym: bool, pertu
                dense_until=cfg.hooked.dense,
                extra_meta={"ir_model": {k: getattr(spec, k)
                                         for k in spec.__dataclass_fields__},
-                           "ir_settings": settings})
+                           "ir_settings": settings}, on_log=on_log)
     last = [m for m in run.read_metrics() if "step1_acc" in m][-1]
     return {"run": str(path), "n_checkpoints": len(run.checkpoints()),
             **{k: last[k] for k in ("step1_acc", "step2_acc", "within_pair_gap", "a",

@@ -1,4 +1,10 @@
-"""Phase recipes: every training phase of the two papers, trainable one at a time from the CLI.
+"""``icr train``: one phase of any task into a run directory, the one path for every task kind.
+
+:func:`train` is what ``icr train`` calls, for every task: it resolves the phase, the preset,
+the settings and the tracker, trains (or resumes) the phase and returns a
+:class:`TrainResult`. A task without the papers' phases (induction) trains one phase of any
+name on its own data (``pipeline.train_single_phase``); cr and ir train the papers' phases,
+the recipes below.
 
 ``icr train --task cr --phase ft-icl --init RUN`` trains the named phase with the data, the
 subject subset, the trainable set and the default settings the reproduction uses for it, by
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mechinterp_icr.config import (
     ConfigError,
@@ -38,7 +44,7 @@ from mechinterp_icr.config import (
     to_dict,
 )
 
-__all__ = ["Recipe", "RecipeResult", "recipe", "recipes", "train_recipe", "RECIPE_TASKS"]
+__all__ = ["Recipe", "TrainResult", "recipe", "recipes", "train", "RECIPE_TASKS"]
 
 
 @dataclass(frozen=True)
@@ -60,14 +66,16 @@ class Recipe:
 
 
 @dataclass(frozen=True)
-class RecipeResult:
-    """What ``icr train`` prints after a recipe: the phase's training result (a
-    ``PhaseResult``; for an IR run the last phase's) and, for IR, its summary row."""
+class TrainResult:
+    """What ``icr train`` prints after a phase: its training result (a ``PhaseResult``; None
+    for an IR phase, whose PGD phases are summarised by ``row``), the checkpoint it started
+    from, and warnings for the user."""
 
     phase: Any
     started_from: str | None = None
     row: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
+    name: str = ""  # the phase trained (``--phase``, or its default)
 
 
 _CR_BRANCH_LINES = {
@@ -262,7 +270,7 @@ def _is_mechanism_run(rc: RunConfig, cfg, task) -> bool:
 
 
 def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
-              profile: str, on_log, seed_given: bool) -> RecipeResult:
+              profile: str, on_log, seed_given: bool) -> TrainResult:
     from mechinterp_icr.experiments.cr.train import (
         BRANCHES,
         branch_train_config,
@@ -296,13 +304,14 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
                           f"{section}.{both[0][6:]}: train.* is the {section} section here")
     cfg = _cr_config(profile, ov, None if st is None else st.rc, section)
     _check_cr_size(cfg, resources)
+    _describe(on_log, cfg)
     task = cfg.task.build(seed)
     if section is None:
         return _train_mechanism(rec, out, seed, cfg, task, st, name, resources, on_log)
     if rec.name == "pretrain":
         rc, _ = run_config_for(cfg, seed, name)
         _no_stale_branches(out, rc)
-        return RecipeResult(train_single_phase(
+        return TrainResult(train_single_phase(
             replace(rc, resources=resources), out, rec.name,
             trainer=lambda model, run, meta, log: pretrain_run(cfg, task, rc, run, seed,
                                                                on_log=log)[1],
@@ -316,7 +325,7 @@ def _train_cr(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
         return finetune_run(cfg, task, rc, run, copy_state(model), rec.name, seed,
                             extra_meta=meta, on_log=log)[1]
 
-    return RecipeResult(train_single_phase(rc, out, rec.name, init=st.init, trainer=ft,
+    return TrainResult(train_single_phase(rc, out, rec.name, init=st.init, trainer=ft,
                                            phase_train=branch_train_config(cfg, rec.name),
                                            on_log=on_log), st.init, warnings=st.warnings)
 
@@ -332,7 +341,7 @@ def _check_cr_size(cfg, resources: ResourceConfig) -> None:
 
 
 def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | None,
-                     name: str, resources, on_log) -> RecipeResult:
+                     name: str, resources, on_log) -> TrainResult:
     """``mech-pretrain`` / ``mech-ft-icl``: the CR-5/CR-7 mechanism model's phases, under
     the reproduction's phase names (:attr:`Recipe.phase`)."""
     from mechinterp_icr.experiments.cr import cascade as C
@@ -345,7 +354,7 @@ def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | 
         rc = replace(C.mechanism_run_config(task, cfg.task, seed, ccfg, name),
                      resources=resources)
         _no_stale_branches(out, rc)
-        return RecipeResult(train_single_phase(
+        return TrainResult(train_single_phase(
             rc, out, rec.phase, build=lambda: C.build_mechanism_model(task, seed, ccfg),
             trainer=lambda model, run, meta, log: C.mechanism_pretrain(
                 model, task, seed, ccfg, run, phase=rec.phase, run_config=rc,
@@ -358,7 +367,7 @@ def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | 
     rc = replace(st.rc, name=name, resources=resources)
     probes = checkpoint_probes(task, C.probe_batch_for(task, seed, ccfg))
     ft_train = C.mechanism_ft_config(ccfg, ccfg.ft_lr)
-    return RecipeResult(train_single_phase(
+    return TrainResult(train_single_phase(
         rc, out, rec.phase, init=st.init,
         build=lambda: C.build_mechanism_model(task, seed, ccfg),
         trainer=lambda model, run, meta, log: C.mechanism_finetune(
@@ -406,7 +415,7 @@ def _check_mechanism_start(st: _Start, ccfg, task) -> None:
 # IR
 # ------------------------------------------------------------------------------------------
 def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str | None,
-              profile: str, seed_given: bool) -> RecipeResult:
+              profile: str, seed_given: bool, on_log=None) -> TrainResult:
     from mechinterp_icr.experiments.ir.config import profile as ir_profile
     from mechinterp_icr.store.rundir import RunDir
 
@@ -414,12 +423,13 @@ def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
         raise ConfigError(f"--set {sorted(res)[0]} is not allowed for an IR phase (its "
                           "resources are fixed by its sizes)")
     cfg = apply_overrides(ir_profile(profile), ov)
+    _describe(on_log, cfg)
     out = Path(out).resolve() if str(out) in ("", ".") else Path(out)
     RunDir.check_new_or_run(out)  # no run's files among a user's own
     before = out.exists()
     try:
         with RunDir(out, create=True).writer_lock():  # one process trains a run at a time
-            return _train_ir_locked(rec, out, seed, cfg, init, seed_given)
+            return _train_ir_locked(rec, out, seed, cfg, init, seed_given, on_log)
     except BaseException:
         if not before and out.is_dir() and not RunDir(out).checkpoints():
             import shutil
@@ -429,7 +439,7 @@ def _train_ir(rec: Recipe, out: Path, seed: int, ov: dict, res: dict, init: str 
 
 
 def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
-                     seed_given: bool) -> RecipeResult:
+                     seed_given: bool, on_log) -> TrainResult:
     from mechinterp_icr.experiments.ir.memory_runs import memory_pgd_run, memory_pretrain_run
     from mechinterp_icr.experiments.ir.stages import HOOKED_RUNS
     from mechinterp_icr.experiments.ir.train import hooked_run
@@ -439,10 +449,10 @@ def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
             raise ConfigError(f"--init is not allowed for --phase {rec.name}: it starts "
                               "from the construction (copy circuit, uniform attention)")
         if rec.name == "memory-pretrain":
-            return RecipeResult(None, row=memory_pretrain_run(cfg, seed, out))
+            return TrainResult(None, row=memory_pretrain_run(cfg, seed, out, on_log))
         sym, perturb, target = HOOKED_RUNS["ht_" + rec.name.replace("-", "_")]
-        return RecipeResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
-                                                 perturb, target, fresh=False))
+        return TrainResult(None, row=hooked_run(cfg, seed, out.parent, out.name, sym,
+                                                perturb, target, fresh=False, on_log=on_log))
     st = _start(rec, out, init)
     start, rc = st.init, st.rc
     if seed_given and rc.seed != seed:
@@ -453,20 +463,74 @@ def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
     model = model_for_task(rc, device="cpu")
     state, init_from = init_state(start, model)
     model.load_state_dict(state)
-    return RecipeResult(None, start, row=memory_pgd_run(
-        cfg, rc.seed, out, model, init_from, replace(rc, name=out.resolve().name or "run")))
+    return TrainResult(None, start, row=memory_pgd_run(
+        cfg, rc.seed, out, model, init_from, replace(rc, name=out.resolve().name or "run"),
+        on_log))
 
 
-def train_recipe(task: str, phase: str, out: str | Path, seed: int = 0,
-                 overrides: list[str] | tuple[str, ...] = (), init: str | None = None,
-                 profile: str = "quick", on_log: Callable | None = None,
-                 seed_given: bool = True) -> RecipeResult:
-    """Train (or resume) phase ``phase`` of task ``task`` into ``out`` (see the module
-    docstring); every setting is checked before anything is written. A finetuning phase
-    takes the seed of the run it starts from; ``seed_given``: ``seed`` was asked for, and
-    must then be that seed."""
-    rec = recipe(task, phase)
-    ov, res = _split(list(overrides))
-    if task == "cr":
-        return _train_cr(rec, Path(out), seed, ov, res, init, profile, on_log, seed_given)
-    return _train_ir(rec, Path(out), seed, ov, res, init, profile, seed_given)
+def _train_generic(task: str, phase: str, out: Path, seed: int, overrides: list[str],
+                   init: str | None, profile: str, tracker) -> TrainResult:
+    """A task without the papers' phases: one phase of any name on the task's own data."""
+    from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
+
+    if profile != "quick":
+        raise ConfigError(f"--profile = {profile!r} is not allowed for --task {task}: "
+                          "profiles are the cr and ir reproductions'")
+    cfg = resolve_run_config(task, seed, overrides, name=out.resolve().name or "run")
+    _describe(tracker, cfg)
+    return TrainResult(train_single_phase(cfg, out, phase=phase, init=init, on_log=tracker))
+
+
+def _describe(tracker, cfg) -> None:
+    """The tracker logs the phase's resolved settings, known once they are checked."""
+    if tracker is not None:
+        tracker.cfg = cfg
+
+
+def train(task: str, out: str | Path, phase: str | None = None, seed: int | None = None,
+          overrides: list[str] | tuple[str, ...] = (), init: str | None = None,
+          profile: str = "quick", preset: str | None = None, track: str = "none"
+          ) -> TrainResult:
+    """Train (or resume) phase ``phase`` of task kind ``task`` into the run directory ``out``:
+    what ``icr train`` does, for every task kind (see the module docstring).
+
+    ``phase``: a recipe's name for cr and ir (default: the first, ``pretrain`` / ``sym-pgd``),
+    any name for another task (default ``train``). ``seed``: the seed of the task and model
+    (default 0); a finetuning phase takes the seed of the run it starts from, and a ``seed``
+    given must be that one. ``overrides``: ``--set`` items, after the ``preset``'s
+    (``experiments.presets``). ``track``: ``"wandb"`` also logs every metrics record to
+    Weights & Biases (``training.tracking``). Every setting is checked before anything is
+    written; a refusal is a ``ConfigError`` naming the field, the value and what is allowed.
+    """
+    from mechinterp_icr.config import parse_init
+    from mechinterp_icr.experiments.presets import preset_overrides
+    from mechinterp_icr.store.rundir import check_phase_name
+
+    if init is not None:
+        parse_init(init)  # RUN must exist
+    if task in RECIPE_TASKS:
+        phase = recipes(task)[0].name if phase is None else phase
+        recipe(task, phase)  # refused with the list of phases before anything else
+    phase = "train" if phase is None else phase
+    check_phase_name(phase)
+    items = preset_overrides(preset, task, phase if task in RECIPE_TASKS else None,
+                             list(overrides))
+    if track not in ("none", "wandb"):
+        raise ConfigError(f"--track = {track!r} is not allowed; expected none or wandb")
+    from mechinterp_icr.training.tracking import WandbTracker
+
+    out = Path(out)
+    tracker = WandbTracker(None, out, phase) if track == "wandb" else None
+    given, seed = seed is not None, 0 if seed is None else seed
+    try:
+        if task not in RECIPE_TASKS:
+            done = _train_generic(task, phase, out, seed, items, init, profile, tracker)
+        else:
+            ov, res = _split(items)
+            args = (recipe(task, phase), out, seed, ov, res, init, profile)
+            done = (_train_cr(*args, tracker, given) if task == "cr"
+                    else _train_ir(*args, given, tracker))
+        return replace(done, name=phase)
+    finally:
+        if tracker is not None:
+            tracker.finish()
