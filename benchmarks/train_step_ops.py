@@ -31,8 +31,11 @@ MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 def models():
     """(label, model builder, PT sampler, PT train config) of the two registered models."""
-    from mechinterp_icr.experiments.cr.cascade import build_mechanism_model, mechanism_pt_config
     from mechinterp_icr.experiments.cr.config import quick
+    from mechinterp_icr.experiments.cr.mechanism_model import (
+        build_mechanism_model,
+        mechanism_pt_config,
+    )
     from mechinterp_icr.experiments.cr.train import run_config_for
     from mechinterp_icr.models.factory import build_model
 

@@ -76,7 +76,7 @@ MAIN_RUN = {**TASK, **MODEL, **_train("pretrain", 2000, 2e-3, 64, "all"),
             "eval_n": 512, "eval_n_by_k": 2048, "eval_ks": (1, 2, 3, 4, 5, 6, 7, 8),
             "mixed_controls": True}
 
-# The mechanism model of CR-5 and CR-7 (experiments.cr.cascade), the same in every profile,
+# The mechanism model of CR-5 and CR-7 (experiments.cr.mechanism_model), the same in every profile,
 # on the task above. d_head 64 and PT weight decay 0.1: d_head 32 without weight decay gives
 # heads with mixed roles on some seeds; PT 2400 steps: 1200 leave a PT state that splits a role
 # between the heads (docs/registry.md).
@@ -104,9 +104,10 @@ TASKVEC = {"taskvec.n_pc": N_TYPES - 1, "taskvec.ks": (1, 2, 3, 4, 6, 8),
 ANALYSIS_CONSTANTS = {
     "interp.probes.PROBE_C": 1.0, "interp.probes.PROBE_MAX_ITER": 1000,
     "experiments.cr.taskvec.SWEEP_TEST_FRACTION": 0.5,
-    "interp.cascade.PLACEBO_NOISE": 0.2,
-    "experiments.cr.cascade.PT_EVAL_N": 256, "experiments.cr.cascade.ICL_EVAL_N": 512,
-    "experiments.cr.cascade.PROBE_BATCH_TAG": 77,
+    "interp.ovkq.PLACEBO_NOISE": 0.2,
+    "experiments.cr.mechanism_model.PT_EVAL_N": 256,
+    "experiments.cr.mechanism_model.ICL_EVAL_N": 512,
+    "experiments.cr.mechanism_model.PROBE_BATCH_TAG": 77,
     "claims.cr_registry.CR9_LAM_SD": 0.0617, "claims.derive.CR9_ICL_WORKS": 0.80,
     # CR-1 / CR-3's type bounds: the default task's and the shared-token variant's, and the
     # random stream of the uninformative demos' types ([seed, this, K])
@@ -348,7 +349,7 @@ CR_SPECS = (
             # every onset fraction
             _pos("placebo: same start, OV linear and KQ convex, read as OV first at every "
                  "onset fraction", "placebo_same_start_ov_first", ">=", 1.0),
-            # the arm statistics on synthetic arm curves (interp.cascade.synthetic_arm_curves):
+            # the arm statistics on synthetic arm curves (interp.ovkq.synthetic_arm_curves):
             # a one-way cascade passes (ii)-(v); mutual coupling fails (iv) or (v) (SPEC 1;
             # claims.derive.cr7_mutual_derive)
             *(_pos(f"placebo arms, one-way cascade: {text}",

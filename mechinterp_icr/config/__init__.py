@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from mechinterp_icr.config.errors import ConfigError, check, check_choice, check_range, show
 from mechinterp_icr.config.overrides import apply_overrides, parse_init, parse_overrides
-from mechinterp_icr.config.registry import register_task, task_config_class
 from mechinterp_icr.config.resources import (
     GIB,
     MAX_PROMPTS,
@@ -35,6 +34,7 @@ from mechinterp_icr.config.resources import (
 )
 from mechinterp_icr.config.schema import ModelConfig, ResourceConfig, RunConfig, TrainConfig
 from mechinterp_icr.config.serialize import from_dict, to_dict
+from mechinterp_icr.config.task_registry import register_task, task_config_class
 
 __all__ = [
     "ConfigError",

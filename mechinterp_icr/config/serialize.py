@@ -7,8 +7,8 @@ import typing
 from typing import Any
 
 from mechinterp_icr.config.errors import ConfigError, check, show
-from mechinterp_icr.config.registry import task_config_class
 from mechinterp_icr.config.schema import RunConfig
+from mechinterp_icr.config.task_registry import task_config_class
 
 
 def to_dict(cfg: Any) -> Any:

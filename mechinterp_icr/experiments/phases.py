@@ -9,7 +9,7 @@ the recipes below.
 ``icr train --task cr --phase ft-icl --init RUN`` trains the named phase with the data, the
 subject subset, the trainable set and the default settings the reproduction uses for it, by
 calling the same functions the reproduction calls (``experiments.cr.train.pretrain_run`` /
-``finetune_run``, ``experiments.cr.cascade.mechanism_pretrain`` / ``mechanism_finetune``,
+``finetune_run``, ``experiments.cr.mechanism_model.mechanism_pretrain`` / ``mechanism_finetune``,
 ``experiments.ir.train.hooked_run``). ``icr phases --task T`` lists them (:func:`recipes`).
 
 Settings: the defaults are the reproduction's profile (``--profile quick`` unless given), and
@@ -262,7 +262,7 @@ def _start(rec: Recipe, out: Path, init: str | None) -> _Start:
 # ------------------------------------------------------------------------------------------
 def _is_mechanism_run(rc: RunConfig, cfg, task) -> bool:
     """``rc``'s model has the mechanism model's shape (``task``: the run's, already built)."""
-    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
+    from mechinterp_icr.experiments.cr.mechanism_model import mechanism_model_config
 
     m, mech = rc.model, mechanism_model_config(task, cfg.cascade)
     return (m.n_layers, m.n_heads, m.attn_only) == (mech.n_layers, mech.n_heads,
@@ -344,9 +344,9 @@ def _train_mechanism(rec: Recipe, out: Path, seed: int, cfg, task, st: _Start | 
                      name: str, resources, on_log) -> TrainResult:
     """``mech-pretrain`` / ``mech-ft-icl``: the CR-5/CR-7 mechanism model's phases, under
     the reproduction's phase names (:attr:`Recipe.phase`)."""
-    from mechinterp_icr.experiments.cr import cascade as C
+    from mechinterp_icr.experiments.cr import mechanism_model as C
     from mechinterp_icr.experiments.cr.evaluate import checkpoint_eval
-    from mechinterp_icr.interp.cascade import checkpoint_probes
+    from mechinterp_icr.interp.ovkq import checkpoint_probes
     from mechinterp_icr.pipeline import train_single_phase
 
     ccfg = cfg.cascade
@@ -394,7 +394,7 @@ def _no_stale_branches(out: Path, rc: RunConfig) -> None:
 def _check_mechanism_start(st: _Start, ccfg, task) -> None:
     """The mechanism model of ``ccfg`` is the one the starting run pretrained (shape and
     which embeddings are frozen)."""
-    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
+    from mechinterp_icr.experiments.cr.mechanism_model import mechanism_model_config
     from mechinterp_icr.store.checkpoint import read_sidecar
 
     want, have = mechanism_model_config(task, ccfg), st.rc.model

@@ -186,7 +186,7 @@ def _curve_groups(kind: str | None, metric_names: list[str], n_heads: int,
 
 def _cr7_probes(task, seed: int):
     """fn(model) -> {'CR-7 OV probe L0H{h}', 'CR-7 KQ probe L0H{h}'} for a CR run."""
-    from mechinterp_icr.interp.cascade import checkpoint_probes
+    from mechinterp_icr.interp.ovkq import checkpoint_probes
     from mechinterp_icr.training.loop import batch_rng
 
     batch = task.sample_icl(batch_rng(seed, "explore-cr7", 0), 64,

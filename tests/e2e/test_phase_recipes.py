@@ -177,9 +177,9 @@ def test_mechanism_model_pt_then_ft_logs_the_cascade_probes(tmp_path):
              "--set", "train.steps=5")
     assert r.exit_code == 2 and "cascade.pt_steps" in r.output
     # the reproduction's phase names, so the batches are the reproduction's: the CLI's PT
-    # equals experiments.cr.cascade.mechanism_pretrain bit for bit
+    # equals experiments.cr.mechanism_model.mechanism_pretrain bit for bit
     from mechinterp_icr.config import apply_overrides
-    from mechinterp_icr.experiments.cr import cascade as C
+    from mechinterp_icr.experiments.cr import mechanism_model as C
     from mechinterp_icr.experiments.cr.config import profile
 
     cfg = apply_overrides(profile("quick"), task + ["cascade.pt_steps=20", "eval_ks=[1,2,3]"])

@@ -152,7 +152,7 @@ def test_mechanism_pt_weight_decay_reaches_the_optimizer():
 
     from mechinterp_icr.config import apply_overrides
     from mechinterp_icr.experiments import cr
-    from mechinterp_icr.experiments.cr.cascade import train_mechanism_model
+    from mechinterp_icr.experiments.cr.mechanism_model import train_mechanism_model
 
     torch.set_num_threads(1)
     cfg = apply_overrides(cr.profile("quick"), CR_TINY)

@@ -29,7 +29,7 @@ GOOD = {"ov_first": 1.0, "placebo_ov_first": 1.0,
 def _cr7_seed(i: int, **kw):
     """One seed's CR-7 metrics: good numbers, or ``kw`` (a list: one value per seed; keys of
     ``GOOD``, an arm name for both lrs, or full metric names)."""
-    from mechinterp_icr.interp.cascade import synthetic_arm_speedups
+    from mechinterp_icr.interp.ovkq import synthetic_arm_speedups
 
     def at(v):
         return v[i] if isinstance(v, list) else v
@@ -122,7 +122,7 @@ def test_cr7_mutual_coupling_placebo_is_as_expected_when_it_fails_iv_or_v():
 
 
 def test_synthetic_arm_curves_one_way_pass_and_mutual_fails():
-    from mechinterp_icr.interp.cascade import synthetic_arm_speedups
+    from mechinterp_icr.interp.ovkq import synthetic_arm_speedups
 
     s = synthetic_arm_speedups()
     assert s["placebo_one_way_ov_preset_speedup"] >= 2
@@ -235,7 +235,7 @@ def test_lr_names_match_the_registry():
 
 
 def test_onset_speedup_reads_the_normal_level_and_never_as_zero():
-    from mechinterp_icr.interp.cascade import (
+    from mechinterp_icr.interp.ovkq import (
         fraction_name,
         head_timing,
         onset_speedup,
@@ -270,7 +270,7 @@ def test_onset_speedup_reads_the_normal_level_and_never_as_zero():
 
 
 def test_onset_is_measured_against_the_plateau_and_continuous():
-    from mechinterp_icr.interp.cascade import onset_step
+    from mechinterp_icr.interp.ovkq import onset_step
 
     steps = list(range(20))
     # a probe that overshoots then settles: 10% of the plateau gain (1.0), not of the peak
@@ -281,7 +281,7 @@ def test_onset_is_measured_against_the_plateau_and_continuous():
 
 
 def test_placebo_schedules_are_read_in_their_order():
-    from mechinterp_icr.interp.cascade import placebo_orders
+    from mechinterp_icr.interp.ovkq import placebo_orders
     from mechinterp_icr.tasks.cr import CRTaskConfig
 
     task = CRTaskConfig(n_subjects=16, n_grammar=4, n_types=2, n_values=4, n_demos=2,

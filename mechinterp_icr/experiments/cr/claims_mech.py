@@ -19,7 +19,7 @@ from typing import Any
 from mechinterp_icr.claims import Claim, spec
 from mechinterp_icr.claims.cr_registry import CR7_LRS
 from mechinterp_icr.claims.protocol import condition, evaluate_condition, spec_controls
-from mechinterp_icr.interp.cascade import (
+from mechinterp_icr.interp.ovkq import (
     ARM_STATISTICS,
     ONSET_FRACTION,
     PLATEAU_TAIL,
@@ -141,10 +141,10 @@ _AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
 def cr7_seed_metrics(cascade: dict[str, Any], placebo: dict[str, Any]) -> dict[str, Any]:
     """One seed's CR-7 metrics from a ``run_cascade`` record and ``placebo_orders``: the
     schedule placebo readings and the arm statistics on the synthetic arm curves
-    (``interp.cascade.synthetic_arm_speedups``); per finetuning lr ``<n>`` (:func:`lr_name`)
+    (``interp.ovkq.synthetic_arm_speedups``); per finetuning lr ``<n>`` (:func:`lr_name`)
     the onset order ``ov_first_lr_<n>`` and onsets (reported, not deciding; also at each
     reported fraction ``<p>``, ``ov_first_at_<p>_lr_<n>``), and with the causal arms each
-    arm's speed-up ``<arm>_<probe>_speedup_lr_<n>`` (``interp.cascade.onset_speedup``,
+    arm's speed-up ``<arm>_<probe>_speedup_lr_<n>`` (``interp.ovkq.onset_speedup``,
     recomputed from the stored curves; also ``..._at_<p>_lr_<n>``), its onsets and held-out
     ICL. Without the arms their metrics are absent (the conditions on them cannot be read)."""
     m: dict[str, Any] = {k: placebo.get(k) for k in CR7_PLACEBO_METRICS}
@@ -250,7 +250,7 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
 
 def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
     """CR-7 from the cascade results (``cascade.run_cascade`` without its models) and the
-    placebo readings (``interp.cascade.placebo_orders``) per seed."""
+    placebo readings (``interp.ovkq.placebo_orders``) per seed."""
     per = {str(s): cr7_seed_metrics(r, placebo[s]) for s, r in cr7.items()}
     keys = ("steps", "ov", "kq", "t_onset_ov", "t_onset_kq", "onsets", "kq_gain", "ov_gain")
 

@@ -217,7 +217,7 @@ class CascadeConfig:
     one at ``ft_lr``), and the spacing of the steps at which its OV and KQ probes are logged.
     ``embedding``: ``orthonormal`` (the construction's layout, ``d_model = 2 d_vocab``, frozen;
     ``d_model`` is then unused), ``frozen`` (fixed random embedding / unembedding) or
-    ``learned``; see ``experiments.cr.cascade``."""
+    ``learned``; see ``experiments.cr.mechanism_model``."""
 
     d_model: int = 64
     d_head: int = 64

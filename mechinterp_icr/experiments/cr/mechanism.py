@@ -1,8 +1,9 @@
 """CR-5, CR-6, CR-7: the mechanism stage of the CR reproduction.
 
-- **CR-5** on the 1-layer, 2-head, attention-only mechanism model (``experiments.cr.cascade``)
-  finetuned at ``cascade.ft_lr``: :func:`mechanism_roles` (role scores and margins by the
-  chance-corrected moved share, ``interp.roles.role_margins``), with its controls (the PT
+- **CR-5** on the 1-layer, 2-head, attention-only mechanism model
+  (``experiments.cr.mechanism_model``) finetuned at ``cascade.ft_lr``: :func:`mechanism_roles`
+  (role scores and margins by the chance-corrected moved share,
+  ``interp.roles.role_margins``), with its controls (the PT
   state's Relation role, the Subject head patched from a same-query prompt, the role code on
   the ICL construction). The 2-layer main model's head roles (:func:`head_roles`, at the end
   of ``ft-icl``, across its checkpoints and at the end of ``ft-iclgrm`` and ``pretrain``)
@@ -14,7 +15,7 @@
   ``cascade.ft_lrs`` into ``<out>/runs/cr-mech/seed<N>/``; ``ov_first`` per lr from the
   continuous probes' onsets (also at ``cascade.onset_fractions_reported``); with
   ``cascade.causal_arms`` the OV-preset and OV-frozen finetunes per lr
-  (``experiments.cr.cascade.causal_arms``); the placebo (``interp.cascade.placebo_orders``).
+  (``experiments.cr.mechanism_model.causal_arms``); the placebo (``interp.ovkq.placebo_orders``).
 
 Sizes come from the ``mechanism`` and ``cascade`` sections of the CR config; thresholds from
 the registry. In the reproduction each seed has two jobs: ``seed<N>/mechanism``
@@ -33,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import Summary
-from mechinterp_icr.experiments.cr.cascade import probe_batch_for, run_cascade
 from mechinterp_icr.experiments.cr.claims import cr5_claim, cr5_table, cr6_claim, cr7_claim
 from mechinterp_icr.experiments.cr.config import CascadeConfig, MechanismConfig
 from mechinterp_icr.experiments.cr.evaluate import to_record
+from mechinterp_icr.experiments.cr.mechanism_model import probe_batch_for, run_cascade
 from mechinterp_icr.experiments.cr.records import CascadeRecord, MechanismRecord, PlaceboRecord
-from mechinterp_icr.interp.cascade import placebo_orders
+from mechinterp_icr.interp.ovkq import placebo_orders
 from mechinterp_icr.interp.roles import role_margins, role_verdict, subject_same_query_control
 from mechinterp_icr.models.construction import (
     RELATION_HEAD,
@@ -193,7 +194,7 @@ def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pai
 
 def placebo_seed(task_cfg, seed: int, ccfg: CascadeConfig) -> dict[str, Any]:
     """Job ``seed<N>/placebo``: CR-7's synthetic-schedule placebo
-    (``interp.cascade.placebo_orders``) on the task of ``task_cfg`` and ``seed``, read on the
+    (``interp.ovkq.placebo_orders``) on the task of ``task_cfg`` and ``seed``, read on the
     cascade's own probe batch (``cascade.probe_batch_for``). Nothing is trained. Record
     ``{placebo, timings}``."""
     task = task_cfg.build(seed)

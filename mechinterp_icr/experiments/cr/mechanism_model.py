@@ -6,9 +6,9 @@ on ICL (finetune subjects only) from that PT state once per learning rate in
 roles CR-5 reads; shared when it is one of ``ft_lrs``). At every step up to
 ``dense_until``, then log-spaced and every ``checkpoint_every`` steps, of each finetune the
 continuous OV and KQ probes of both heads are logged
-(``interp.cascade.checkpoint_probes``) into the run's ``metrics.jsonl`` (phase
+(``interp.ovkq.checkpoint_probes``) into the run's ``metrics.jsonl`` (phase
 ``ft-icl-lr<lr>``); :func:`run_cascade` times the two rises per learning rate
-(``interp.cascade.cascade_timing``, onsets at ``cfg.onset_fraction`` and at each of
+(``interp.ovkq.cascade_timing``, onsets at ``cfg.onset_fraction`` and at each of
 ``cfg.onset_fractions_reported``).
 
 The causal arms of CR-7 (:func:`causal_arms`, with ``cfg.causal_arms``; four more finetunes
@@ -48,7 +48,7 @@ import torch
 
 from mechinterp_icr.config import ConfigError, ModelConfig, RunConfig, TrainConfig, check
 from mechinterp_icr.experiments.cr.config import CascadeConfig
-from mechinterp_icr.interp.cascade import (
+from mechinterp_icr.interp.ovkq import (
     arm_speedups,
     cascade_timing,
     checkpoint_probes,
@@ -188,7 +188,7 @@ def probe_batch_for(task, seed: int, cfg: CascadeConfig):
 def probed_finetune(model, task, seed: int, cfg: CascadeConfig, lr: float, probe_batch,
                     grad_masks=None) -> tuple[list[dict], float]:
     """:func:`mechanism_finetune` of ``model`` in place (phase ``ft-icl``, no checkpoint
-    files) with the OV and KQ probes (``interp.cascade.checkpoint_probes`` on
+    files) with the OV and KQ probes (``interp.ovkq.checkpoint_probes`` on
     ``probe_batch``) read at every checkpoint step. Returns (probe rows with their ``step``,
     seconds)."""
     steps = checkpoint_steps(mechanism_ft_config(cfg, lr))
@@ -268,13 +268,13 @@ def causal_arms(pt_model, final_model, task, seed: int, cfg: CascadeConfig, lr: 
     """The four CR-7 causal arms at ``lr`` (:data:`ARMS`, module doc), each a copy of
     ``pt_model`` finetuned as the normal run was (:func:`probed_finetune`) and read on
     ``head`` (the normal run's Relation head) with
-    :func:`~mechinterp_icr.interp.cascade.head_timing`, plus the other head's probe curves
+    :func:`~mechinterp_icr.interp.ovkq.head_timing`, plus the other head's probe curves
     (``other_ov``, ``other_kq``: a frozen Relation head's role may move to it), the held-out
     ICL curve and the arm's final held-out ICL exact accuracy. A ``*_preset`` arm starts with
     ``head``'s part (:data:`ARM_PARAMS`) from ``final_model`` (the normal run's end); a
     ``*_frozen`` arm keeps it at the PT value. ``normal``: the normal run's timing
     (``cascade_timing``). Returns ``{arm: timing + seconds, "speedups": {arm: speed-up}}``
-    (:func:`~mechinterp_icr.interp.cascade.arm_speedups`); with a ``run``, each arm's probe
+    (:func:`~mechinterp_icr.interp.ovkq.arm_speedups`); with a ``run``, each arm's probe
     rows are logged as phase ``ft-icl-lr<lr>-<arm>``. The finetuned models are
     ``{arm: model}`` under ``"models"`` (not serialisable: popped by the caller)."""
     fr = cfg.onset_fractions_reported

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mechinterp_icr.interp.cache import cache_activations, iter_checkpoint_caches, map_checkpoints
-from mechinterp_icr.interp.cascade import half_gain_step
+from mechinterp_icr.interp.ovkq import half_gain_step
 
 
 def test_half_gain_step():
@@ -49,9 +49,9 @@ def test_cache_batches_and_checkpoints(tmp_path):
 
 def test_cascade_probes_and_timing_on_an_untrained_model():
     """The probe rows logged per checkpoint and their timing, without any training."""
-    from mechinterp_icr.experiments.cr.cascade import mechanism_model_config
     from mechinterp_icr.experiments.cr.config import CascadeConfig
-    from mechinterp_icr.interp.cascade import cascade_timing, checkpoint_probes
+    from mechinterp_icr.experiments.cr.mechanism_model import mechanism_model_config
+    from mechinterp_icr.interp.ovkq import cascade_timing, checkpoint_probes
     from mechinterp_icr.models.factory import build_model
     from mechinterp_icr.tasks.cr import CRTaskConfig
 
@@ -74,8 +74,8 @@ def test_cascade_probes_and_timing_on_an_untrained_model():
 
 @pytest.mark.slow
 def test_cascade_runs_end_to_end(tmp_path):
-    from mechinterp_icr.experiments.cr.cascade import run_cascade
     from mechinterp_icr.experiments.cr.config import CascadeConfig
+    from mechinterp_icr.experiments.cr.mechanism_model import run_cascade
     from mechinterp_icr.tasks.cr import CRTaskConfig
 
     tc = CRTaskConfig(n_subjects=32, n_values=8)
@@ -102,7 +102,7 @@ def test_shape_swapped_placebo_schedules_are_read_by_onset_not_by_shape(n_points
     """OV on a cubic (convex) ramp and KQ linear, from the linear pair's ramp starts: each
     order is read correctly at the claim's onset fraction, although in the OV-first one the
     half-gain (speed) reading puts KQ first."""
-    from mechinterp_icr.interp.cascade import placebo_orders
+    from mechinterp_icr.interp.ovkq import placebo_orders
 
     task = _tiny_task()
     batch = task.sample_icl(np.random.default_rng(0), 16, subjects=task.heldout_subjects)
@@ -138,7 +138,7 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
     head's (and the Relation head's W_K) train; KQ frozen: the same with W_Q, W_K, b_Q, b_K;
     a preset arm starts with that part equal to the normal run's end, everything else at
     PT."""
-    from mechinterp_icr.experiments.cr.cascade import (
+    from mechinterp_icr.experiments.cr.mechanism_model import (
         ARMS,
         KQ_PARAMS,
         OV_PARAMS,
@@ -146,7 +146,7 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
         preset_head,
         train_mechanism_model,
     )
-    from mechinterp_icr.interp.cascade import cascade_timing
+    from mechinterp_icr.interp.ovkq import cascade_timing
 
     torch.set_num_threads(1)
     task = _tiny_task()
@@ -189,7 +189,7 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
     assert arms["ov_preset"]["onsets"].keys() == normal["onsets"].keys() == {"5", "20", "50"}
     assert len(arms["kq_frozen"]["other_ov"]) == len(normal["steps"])
     assert 0.0 <= arms["kq_frozen"]["icl_heldout_exact"] <= 1.0
-    from mechinterp_icr.interp.cascade import level_step, onset_speedup, plateau_gain
+    from mechinterp_icr.interp.ovkq import level_step, onset_speedup, plateau_gain
 
     level = normal["kq"][0] + 0.1 * plateau_gain(normal["kq"])  # the normal run's onset level
     want = level_step(arms["ov_preset"]["steps"], arms["ov_preset"]["kq"], level * (1 - 1e-12))
@@ -202,9 +202,9 @@ def test_causal_arms_preset_and_freeze_only_the_relation_heads_part():
 
 
 def test_run_cascade_records_the_arms_only_when_asked(tmp_path):
-    from mechinterp_icr.experiments.cr.cascade import ARMS, run_cascade
     from mechinterp_icr.experiments.cr.claims_mech import cr7_seed_metrics
     from mechinterp_icr.experiments.cr.evaluate import to_record
+    from mechinterp_icr.experiments.cr.mechanism_model import ARMS, run_cascade
 
     torch.set_num_threads(1)
     task = _tiny_task()
@@ -232,7 +232,7 @@ def test_an_arm_is_read_at_the_normal_runs_level_not_its_own_gain():
     """An arm whose KQ barely moves must not get an early onset from 10% of its own gain
     (adversarial review): it never reaches the normal run's onset level -> speed-up 0 (never),
     which fails a 'faster' rule whatever the budget."""
-    from mechinterp_icr.interp.cascade import onset_speedup
+    from mechinterp_icr.interp.ovkq import onset_speedup
 
     steps = list(range(0, 300, 10))
     normal = {"steps": steps, "kq": [0.0 if s < 100 else min(5.0, (s - 100) / 20) for s in steps]}

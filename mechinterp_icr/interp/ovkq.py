@@ -26,7 +26,7 @@ reaches ``frac`` (the claim's 10%) of it. :func:`cascade_timing` picks the Relat
 (larger attention mass on the demo attributes at the end) and says whether its OV onset
 comes strictly before its KQ onset, at the claim's fraction and at each reported fraction
 (``onsets``, keyed by :func:`fraction_name`); :func:`head_timing` reads the same numbers for
-a given head (the causal arms of ``experiments.cr.cascade``, read on the normal run's
+a given head (the causal arms of ``experiments.cr.mechanism_model``, read on the normal run's
 Relation head), and :func:`onset_speedup` / :func:`arm_speedups` compare an arm with the
 normal run (what CR-7 decides on; the onset order is reported only).
 
@@ -43,7 +43,7 @@ of a one-way cascade and of a mutual coupling (:func:`synthetic_arm_curves`,
 :func:`synthetic_arm_speedups`).
 
 Nothing here trains: the mechanism model is trained by the CR experiment
-(``experiments.cr.cascade``), which passes :func:`checkpoint_probes` as its evaluation.
+(``experiments.cr.mechanism_model``), which passes :func:`checkpoint_probes` as its evaluation.
 """
 
 from __future__ import annotations
