@@ -19,16 +19,14 @@ import numpy as np
 
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import as_number as _num
-from mechinterp_icr.claims.protocol import compare
+from mechinterp_icr.claims.protocol import compare, split_variant
 
-__all__ = ["CR9_ICL_WORKS", "SHARED_SUFFIX", "cr2_derive", "cr7_mutual_derive", "cr8_derive",
+__all__ = ["CR9_ICL_WORKS", "cr2_derive", "cr7_mutual_derive", "cr8_derive",
            "cr8_unreadable",
            "cr9_derive", "cr9_tolerance", "cr9_unreadable", "curve",
            "ir8_unreadable", "max_drop", "spearman", "trend", "type_bound_derive",
            "type_bound_unreadable"]
 
-# the id suffix of the CR shared-token variant's claims (``CR-8 (shared tokens)``)
-SHARED_SUFFIX = "(shared tokens)"
 
 
 def spearman(x, y) -> float:
@@ -297,17 +295,17 @@ def type_bound_derive(claim_id: str, per_seed: Mapping[str, Any], arms: tuple[st
       where both are stored);
     - ``<arm>heldout_icl_type_bound``: the bound the real number is read against,
       ``chance_bound`` (1/L + 0.05) in the default task, where an uninformed guess has the
-      right type 1/L of the time (disjoint vocabularies); in the shared-token variant (claim
-      id ending in :data:`SHARED_SUFFIX`), where chance is higher and not a formula, the
-      model's own type accuracy with uninformative demos plus ``contrast_bound`` (SPEC 0,
-      "chance from the model, not from a formula");
+      right type 1/L of the time (disjoint vocabularies); in the shared-token variant (a
+      claim id ``CR-... (shared tokens)``, ``protocol.split_variant``), where chance is
+      higher and not a formula, the model's own type accuracy with uninformative demos plus
+      ``contrast_bound`` (SPEC 0, "chance from the model, not from a formula");
     - ``<arm>heldout_icl_type_over_bound``: real minus that bound (so the variant's is the
       contrast minus ``contrast_bound``): the number CR-1's condition and CR-1's and CR-3's
       controls compare with 0.
 
     A number that is not stored gives a NaN bound (no number, no evidence): in the variant the
     bound cannot be read without the uninformative-demo measurement."""
-    shared = str(claim_id).endswith(SHARED_SUFFIX)
+    shared = split_variant(str(claim_id))[1] == "shared"
     nan = float("nan")
     out = {}
     for s, m in per_seed.items():
@@ -335,7 +333,7 @@ def type_bound_unreadable(claim_id: str, per_seed: Mapping[str, Any], arms: tupl
     seed without the type accuracy with uninformative demos (its bound, see
     :func:`type_bound_derive`), and the reason says which measurement is missing; the default
     task's bound is a formula and needs none."""
-    if not str(claim_id).endswith(SHARED_SUFFIX):
+    if split_variant(str(claim_id))[1] != "shared":
         return {}
     why = ("no type accuracy with uninformative demos on the same prompts (the bound of the "
            "shared-token variant; job uninf-demos)")

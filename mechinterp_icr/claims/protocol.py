@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 __all__ = [
+    "VARIANTS", "split_variant", "variant_id",
     "HOLDS",
     "INCONCLUSIVE",
     "NOT_HOLD",
@@ -67,6 +68,26 @@ MIN_SEEDS = 5  # SPEC 0: at least 5 seeds per claim; fewer can never give ``hold
 # bounded metric is reported inside its range (``summary.ci95``); no verdict reads an interval
 UNIT = (0.0, 1.0)  # accuracies, probabilities, shares, attention masses, 0/1 indicators
 SIGNED_UNIT = (-1.0, 1.0)  # differences of two of those, Spearman correlations
+
+
+# A claim decided in a variant of its task is reported as ``<id> (<label>)``, e.g. ``CR-8
+# (shared tokens)``: the variants and their labels, the one place such an id is built or read.
+VARIANTS = {"shared": "shared tokens"}
+
+
+def variant_id(claim_id: str, variant: str = "") -> str:
+    """``CR-8`` -> ``CR-8 (shared tokens)`` for variant ``'shared'`` (:data:`VARIANTS`); the id
+    itself for the default task (``''``)."""
+    return f"{claim_id} ({VARIANTS[variant]})" if variant else claim_id
+
+
+def split_variant(claim_id: str) -> tuple[str, str]:
+    """``(registered id, variant)`` of a reported id: ``CR-8 (shared tokens)`` -> ``("CR-8",
+    "shared")``; an id without a variant's suffix -> ``(id, "")``."""
+    for key, label in VARIANTS.items():
+        if claim_id.endswith(f" ({label})"):
+            return claim_id[:-len(label) - 3], key
+    return claim_id, ""
 
 
 def compare(value: Any, op: str, threshold: float) -> bool:

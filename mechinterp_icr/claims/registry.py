@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from mechinterp_icr.claims.cr_registry import CR_METRIC_RANGES, CR_SPECS
 from mechinterp_icr.claims.ir_registry import IR_METRIC_RANGES, IR_SPECS
-from mechinterp_icr.claims.protocol import ClaimSpec
+from mechinterp_icr.claims.protocol import ClaimSpec, split_variant
 
 __all__ = ["METRIC_RANGES", "NOT_READ", "REGISTRY", "REPORT_ONLY", "metric_range",
            "registered_id", "setting", "spec", "threshold"]
@@ -78,7 +78,7 @@ NOT_READ: dict[str, dict[str, str]] = {
 def registered_id(claim_id: str, registry: Mapping[str, ClaimSpec] | None = None) -> str | None:
     """The registry id a summary claim id names (``"CR-2 (shared tokens)"`` -> ``"CR-2"``),
     None when it names none."""
-    base = str(claim_id).split(" (")[0]
+    base = split_variant(str(claim_id))[0]
     return base if base in (REGISTRY if registry is None else registry) else None
 
 

@@ -38,6 +38,12 @@ def test_variant_ids_name_their_registered_claim():
     assert registered_id("CR-2 (shared tokens)") == "CR-2"
     assert registered_id("IR-8") == "IR-8"
     assert registered_id("XY-1") is None
+    # only a variant's own suffix is read: another parenthesis names no registered claim
+    assert registered_id("CR-2 (other)") is None
+    from mechinterp_icr.claims.protocol import split_variant, variant_id
+
+    for cid in ("CR-8", "IR-3", "CR-1 (shared tokens)"):
+        assert variant_id(*split_variant(cid)) == cid
 
 
 def test_a_moved_threshold_is_found(summary):

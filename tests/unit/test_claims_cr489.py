@@ -13,12 +13,12 @@ import torch
 from mechinterp_icr.claims import HOLDS, INCONCLUSIVE, NOT_HOLD, spec
 from mechinterp_icr.claims.derive import max_drop as _max_drop
 from mechinterp_icr.claims.derive import trend as _trend
+from mechinterp_icr.claims.protocol import variant_id
 from mechinterp_icr.experiments.cr.claims_taskvec import (
     cr4_claim_from_metrics,
     cr8_claim_from_metrics,
     cr9_claim_from_metrics,
     per_seed_metrics,
-    variant_id,
 )
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 from mechinterp_icr.interp import taskvec as tv

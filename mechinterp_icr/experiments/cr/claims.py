@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from mechinterp_icr.claims import Claim, spec
-from mechinterp_icr.claims.protocol import spec_controls
+from mechinterp_icr.claims.protocol import spec_controls, variant_id
 from mechinterp_icr.experiments.cr.claims_mech import (  # CR-5..7, re-exported
     cr5_claim,
     cr5_table,
@@ -35,7 +35,6 @@ from mechinterp_icr.experiments.cr.claims_taskvec import (  # CR-4, CR-8, CR-9, 
     taskvec_claims,
     taskvec_not_measured,
     taskvec_tables,
-    variant_id,
 )
 from mechinterp_icr.experiments.cr.config import CRConfig
 from mechinterp_icr.experiments.cr.evaluate import max_drop_over_k, pick

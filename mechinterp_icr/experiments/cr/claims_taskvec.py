@@ -16,7 +16,7 @@
   over the same lam runs.
 
 The shared-token variant (``task.attr_share > 0``) is decided by the same functions under the
-ids ``CR-1 (shared tokens)`` etc. (:func:`variant_id`).
+ids ``CR-1 (shared tokens)`` etc. (``claims.protocol.variant_id``).
 """
 
 from __future__ import annotations
@@ -28,24 +28,18 @@ import numpy as np
 
 from mechinterp_icr.claims import Claim, ci95, spec
 from mechinterp_icr.claims.cr_registry import CR8_HEADROOM, CR8_MIN_K, CR9_LAM_SD, CR9_MIN_LAM
-from mechinterp_icr.claims.derive import SHARED_SUFFIX, max_drop, spearman, trend
-from mechinterp_icr.claims.protocol import spec_controls
+from mechinterp_icr.claims.derive import max_drop, spearman, trend
+from mechinterp_icr.claims.protocol import spec_controls, variant_id
 from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.experiments.cr.config import TaskvecConfig
 
 __all__ = ["PHASE_FT", "PHASE_FT_GRM", "PHASE_FT_MIXED", "PHASE_PT",
-           "SHARED_SUFFIX", "cr4_claim_from_metrics", "cr8_claim_from_metrics",
+           "cr4_claim_from_metrics", "cr8_claim_from_metrics",
            "cr9_claim_from_metrics", "per_seed_metrics", "spearman", "taskvec_claims",
-           "taskvec_not_measured", "taskvec_tables", "variant_id"]
+           "taskvec_not_measured", "taskvec_tables"]
 
 PHASE_PT, PHASE_FT, PHASE_FT_GRM = "pretrain", "ft-icl", "ft-iclgrm"
 PHASE_FT_MIXED = "ft-icl-mixed"
-
-
-def variant_id(claim_id: str, variant: str = "") -> str:
-    """``CR-8`` -> ``CR-8 (shared tokens)`` for the shared-token variant (``variant``
-    ``'shared'``); the id itself for the default task."""
-    return f"{claim_id} {SHARED_SUFFIX}" if variant == "shared" else claim_id
 
 
 def _n_valid(values) -> int:
@@ -328,7 +322,7 @@ def taskvec_not_measured(seeds: list[int], errors: dict, variant: str = "") -> l
 def taskvec_tables(results: list[dict[str, Any]], variant: str = "") -> dict[str, Any]:
     """Per-boundary probes, separation vs K and lam, the patch, the necessity test and the
     probe curve (table names carry the variant)."""
-    sfx = f" {SHARED_SUFFIX}" if variant == "shared" else ""
+    sfx = variant_id("", variant)  # " (shared tokens)" or nothing
     return {
         f"cr4_layers{sfx}": [
             {"seed": r["seed"], "phase": ph,
