@@ -183,13 +183,6 @@ class ClaimSpec:
     def headline(self) -> Condition:
         return self.conditions[0]
 
-    def control(self, name: str) -> ControlSpec:
-        for c in self.controls:
-            if c.name == name:
-                return c
-        raise KeyError(f"{self.id} has no control {name!r}; registered: "
-                       f"{[c.name for c in self.controls]}")
-
 
 def condition(metric: str, op: str, threshold: float, rule: str = "every_seed", text: str = "",
               min_fraction: float = 1.0) -> Condition:
