@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mechinterp_icr.claims.protocol import Condition, evaluate_condition, evaluate_control
+from mechinterp_icr.claims.protocol import VARIANTS, Condition, evaluate_condition, evaluate_control
 from mechinterp_icr.claims.registry import REGISTRY, metric_range, registered_id
 
 __all__ = ["VERDICTS", "check_summary", "registered_id", "summary_shape_problem"]
@@ -204,6 +204,11 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
         if registry and registered_id(cid):
             problems += _registry(cid, c)
             problems += _decided(cid, c, summary.get("seeds"))
+        elif registry and registered_id(str(cid).partition(" (")[0]):
+            problems.append(f"{cid}: names registered claim {str(cid).partition(' (')[0]} "
+                            "with a suffix that is no variant's (variants: "
+                            + ", ".join(f"({v})" for v in VARIANTS.values())
+                            + "), so its registered rules would not be checked")
     return problems
 
 

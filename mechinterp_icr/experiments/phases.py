@@ -469,13 +469,10 @@ def _train_ir_locked(rec: Recipe, out: Path, seed: int, cfg, init: str | None,
 
 
 def _train_generic(task: str, phase: str, out: Path, seed: int, overrides: list[str],
-                   init: str | None, profile: str, tracker) -> TrainResult:
+                   init: str | None, tracker) -> TrainResult:
     """A task without the papers' phases: one phase of any name on the task's own data."""
     from mechinterp_icr.pipeline import resolve_run_config, train_single_phase
 
-    if profile != "quick":
-        raise ConfigError(f"--profile = {profile!r} is not allowed for --task {task}: "
-                          "profiles are the cr and ir reproductions'")
     cfg = resolve_run_config(task, seed, overrides, name=out.resolve().name or "run")
     _describe(tracker, cfg)
     return TrainResult(train_single_phase(cfg, out, phase=phase, init=init, on_log=tracker))
@@ -484,7 +481,7 @@ def _train_generic(task: str, phase: str, out: Path, seed: int, overrides: list[
 def _describe(tracker, cfg) -> None:
     """The tracker logs the phase's resolved settings, known once they are checked."""
     if tracker is not None:
-        tracker.cfg = cfg
+        tracker.settings = cfg
 
 
 def train(task: str, out: str | Path, phase: str | None = None, seed: int | None = None,
@@ -504,27 +501,35 @@ def train(task: str, out: str | Path, phase: str | None = None, seed: int | None
     """
     from mechinterp_icr.config import parse_init
     from mechinterp_icr.experiments.presets import preset_overrides
-    from mechinterp_icr.store.rundir import check_phase_name
 
+    # the refusals that need no torch come first (a mistyped command answers at once)
     if init is not None:
         parse_init(init)  # RUN must exist
     if task in RECIPE_TASKS:
         phase = recipes(task)[0].name if phase is None else phase
-        recipe(task, phase)  # refused with the list of phases before anything else
+        recipe(task, phase)  # refused with the list of phases
+    elif profile != "quick":
+        raise ConfigError(f"--profile = {profile!r} is not allowed for --task {task}: "
+                          "profiles are the cr and ir reproductions'")
+    if track not in ("none", "wandb"):
+        raise ConfigError(f"--track = {track!r} is not allowed; expected none or wandb")
     phase = "train" if phase is None else phase
+    from mechinterp_icr.store.rundir import check_phase_name
+
     check_phase_name(phase)
     items = preset_overrides(preset, task, phase if task in RECIPE_TASKS else None,
                              list(overrides))
-    if track not in ("none", "wandb"):
-        raise ConfigError(f"--track = {track!r} is not allowed; expected none or wandb")
     from mechinterp_icr.training.tracking import WandbTracker
 
     out = Path(out)
-    tracker = WandbTracker(None, out, phase) if track == "wandb" else None
+    tracker = None
+    if track == "wandb":  # the command as given, beside the resolved settings (_describe)
+        tracker = WandbTracker({"task": task, "phase": phase, "profile": profile,
+                                "seed": seed, "set": items, "init": init}, out, phase)
     given, seed = seed is not None, 0 if seed is None else seed
     try:
         if task not in RECIPE_TASKS:
-            done = _train_generic(task, phase, out, seed, items, init, profile, tracker)
+            done = _train_generic(task, phase, out, seed, items, init, tracker)
         else:
             ov, res = _split(items)
             args = (recipe(task, phase), out, seed, ov, res, init, profile)

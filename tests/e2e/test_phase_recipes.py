@@ -235,6 +235,25 @@ def test_a_wrong_run_path_is_refused_before_torch_is_imported(tmp_path):
         assert "does not exist" in res.stderr
 
 
+def test_train_refuses_a_bad_phase_profile_or_tracker_before_torch_is_imported(tmp_path):
+    """icr train's refusals that need no model answer at once, in the order the command
+    reads (the phase of a paper's task, --profile of another task, --track), and write
+    nothing."""
+    code = ("import sys\nfrom mechinterp_icr.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    assert e.code == 2, e.code\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    out = str(tmp_path / "r")
+    for args, said in ((["--task", "cr", "--phase", "bogus"], "--phase = 'bogus'"),
+                       (["--task", "induction", "--profile", "paper", "--phase", "9bad"],
+                        "--profile = 'paper'")):
+        res = subprocess.run([sys.executable, "-c", code, "train", "--out", out, *args],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, (args, res.stderr[-1000:])
+        assert said in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_ir_memory_pretrain_then_pgd_on_top_of_it(tmp_path):
     run = tmp_path / "mem"
     small = ["--set", "pretrained.n=32", "--set", "pretrained.steps=60", "--set", "eval_size=128"]

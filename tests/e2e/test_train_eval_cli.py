@@ -101,7 +101,12 @@ class _FakeWandb:
     """Stands in for the wandb module: records init and log calls."""
 
     def __init__(self):
+        import importlib.machinery
+
         self.inits, self.logs, self.finished = [], [], 0
+        # libraries that look for wandb (importlib.util.find_spec) when torch or
+        # TransformerLens is first imported read its spec
+        self.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
 
     def init(self, **kw):
         self.inits.append(kw)
@@ -180,6 +185,16 @@ def test_track_wandb_logs_the_papers_phases_with_their_settings(tmp_path, monkey
     r = _icr("train", "--task", task, "--out", run, "--phase", phase, "--preset", "tiny",
              *args, "--track", "wandb")
     assert r.exit_code == 0, r.output
-    assert len(fake.inits) == 1 and section in fake.inits[0]["config"]
+    config = fake.inits[0]["config"]
+    assert len(fake.inits) == 1 and section in config and fake.finished == 1
+    assert config["command"]["phase"] == phase and config["command"]["task"] == task
     logged = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(fake.logs) == len(logged) > 0 and fake.finished == 1
+    assert len(fake.logs) == len(logged) > 0
+    # every record on one rising step axis (wandb drops a step lower than its last), under
+    # its own phase, with its own step
+    steps = [s for s, _ in fake.logs]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps)
+    for (_, data), rec in zip(fake.logs, logged):
+        assert data[f"{rec['phase']}/step"] == rec["step"]
+    if task == "ir":  # PGD: the big step, then the small steps from step 0 again
+        assert {rec["phase"] for rec in logged} >= {"big", "pgd"}

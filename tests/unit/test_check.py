@@ -38,8 +38,11 @@ def test_variant_ids_name_their_registered_claim():
     assert registered_id("CR-2 (shared tokens)") == "CR-2"
     assert registered_id("IR-8") == "IR-8"
     assert registered_id("XY-1") is None
-    # only a variant's own suffix is read: another parenthesis names no registered claim
+    # only a variant's own suffix is read: another parenthesis names no registered claim,
+    # and icr check says so (its rules would otherwise go unchecked)
     assert registered_id("CR-2 (other)") is None
+    problems = check_summary({"claims": {"CR-2 (shared-tokens)": {}}})
+    assert any("CR-2 (shared-tokens): names registered claim CR-2" in p for p in problems)
     from mechinterp_icr.claims.protocol import split_variant, variant_id
 
     for cid in ("CR-8", "IR-3", "CR-1 (shared tokens)"):

@@ -249,7 +249,7 @@ def cr7_claim_from_metrics(per_seed: dict[str, dict[str, Any]], notes: str = "",
 
 
 def cr7_claim(cr7: dict, placebo: dict, ccfg, figure: str | None) -> Claim:
-    """CR-7 from the cascade results (``cascade.run_cascade`` without its models) and the
+    """CR-7 from the cascade results (``mechanism_model.run_cascade`` without its models) and the
     placebo readings (``interp.ovkq.placebo_orders``) per seed."""
     per = {str(s): cr7_seed_metrics(r, placebo[s]) for s, r in cr7.items()}
     keys = ("steps", "ov", "kq", "t_onset_ov", "t_onset_kq", "onsets", "kq_gain", "ov_gain")

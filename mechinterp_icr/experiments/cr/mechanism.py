@@ -167,7 +167,7 @@ def mechanism_roles(model, pt_model, task, seed: int, n: int, score: str = "move
 
 def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pairs: int
                  ) -> dict[str, Any]:
-    """Job ``seed<N>/cascade``: CR-7 (:func:`cascade.run_cascade`, trained afresh into
+    """Job ``seed<N>/cascade``: CR-7 (:func:`.mechanism_model.run_cascade`, trained afresh into
     ``run_path``: one PT, one finetune per learning rate and, with ``ccfg.causal_arms``, the
     OV-preset and OV-frozen finetunes per lr of ``ccfg.ft_lrs``) on the task of ``task_cfg``
     and ``seed``, and CR-5 on the mechanism model finetuned at ``ccfg.ft_lr``
@@ -195,7 +195,7 @@ def cascade_seed(task_cfg, seed: int, ccfg: CascadeConfig, run_path: Path, n_pai
 def placebo_seed(task_cfg, seed: int, ccfg: CascadeConfig) -> dict[str, Any]:
     """Job ``seed<N>/placebo``: CR-7's synthetic-schedule placebo
     (``interp.ovkq.placebo_orders``) on the task of ``task_cfg`` and ``seed``, read on the
-    cascade's own probe batch (``cascade.probe_batch_for``). Nothing is trained. Record
+    cascade's own probe batch (``mechanism_model.probe_batch_for``). Nothing is trained. Record
     ``{placebo, timings}``."""
     task = task_cfg.build(seed)
     t = time.perf_counter()
