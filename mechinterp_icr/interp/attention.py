@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 __all__ = [
@@ -107,10 +106,6 @@ def roles_over_checkpoints(run, selection: str, batch) -> list[dict]:
         for h in row.pop("heads"):
             out.append({**row, **h})
     return out
-
-
-def mean_row(rows: torch.Tensor) -> np.ndarray:
-    return rows.mean(0).cpu().numpy()
 
 
 def roles_figure(rows: list[dict], title: str = "attention from the query by role"):

@@ -157,9 +157,6 @@ def attention_row_table(run_path, selection: str = "all", n_eval: int = 256,
 # --------------------------------------------------------------------------------------------
 # Causal test of the pairwise pattern (IR-3 / IR-4): overwrite the step-1 attention row
 # --------------------------------------------------------------------------------------------
-OVERWRITE_KINDS = ("clean", "single", "swap")
-
-
 @torch.no_grad()
 def overwrite_attention_row(model, tokens: torch.Tensor, layer: int, head: int, query_pos,
                             row: torch.Tensor | np.ndarray, answer_pos=None,

@@ -366,9 +366,6 @@ class IRTask:
         st = self.sample_struct(rng, half)
         return self.encode_struct(pair_symmetrize(st, self.cfg.n_pairs, batch_size))
 
-    def targets_positions(self) -> tuple[int, int]:
-        return self.step1_pos, self.step2_pos
-
     def info(self) -> dict[str, Any]:
         return {"n_singles": len(self.kb.singles), "n_swaps": len(self.kb.swaps),
                 "d_vocab": self.d_vocab, "n_ctx": self.n_ctx,
