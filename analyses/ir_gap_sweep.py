@@ -25,16 +25,17 @@ def main() -> None:
     add_config_args(ap, "IR")
     a = ap.parse_args()
     # imported after parsing: --help stays fast
+    from mechinterp_icr.cli.group import parse_seeds  # light: no torch before the checks
     from mechinterp_icr.config import ConfigError, apply_overrides
+
+    try:
+        seeds = parse_seeds(a.seeds)  # the commands' parser: distinct non-negative integers
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     from mechinterp_icr.experiments import ir
     from mechinterp_icr.experiments.ir.sweeps import check_gap_settings, gap_sweep, settings_grid
 
-    try:
-        seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
-    except ValueError:
-        ap.error(f"--seeds = {a.seeds!r} is not allowed; expected comma-separated integers")
-    if not seeds:
-        ap.error("--seeds is empty; expected at least one seed")
     if a.only:
         try:
             settings = json.loads(a.only)

@@ -43,3 +43,18 @@ def test_ir9_script_refuses_bad_seeds_in_one_line(tmp_path):
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.strip().startswith("error:") and len(res.stderr.strip().splitlines()) == 1
         assert not (tmp_path / "x.json").exists()
+
+
+def test_ir_gap_sweep_refuses_bad_seeds_with_the_commands_parser(tmp_path):
+    """analyses/ir_gap_sweep.py reads --seeds with the commands' parser: a repeated seed
+    (which appended its rows twice) is refused like a bad one, before anything is written."""
+    script = ROOT / "analyses" / "ir_gap_sweep.py"
+    for bad in ("a,b", "", "3,3", "-1"):
+        res = subprocess.run([sys.executable, str(script), "IR-7", "--seeds", bad, "--out",
+                              str(tmp_path / "rows.jsonl")], capture_output=True, text=True,
+                             cwd=ROOT, timeout=300, env={"OMP_NUM_THREADS": "1",
+                                                         "PATH": "/usr/bin:/bin"})
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.strip().startswith("error: --seeds") and len(
+            res.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "rows.jsonl").exists()
