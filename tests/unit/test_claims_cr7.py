@@ -209,7 +209,11 @@ def test_cr7_seed_metrics_read_the_arms_and_the_reported_fractions():
     m = cr7_seed_metrics({"by_lr": by_lr}, placebo)
     needed = {c.metric for c in spec("CR-7").conditions} | {
         c.condition.metric for c in spec("CR-7").controls}
-    assert needed <= set(m)
+    # the mutual-coupling verdict is derived from the stored arm placebos when the claim is
+    # decided: never stored per seed (a stored None there read as a measurement)
+    derived = set(spec("CR-7").derive("CR-7", {"0": {}})[0]["0"])
+    assert derived == {"placebo_mutual_meets_iv_and_v"}
+    assert needed - derived <= set(m) and not derived & set(m)
     # recomputed from the curves at the normal run's onset levels: KQ 10 -> 4 steps, never
     assert m["ov_preset_kq_speedup_lr_6e-3"] == pytest.approx(2.5)
     assert m["ov_frozen_kq_speedup_lr_3e-3"] == 0.0

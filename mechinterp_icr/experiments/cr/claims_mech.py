@@ -131,10 +131,21 @@ def lr_name(lr: float) -> str:
     return f"{float(mant):g}e{int(exp)}"
 
 
+def _derived(s) -> set[str]:
+    """The metrics spec ``s`` derives from the stored ones when it decides (``derive``): not
+    a job's measurement, so never stored per seed."""
+    if s.derive is None:
+        return set()
+    per, pooled = s.derive(s.id, {"0": {}})
+    return {k for m in per.values() for k in m} | set(pooled)
+
+
 # the placebo readings of CR-7's controls (the registered controls' metrics) that
-# ``placebo_orders`` measures on the synthetic schedules; the arm placebos are computed here
+# ``placebo_orders`` measures on the synthetic schedules; the arm placebos are computed here,
+# the mutual-coupling verdict is derived from them when the claim is decided
 CR7_PLACEBO_METRICS = tuple(c.condition.metric for c in spec("CR-7").controls
-                            if not c.condition.metric.endswith("_speedup"))
+                            if not c.condition.metric.endswith("_speedup")
+                            and c.condition.metric not in _derived(spec("CR-7")))
 _AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
 
 
