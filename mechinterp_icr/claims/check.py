@@ -201,11 +201,12 @@ def check_summary(summary: Mapping[str, Any], min_seeds: int = 5,
         elif "rerun" in c or "fragile" in c:
             problems.append(f"{cid}: carries a rerun verdict or fragile flag but the summary "
                             "names no rounding rerun (its 'rerun' record is missing)")
+        base = str(cid).partition(" (")[0]  # a misspelt variant still names its claim
         if registry and registered_id(cid):
             problems += _registry(cid, c)
             problems += _decided(cid, c, summary.get("seeds"))
-        elif registry and registered_id(str(cid).partition(" (")[0]):
-            problems.append(f"{cid}: names registered claim {str(cid).partition(' (')[0]} "
+        elif registry and registered_id(base):
+            problems.append(f"{cid}: names registered claim {base} "
                             "with a suffix that is no variant's (variants: "
                             + ", ".join(f"({v})" for v in VARIANTS.values())
                             + "), so its registered rules would not be checked")

@@ -24,7 +24,7 @@ from mechinterp_icr.cli.group import (
     profile_option,
     set_option,
 )
-from mechinterp_icr.config import ConfigError, parse_init
+from mechinterp_icr.config import ConfigError
 from mechinterp_icr.config.rounding import ROUNDINGS, rounding_callback
 
 warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
@@ -92,9 +92,7 @@ def train(task_kind: str, out: str, seed: int | None, overrides: tuple[str, ...]
     disk against resources.max_gib / resources.max_disk_gib; a bad setting is one line on
     stderr and exit code 2.
     """
-    if init is not None:
-        parse_init(init)  # RUN must exist: said before torch is imported
-    from mechinterp_icr.experiments.phases import train as train_phase
+    from mechinterp_icr.experiments.phases import train as train_phase  # checks --init first
 
     res = train_phase(task_kind, out, phase, seed, overrides, init=init, profile=profile,
                       preset=preset, track=track)

@@ -505,9 +505,10 @@ def train(task: str, out: str | Path, phase: str | None = None, seed: int | None
     # the refusals that need no torch come first (a mistyped command answers at once)
     if init is not None:
         parse_init(init)  # RUN must exist
+    rec = None
     if task in RECIPE_TASKS:
         phase = recipes(task)[0].name if phase is None else phase
-        recipe(task, phase)  # refused with the list of phases
+        rec = recipe(task, phase)  # refused with the list of phases
     elif profile != "quick":
         raise ConfigError(f"--profile = {profile!r} is not allowed for --task {task}: "
                           "profiles are the cr and ir reproductions'")
@@ -517,8 +518,7 @@ def train(task: str, out: str | Path, phase: str | None = None, seed: int | None
     from mechinterp_icr.store.rundir import check_phase_name
 
     check_phase_name(phase)
-    items = preset_overrides(preset, task, phase if task in RECIPE_TASKS else None,
-                             list(overrides))
+    items = preset_overrides(preset, task, phase if rec else None, list(overrides))
     from mechinterp_icr.training.tracking import WandbTracker
 
     out = Path(out)
@@ -528,11 +528,11 @@ def train(task: str, out: str | Path, phase: str | None = None, seed: int | None
                                 "seed": seed, "set": items, "init": init}, out, phase)
     given, seed = seed is not None, 0 if seed is None else seed
     try:
-        if task not in RECIPE_TASKS:
+        if rec is None:
             done = _train_generic(task, phase, out, seed, items, init, tracker)
         else:
             ov, res = _split(items)
-            args = (recipe(task, phase), out, seed, ov, res, init, profile)
+            args = (rec, out, seed, ov, res, init, profile)
             done = (_train_cr(*args, tracker, given) if task == "cr"
                     else _train_ir(*args, given, tracker))
         return replace(done, name=phase)

@@ -237,8 +237,8 @@ def test_a_wrong_run_path_is_refused_before_torch_is_imported(tmp_path):
 
 def test_train_refuses_a_bad_phase_profile_or_tracker_before_torch_is_imported(tmp_path):
     """icr train's refusals that need no model answer at once, in the order the command
-    reads (the phase of a paper's task, --profile of another task, --track), and write
-    nothing."""
+    reads (--init's run, the phase of a paper's task, --profile of another task, --track),
+    and write nothing."""
     code = ("import sys\nfrom mechinterp_icr.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
             "    assert e.code == 2, e.code\n"
@@ -246,7 +246,9 @@ def test_train_refuses_a_bad_phase_profile_or_tracker_before_torch_is_imported(t
     out = str(tmp_path / "r")
     for args, said in ((["--task", "cr", "--phase", "bogus"], "--phase = 'bogus'"),
                        (["--task", "induction", "--profile", "paper", "--phase", "9bad"],
-                        "--profile = 'paper'")):
+                        "--profile = 'paper'"),
+                       (["--task", "cr", "--phase", "ft-icl", "--init", str(tmp_path / "no")],
+                        "--init = ")):
         res = subprocess.run([sys.executable, "-c", code, "train", "--out", out, *args],
                              capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, (args, res.stderr[-1000:])

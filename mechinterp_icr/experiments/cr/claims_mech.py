@@ -143,9 +143,10 @@ def _derived(s) -> set[str]:
 # the placebo readings of CR-7's controls (the registered controls' metrics) that
 # ``placebo_orders`` measures on the synthetic schedules; the arm placebos are computed here,
 # the mutual-coupling verdict is derived from them when the claim is decided
+_CR7_DERIVED = _derived(spec("CR-7"))
 CR7_PLACEBO_METRICS = tuple(c.condition.metric for c in spec("CR-7").controls
                             if not c.condition.metric.endswith("_speedup")
-                            and c.condition.metric not in _derived(spec("CR-7")))
+                            and c.condition.metric not in _CR7_DERIVED)
 _AT = re.compile(r"^ov_first_at_(\d+)_lr_(.+)$")
 
 

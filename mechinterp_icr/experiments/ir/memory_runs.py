@@ -81,9 +81,10 @@ def memory_pretrain_run(cfg: IRConfig, seed: int, path: Path, on_log=None) -> di
                                                 "batch": cfg.pretrained.batch}},
                 on_log=on_log)
     for r in log:
-        run.log_metrics({"phase": "memory-log", **r})
+        record = {"phase": "memory-log", **r}
+        run.log_metrics(record)
         if on_log is not None:
-            on_log({"phase": "memory-log", **r})
+            on_log(record)
     return {"finished": False, **info}
 
 
