@@ -42,7 +42,7 @@ from mechinterp_icr.config import (
 from mechinterp_icr.experiments import cr, ir
 from mechinterp_icr.jobs import Job, code_states, run_jobs
 
-__all__ = ["TARGETS", "canonical_out", "resolve_config", "split_overrides", "run_target",
+__all__ = ["TARGETS", "canonical_out", "resolve_config", "split_overrides",
            "run_targets", "pooled_plan", "config_keys", "default_workers"]
 
 TARGETS = {"cr": cr, "ir": ir}
@@ -170,9 +170,3 @@ def run_targets(targets: list[tuple[str, Any]], out_dir: Path, seeds: list[int],
         summaries[target] = summary
     return summaries
 
-
-def run_target(target: str, cfg, out_dir: Path, seeds: list[int], profile: str,
-               workers: int = 1, ray_address: str | None = None, threads: int = 1) -> Summary:
-    """:func:`run_targets` for one target."""
-    return run_targets([(target, cfg)], out_dir, seeds, profile, workers, ray_address,
-                       threads)[target]

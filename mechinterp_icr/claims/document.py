@@ -25,7 +25,7 @@ from mechinterp_icr.claims.protocol import MIN_SEEDS, ClaimSpec, Condition, rule
 from mechinterp_icr.claims.registry import METRIC_RANGES, NOT_READ, REGISTRY, REPORT_ONLY
 from mechinterp_icr.store.io import write_or_check
 
-__all__ = ["render", "main"]
+__all__ = ["main", "md_cell", "render"]
 
 _HEAD = f"""# Claims: what each verdict is decided by
 
@@ -68,21 +68,22 @@ def _value(v: Any) -> str:
     return f"`{json.dumps(v)}`"
 
 
-def _cell(text: Any) -> str:
+def md_cell(text: Any) -> str:
+    """``text`` as one cell of a Markdown table (pipes escaped, on one line)."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _claim(s: ClaimSpec) -> list[str]:
-    out = [f"## {s.id}", "", _cell(s.statement), "", "| condition | metric | test | seed rule |",
+    out = [f"## {s.id}", "", md_cell(s.statement), "", "| condition | metric | test | seed rule |",
            "| --- | --- | --- | --- |"]
     for c in s.conditions:
-        out.append(f"| {_cell(c.text or '-')} | `{c.metric}` | {c.op} {c.threshold:g} | "
+        out.append(f"| {md_cell(c.text or '-')} | `{c.metric}` | {c.op} {c.threshold:g} | "
                    f"{_rule(c)} |")
     out += ["", "| control | kind | condition it names | expected |", "| --- | --- | --- | --- |"]
     for k in s.controls:
         c = k.condition
         want = "fails it" if k.kind == "negative" else "meets it"
-        out.append(f"| {_cell(k.name)} | {k.kind} | `{c.metric}` {c.op} {c.threshold:g}, "
+        out.append(f"| {md_cell(k.name)} | {k.kind} | `{c.metric}` {c.op} {c.threshold:g}, "
                    f"{_rule(c)} | {want} |")
     if s.hyperparameters:
         out += ["", f"Its verdict depends on {len(s.hyperparameters)} registered config keys "
@@ -126,7 +127,7 @@ def _unread() -> list[str]:
     for kind, table in (("report only", REPORT_ONLY), ("not read", NOT_READ)):
         for target, keys in table.items():
             for key, why in keys.items():
-                out.append(f"| {target} | `{key}` | {kind} | {_cell(why)} |")
+                out.append(f"| {target} | `{key}` | {kind} | {md_cell(why)} |")
     return out + [""]
 
 
@@ -152,7 +153,7 @@ def _noise() -> list[str]:
     out += ["| claim | rule | machine noise |", "| --- | --- | --- |"]
     for cid, rules in MACHINE_NOISE.items():
         for what, v in rules.items():
-            out.append(f"| {_cell(cid)} | {_cell(what)} | {v:.3g} |")
+            out.append(f"| {md_cell(cid)} | {md_cell(what)} | {v:.3g} |")
     return out + [""]
 
 

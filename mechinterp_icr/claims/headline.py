@@ -23,15 +23,13 @@ the stored verdict. A seed rule is worded as it is decided:
 
 A negative control misbehaves when it meets the condition it names (on any seed under the
 every-seed rule): its headline names the seeds where it does, with the value furthest past the
-threshold. Summaries written before the structure was stored are read through the registry
-(the condition's description) or, for an unregistered claim, its ``metric`` and
-``threshold``.
+threshold. A claim stored without conditions (an unregistered one) is read through its
+``metric`` and ``threshold``.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -47,13 +45,11 @@ from mechinterp_icr.claims.protocol import (
 from mechinterp_icr.claims.protocol import as_number as _num
 
 __all__ = ["Headline", "claim_headline", "condition_phrase", "condition_text", "control_phrase",
-           "stored_condition", "stored_control_condition"]
+           "deciding_entry", "stored_condition"]
 
 _NEG_OP = {">=": "<", ">": "<=", "<=": ">", "<": ">="}
 _RULE_WORDS = {"all_seeds": "every_seed", "every_seed": "every_seed", "mean": "mean",
                "fraction": "fraction"}
-_DESC = re.compile(r"^(?:(?P<text>.*): )?(?P<metric>\S+) (?P<op>>=|<=|>|<) (?P<thr>\S+) "
-                   r"\((?P<rule>every seed|mean over seeds|on >= (?P<frac>\S+) of seeds)\)$")
 
 
 @dataclass(frozen=True)
@@ -208,9 +204,10 @@ def control_phrase(kind: str, name: str, cond: Condition | None, per_seed: Mappi
     return f"{head + ' ' if head else ''}{verb}: {cond.metric}, {phrase}"
 
 
-def _stored_fields(entry: Mapping[str, Any]) -> Condition | None:
-    """The :class:`Condition` of a stored entry's own fields (metric, op, threshold, rule);
-    None when it has none (a summary written before they were stored) or they are bad."""
+def stored_condition(entry: Mapping[str, Any]) -> Condition | None:
+    """The :class:`Condition` a stored condition or control entry names (its ``metric``,
+    ``op``, ``threshold`` and ``rule`` fields); None when they are missing or bad (the
+    headline then shows the entry's stored description)."""
     try:
         if {"metric", "op", "threshold", "rule"} <= set(entry):
             return Condition(str(entry["metric"]), str(entry["op"]), float(entry["threshold"]),
@@ -219,51 +216,6 @@ def _stored_fields(entry: Mapping[str, Any]) -> Condition | None:
     except (TypeError, ValueError):
         pass
     return None
-
-
-def stored_condition(entry: Mapping[str, Any], claim_id: str | None = None) -> Condition | None:
-    """The :class:`Condition` of a stored condition (its fields, else the registered one with
-    the same description, else parsed from the description)."""
-    own = _stored_fields(entry)
-    if own is not None:
-        return own
-    return _from_description(str(entry.get("condition", "")), claim_id, controls=False)
-
-
-def stored_control_condition(entry: Mapping[str, Any],
-                             claim_id: str | None = None) -> Condition | None:
-    """The :class:`Condition` a stored control names (as :func:`stored_condition`; the
-    registered control of the same name first)."""
-    own = _stored_fields(entry)
-    if own is not None:
-        return own
-    if claim_id is not None:
-        from mechinterp_icr.claims.registry import REGISTRY
-
-        sp = REGISTRY.get(claim_id)
-        for c in (sp.controls if sp else ()):
-            if c.name == entry.get("name") and c.condition.describe() == entry.get("condition"):
-                return c.condition
-    return _from_description(str(entry.get("condition", "")), claim_id, controls=True)
-
-
-def _from_description(desc: str, claim_id: str | None, controls: bool) -> Condition | None:
-    if claim_id is not None and not controls:
-        from mechinterp_icr.claims.registry import REGISTRY
-
-        sp = REGISTRY.get(claim_id)
-        for c in (sp.conditions if sp else ()):
-            if c.describe() == desc:
-                return c
-    m = _DESC.match(desc)
-    if not m:
-        return None
-    rule = {"every seed": "every_seed", "mean over seeds": "mean"}.get(m["rule"], "fraction")
-    try:
-        return Condition(m["metric"], m["op"], float(m["thr"]), rule,
-                         float(m["frac"]) if m["frac"] else 1.0, m["text"] or "")
-    except ValueError:
-        return None
 
 
 def _unregistered(claim: Mapping[str, Any]) -> tuple[Condition | None, dict[str, Any]]:
@@ -312,12 +264,8 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
                                        str(k.get("condition", "")), _num(k.get("value")),
                                        dict(k.get("per_seed") or {}), k.get("meets_rule"),
                                        str(k.get("note") or "")), k))
-    reason = str(claim.get("verdict_reason") or "")
-    # the stored claim-level reason (the reasons of unreadable conditions are added by
-    # decisive); a summary from before the field existed: its reason, if it was one
-    not_measurable = (str(claim.get("not_measurable") or "") if "not_measurable" in claim else
-                      reason[len("not measurable: "):] if reason.startswith("not measurable: ")
-                      else "")
+    # the stored claim-level reason (the reasons of unreadable conditions are added by decisive)
+    not_measurable = str(claim.get("not_measurable") or "")
     seeds = sorted({str(s) for c in conds for s in (c.get("per_seed") or {})} |
                    {str(s) for s in (claim.get("per_seed") or {})})
     verdict, kind, item = decisive(
@@ -327,7 +275,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
         int(claim.get("min_seeds", MIN_SEEDS)))
     metric, control = None, None
     if kind in ("condition", "primary"):
-        cond = stored_condition(item, claim_id)
+        cond = stored_condition(item)
         metric = cond.metric if cond else None
         text = condition_text(cond, item)
     elif kind == "not_measurable":
@@ -335,15 +283,15 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
     elif kind == "seeds":
         first = conds[0]
         text = (f"rule met on {item} seeds, at least {MIN_SEEDS} needed; "
-                f"{condition_text(stored_condition(first, claim_id), first)}")
+                f"{condition_text(stored_condition(first), first)}")
     elif kind == "no_control":
         first = conds[0]
-        text = (f"no control measured; {condition_text(stored_condition(first, claim_id), first)}")
+        text = (f"no control measured; {condition_text(stored_condition(first), first)}")
     elif kind == "no_condition":
         text = "no condition evaluated"
     else:  # a control decided it
         entry = next(k for c, k in controls if c is item)
-        cond = stored_control_condition(entry, claim_id)
+        cond = stored_condition(entry)
         metric, control = (cond.metric if cond else None), item.name
         if kind == "uncovered":
             text = (f"{item.kind} control '{item.name}' measured on seeds "
@@ -355,3 +303,18 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
     if not agrees:
         text = f"[the stored verdict {stored!r} disagrees with its results: {verdict!r}] {text}"
     return Headline(text, verdict, kind, metric, agrees, control)
+
+
+def deciding_entry(claim: Mapping[str, Any], h: Headline) -> Mapping[str, Any] | None:
+    """The stored condition or control whose rule decided ``claim`` as its headline ``h``
+    says: a control by its name (two controls may read one metric, CR-5's pooled and
+    every-seed bounds), a condition by its metric; None when a reason decided (too few seeds,
+    not measurable as a whole) or the entry's condition cannot be read."""
+    if h.metric is None:
+        return None
+    if h.control is not None:
+        pool, field, want = claim.get("controls"), "name", h.control
+    else:
+        pool, field, want = claim.get("conditions"), "metric", h.metric
+    return next((e for e in pool or [] if isinstance(e, Mapping) and e.get(field) == want),
+                None)

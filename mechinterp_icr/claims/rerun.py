@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from mechinterp_icr.claims.headline import claim_headline
+from mechinterp_icr.claims.headline import claim_headline, deciding_entry
 from mechinterp_icr.claims.protocol import as_number
 from mechinterp_icr.config import ConfigError
 
@@ -79,12 +79,11 @@ def _entries(claim: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 def _deciding(claim_id: str, claim: Mapping[str, Any]) -> str | None:
     """The key (:func:`_entries`) of the stored condition or control that decided the
-    claim's verdict (a control by its name: two controls may read one metric; None for a
-    reason: too few seeds, not measurable as a whole)."""
+    claim's verdict (:func:`.headline.deciding_entry`; None for a reason)."""
     h = claim_headline(claim_id, claim)
-    key = (f"control {h.control}" if h.control is not None
-           else None if h.metric is None else f"condition {h.metric}")
-    return key if key in _entries(claim) else None
+    if deciding_entry(claim, h) is None:
+        return None
+    return f"control {h.control}" if h.control is not None else f"condition {h.metric}"
 
 
 def rerun_summary_path(path: Path, stored: Mapping[str, Any]) -> Path | None:

@@ -18,11 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mechinterp_icr.claims.headline import (
-    claim_headline,
-    control_phrase,
-    stored_control_condition,
-)
+from mechinterp_icr.claims.headline import claim_headline, control_phrase, stored_condition
 from mechinterp_icr.claims.intervals import CI_METHOD, interval
 from mechinterp_icr.claims.protocol import (
     HOLDS,
@@ -260,9 +256,6 @@ class Summary:
         atomic_write_json(out, data)
         return out
 
-    def table(self) -> str:
-        return format_claim_table({k: c.to_dict(self.seeds) for k, c in self.claims.items()})
-
 
 def claim_key(item):
     """Sort key of a ``(claim id, ...)`` item: by prefix, then number, a variant (``CR-8
@@ -294,7 +287,7 @@ def format_claim_table(claims: dict[str, dict]) -> str:
                   for name, ok in c.get("extra_checks", {}).items()]
         checks += [f"    [{'ok' if k.get('as_expected') else 'MISBEHAVED'}] "
                    + control_phrase(str(k.get("kind")), str(k.get("name")),
-                                    stored_control_condition(k, cid), k.get("per_seed") or {},
+                                    stored_condition(k), k.get("per_seed") or {},
                                     k.get("meets_rule"), str(k.get("note") or ""))
                    for k in c.get("controls", [])]
         if c.get("verdict") == "inconclusive":

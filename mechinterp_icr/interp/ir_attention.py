@@ -25,7 +25,6 @@ __all__ = [
     "candidate_rows",
     "confusion_batches",
     "critical_within_pair_gap",
-    "fast_rows",
     "hooked_rows",
     "ir_accuracy",
     "overwrite_attention_row",
@@ -76,12 +75,6 @@ def hooked_rows(model, tokens: torch.Tensor, K: int) -> tuple[np.ndarray, np.nda
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
     pat = cache["pattern", 0][:, 0].double()  # (B, T, T)
     return pat[:, 2 * K].mean(0).cpu().numpy(), pat[:, 2 * K + 1].mean(0).cpu().numpy()
-
-
-@torch.no_grad()
-def fast_rows(fast, K: int) -> tuple[np.ndarray, np.ndarray]:
-    A = fast.attention([2 * K, 2 * K + 1])
-    return A[0].cpu().numpy(), A[1].cpu().numpy()
 
 
 def tie_aware_correct(logits: torch.Tensor, targets: torch.Tensor,

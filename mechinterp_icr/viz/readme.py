@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from mechinterp_icr.claims import claim_key
-from mechinterp_icr.claims.headline import claim_headline
+from mechinterp_icr.claims.document import md_cell
+from mechinterp_icr.claims.headline import claim_headline, deciding_entry
 from mechinterp_icr.claims.intervals import interval
 from mechinterp_icr.claims.protocol import rule_words
 from mechinterp_icr.claims.registry import metric_range
@@ -35,11 +36,6 @@ BEGIN, END = "<!-- claim-table:begin -->", "<!-- claim-table:end -->"
 
 MAX_WORDS = 25  # words per cell (tests/unit/test_readme_table.py)
 _OP = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
-_EVERY_SEED = ("every_seed", "all_seeds")  # older summaries store "all_seeds"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _short(text: str, words: int = MAX_WORDS) -> str:
@@ -63,7 +59,7 @@ def _num(v: Any) -> str:
 def _worst(e: dict[str, Any]) -> str:
     """Under the every-seed rule, the seed furthest on the failing side of the threshold."""
     vals = {str(k): float(v) for k, v in (e.get("per_seed") or {}).items() if v is not None}
-    if not vals or e.get("rule", "every_seed") not in _EVERY_SEED:
+    if not vals or e.get("rule", "every_seed") != "every_seed":
         return ""
     high_fails = e.get("op") in ("<=", "<")
     if e.get("kind") == "negative":  # a negative control misbehaves on the meeting side
@@ -72,20 +68,8 @@ def _worst(e: dict[str, Any]) -> str:
     return f"; worst {_num(vals[seed])} (seed {seed})"
 
 
-def _entry(c: dict[str, Any], kind: str, metric: str | None) -> dict[str, Any] | None:
-    """The stored condition or control that decided the claim (None for a reason)."""
-    pool = (c.get("conditions") if kind in ("condition", "primary", "seeds", "no_control")
-            else c.get("controls")) or []
-    for e in pool:
-        if isinstance(e, dict) and e.get("metric") == metric:
-            return e
-    return None
-
-
 def _rule(e: dict[str, Any], kind: str) -> str:
-    rule = e.get("rule", "every_seed")
-    words = rule_words("every_seed" if rule in _EVERY_SEED else rule,
-                       float(e.get("min_fraction", 1.0)))
+    words = rule_words(e.get("rule", "every_seed"), float(e.get("min_fraction", 1.0)))
     test = f"`{e.get('metric')}` {_OP.get(e.get('op'), e.get('op'))} {e.get('threshold'):g}"
     if kind in ("condition", "primary", "seeds", "no_control"):
         return f"{test}, {words}"
@@ -100,7 +84,7 @@ def claim_row(cid: str, c: dict[str, Any]) -> tuple[str, str, str, str]:
     every-seed rule the number also names the worst seed (the one that decides that rule)."""
     h = claim_headline(cid, c)
     verdict = c.get("verdict") or ("holds" if c.get("holds") else "does not hold")
-    e = _entry(c, h.kind, h.metric)
+    e = deciding_entry(c, h)
     if e is None:
         return cid, verdict, "—", _short(h.text)
     vals = [float(v) for v in (e.get("per_seed") or {}).values() if v is not None]
@@ -128,7 +112,7 @@ def claim_table(summary: dict[str, Any]) -> str:
         if rerun:
             cells[1] = shown_verdict(c)
             cells.append(rerun_cell(c))
-        rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+        rows.append("| " + " | ".join(md_cell(x) for x in cells) + " |")
     return "\n".join(rows)
 
 

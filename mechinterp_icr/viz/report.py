@@ -45,7 +45,6 @@ from mechinterp_icr.claims.headline import (
     condition_text,
     control_phrase,
     stored_condition,
-    stored_control_condition,
 )
 from mechinterp_icr.claims.intervals import clip_interval, interval
 from mechinterp_icr.claims.protocol import unreadable_reason
@@ -423,7 +422,7 @@ def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
     conds = [k for k in c.get("conditions", []) if isinstance(k, dict)]
     conds_html = ("<p><b>Rule</b> (every condition must be met):</p><ul>" + "".join(
         f'<li class="{_met_class(k.get("met"))}">'
-        f'{html.escape(_condition_line(k, cid))} &mdash; '
+        f'{html.escape(_condition_line(k))} &mdash; '
         f'{_met_word(k)}</li>' for k in conds) + "</ul>"
         if conds else "")
     ctrls = [k for k in c.get("controls", []) if isinstance(k, dict)]
@@ -433,7 +432,7 @@ def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
                       f'<tr><td>{html.escape(str(k.get("name")))}</td>'
                       f'<td>{html.escape(str(k.get("kind")))}</td>'
                       f'<td>{html.escape(str(k.get("condition", "")))}</td>'
-                      f'<td>{html.escape(_control_line(k, cid))}</td>'
+                      f'<td>{html.escape(_control_line(k))}</td>'
                       f'<td>{_f(k.get("meets_rule"))}</td><td class="'
                       f'{"holds" if k.get("as_expected") else "fails"}">'
                       f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
@@ -550,13 +549,13 @@ def _clip_note(c: dict[str, Any], clipped: bool) -> str:
     return f", clipped to its range [{r[0]:g}, {r[1]:g}]"
 
 
-def _condition_line(k: dict[str, Any], cid: str) -> str:
-    return condition_text(stored_condition(k, cid), k)
+def _condition_line(k: dict[str, Any]) -> str:
+    return condition_text(stored_condition(k), k)
 
 
-def _control_line(k: dict[str, Any], cid: str) -> str:
+def _control_line(k: dict[str, Any]) -> str:
     return control_phrase(str(k.get("kind")), str(k.get("name")),
-                          stored_control_condition(k, cid), k.get("per_seed") or {},
+                          stored_condition(k), k.get("per_seed") or {},
                           k.get("meets_rule"), str(k.get("note") or ""), with_name=False)
 
 

@@ -119,12 +119,20 @@ def test_old_checkpoint_without_the_config_still_loads(cr_run, tmp_path):
     assert model.cfg.model_name == "pretrain-0000006"
 
 
-def test_the_package_root_stays_light():
-    code = ("import sys, mechinterp_icr; "
+@pytest.mark.parametrize("module", [
+    "mechinterp_icr",
+    # deciding from stored measurements (icr redecide, icr check) reads JSON only
+    "mechinterp_icr.claims.redecide",
+    "mechinterp_icr.claims.check",
+    "mechinterp_icr.store.io",
+    "mechinterp_icr.jobs",
+])
+def test_the_package_root_and_the_decision_layer_stay_light(module):
+    code = (f"import sys, {module}; "
             "print('transformer_lens' in sys.modules, 'torch' in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parent, timeout=120)
-    assert res.stdout.split() == ["False", "False"]
+    assert res.stdout.split() == ["False", "False"], res.stderr
 
 
 def test_generate_works_with_default_arguments(cr_run):

@@ -54,3 +54,22 @@ def test_short_cuts_at_a_clause():
     out = rd._short(text)
     assert len(out.split()) <= rd.MAX_WORDS and out.endswith("…")
     assert rd._short("a few words") == "a few words"
+
+
+def test_a_control_that_shares_its_metric_with_another_is_shown_by_its_own_rule():
+    """CR-5's two negative controls read one metric (a pooled bound 0.05 and an every-seed
+    bound 0.10). When only the every-seed one misbehaves, the README row shows its rule and
+    its worst seed, not the first control with that metric."""
+    summary = registry_summary()
+    per = {"0": 0.0, "1": 0.0, "2": 0.12, "3": 0.0, "4": 0.0}  # mean 0.024, seed 2 > 0.10
+    for k in summary["claims"]["CR-5"]["controls"]:
+        if k["metric"] == "subject_same_query_changed":
+            k["per_seed"] = dict(per)
+    summary = redecide_summary(summary)[0]
+    c = summary["claims"]["CR-5"]
+    assert c["verdict"] == "inconclusive"
+    misbehaved = [k["name"] for k in c["controls"] if not k["as_expected"]]
+    assert misbehaved == [next(k["name"] for k in c["controls"] if k["rule"] == "every_seed"
+                               and k["metric"] == "subject_same_query_changed")]
+    _, _, number, rule = rd.claim_row("CR-5", c)
+    assert "(seed 2)" in number and "0.1" in rule and "0.05" not in rule, (number, rule)

@@ -90,7 +90,7 @@ from mechinterp_icr.tasks.cr_vocab import type_chance
 from mechinterp_icr.viz.cr_figures import write_cr123_figures
 from mechinterp_icr.viz.views import write_reproduction_views
 
-__all__ = ["SHARED_DIR", "cr_run_dirs", "lam_seeds", "plan", "reproduce", "shared_config",
+__all__ = ["SHARED_DIR", "lam_seeds", "plan", "reproduce", "shared_config",
            "summarise", "views_job"]
 
 SHARED_DIR = "shared-tokens"  # the shared-token variant's output folder under <out>
@@ -104,12 +104,6 @@ def shared_config(cfg: CRConfig) -> CRConfig | None:
     return replace(cfg, task=replace(cfg.task, attr_share=cfg.shared_variant_share),
                    sweep=(), shared_variant_share=0.0,
                    taskvec=replace(cfg.taskvec, lams=()))
-
-
-def cr_run_dirs(out_dir: Path) -> list[Path]:
-    """The CR run directories under ``out_dir`` (``runs/cr/seed<N>``), by seed."""
-    return sorted((Path(out_dir) / "runs" / "cr").glob("seed*"),
-                  key=lambda p: int(p.name[4:]) if p.name[4:].isdigit() else 0)
 
 
 def lam_seeds(cfg: CRConfig, seeds: list[int]) -> list[int]:
