@@ -3,7 +3,8 @@
 The protocol checks (the project specification's checker, SPEC section 0): every claim has a
 verdict in {holds, does not hold, inconclusive}, at least one control, per-seed values for at
 least ``min_seeds`` seeds, a ``holds`` flag agreeing with the verdict, and no ``holds`` while a
-negative control meets its condition or a positive control misses it.
+negative control meets its condition, a positive control misses it or a control could not be
+measured; each control's stored ``as_expected`` is what its kind and ``meets_rule`` give.
 
 The registry checks (this project's, beyond the protocol): a claim whose id names a registered
 claim (``CR-2`` and its variant ``CR-2 (shared tokens)`` both name ``CR-2``) carries every
@@ -20,7 +21,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mechinterp_icr.claims.protocol import VARIANTS, Condition, evaluate_condition, evaluate_control
+from mechinterp_icr.claims.protocol import (
+    VARIANTS,
+    Condition,
+    evaluate_condition,
+    evaluate_control,
+    stored_control_ok,
+)
 from mechinterp_icr.claims.registry import REGISTRY, metric_range, registered_id
 
 __all__ = ["VERDICTS", "check_summary", "registered_id", "summary_shape_problem"]
@@ -46,11 +53,13 @@ def _protocol(cid: str, c: Mapping[str, Any], min_seeds: int) -> list[str]:
         if not isinstance(k, dict) or not {"name", "kind", "meets_rule"} <= set(k):
             out.append(f"{cid}: control without name/kind/meets_rule: {str(k)[:80]}")
             continue
-        bad = ((k["kind"] == "negative" and k["meets_rule"])
-               or (k["kind"] == "positive" and not k["meets_rule"]))
-        if bad and v == "holds":
+        ok = stored_control_ok(k)  # unmeasured (meets_rule None) misbehaves
+        if not ok and v == "holds":
             out.append(f"{cid}: holds although {k['kind']} control {k['name']!r} has "
                        f"meets_rule={k['meets_rule']}")
+        if "as_expected" in k and k["as_expected"] is not ok:
+            out.append(f"{cid}: control {k['name']!r} stores as_expected="
+                       f"{k['as_expected']!r}, its kind and meets_rule give {ok}")
     return out
 
 

@@ -254,11 +254,14 @@ def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
         per[s]["ft_rise_from_lam_s"] = c[top] - c[lam_s]
         if mixed:
             per[s]["mixed_rise_from_lam_s"] = mixed[s][top] - mixed[s][lam_s]
+    from mechinterp_icr.claims.registry import metric_range  # the registry imports this module
+
     tol = cr9_tolerance(sd, len(ft))
     mean_curve = [float(np.mean([c[x] for c in ft.values()])) for x in want]
     pooled.update({"cr9_lam_s": lam_s, "cr9_drop_tolerance": tol,
-                   "ft_rise_from_lam_s_lo95": interval(
-                       [per[s]["ft_rise_from_lam_s"] for s in ft])[0],
+                   "ft_rise_from_lam_s_lo95": interval(  # clipped as every interval shown
+                       [per[s]["ft_rise_from_lam_s"] for s in ft],
+                       metric_range("ft_rise_from_lam_s"))[0],
                    "mean_curve_drop_over_tol_lam": max_drop(want, mean_curve) - tol})
     return per, pooled
 

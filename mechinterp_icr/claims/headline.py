@@ -49,7 +49,7 @@ __all__ = ["Headline", "claim_headline", "condition_phrase", "condition_text", "
 
 _NEG_OP = {">=": "<", ">": "<=", "<=": ">", "<": ">="}
 _RULE_WORDS = {"all_seeds": "every_seed", "every_seed": "every_seed", "mean": "mean",
-               "fraction": "fraction"}
+               "fraction": "fraction", "pooled": "pooled"}
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,10 @@ def condition_phrase(cond: Condition, per_seed: Mapping[str, Any], *,
         met = compare(v, op, thr)
         return (f"over the seeds together: {_f(v)} {op if met else _NEG_OP[op]} {thr:g}"
                 + ("" if met else f" (needs {op} {thr:g})"))
-    bad = {str(s): str(r) for s, r in (unreadable or {}).items() if r != "no value"}
+    bad = {str(s): str(r) for s, r in (unreadable or {}).items()}
     if "*" in bad:
         return f"cannot be read ({bad['*']})"
-    tail = ""
+    n_seeds, tail = len(per_seed), ""  # a fraction counts every seed, readable or not
     if bad:
         reasons = sorted(set(bad.values()))
         tail = (f"; cannot be read on seed{'s' if len(bad) > 1 else ''} {_seeds(list(bad))} "
@@ -131,10 +131,11 @@ def condition_phrase(cond: Condition, per_seed: Mapping[str, Any], *,
         per_seed = {s: v for s, v in per_seed.items() if str(s) not in bad}
         if not per_seed:
             return tail[2:]
-    return _seed_rule_phrase(cond, per_seed, negative) + tail
+    return _seed_rule_phrase(cond, per_seed, negative, n_seeds) + tail
 
 
-def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bool) -> str:
+def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bool,
+                      n_seeds: int | None = None) -> str:
     vals = _values(per_seed)
     n = len(vals)
     missing = [s for s, v in vals.items() if v is None]
@@ -154,9 +155,9 @@ def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bo
         tail = "" if met else f" (needs {op} {thr:g})"
         return f"mean over {n} seeds {_f(mean)} [{_f(lo)}, {_f(hi)}] {shown} {thr:g}{tail}"
     if cond.rule == "fraction":
-        k = sum(ok.values())
+        k, n = sum(ok.values()), max(n, n_seeds or 0)
         need = max(0, math.ceil(cond.min_fraction * n - 1e-9))
-        fails = [s for s in vals if not ok.get(s, False)]
+        fails = [s for s in got if not ok[s]]
         fail = (f"; fails on seed{'s' if len(fails) > 1 else ''} {_seeds(fails)}"
                 if fails and k < need else "")
         return (f"on >= {cond.min_fraction:.0%} of seeds: {k} of {n} seeds {op} {thr:g} "
@@ -266,13 +267,14 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
                                        str(k.get("note") or "")), k))
     # the stored claim-level reason (the reasons of unreadable conditions are added by decisive)
     not_measurable = str(claim.get("not_measurable") or "")
+    min_seeds = max(MIN_SEEDS, int(claim.get("min_seeds", MIN_SEEDS)))  # never fewer (SPEC 0)
     seeds = sorted({str(s) for c in conds for s in (c.get("per_seed") or {})} |
                    {str(s) for s in (claim.get("per_seed") or {})})
     verdict, kind, item = decisive(
         [{**c, "met": None if c.get("met") is None else bool(c.get("met"))} for c in conds],
         {str(k): bool(v) for k, v in (claim.get("extra_checks") or {}).items()},
         [c for c, _ in controls], not_measurable, seeds,
-        int(claim.get("min_seeds", MIN_SEEDS)))
+        min_seeds)
     metric, control = None, None
     if kind in ("condition", "primary"):
         cond = stored_condition(item)
@@ -282,7 +284,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
         text = f"not measurable: {item}"
     elif kind == "seeds":
         first = conds[0]
-        text = (f"rule met on {item} seeds, at least {MIN_SEEDS} needed; "
+        text = (f"rule met on {item} seeds, at least {min_seeds} needed; "
                 f"{condition_text(stored_condition(first), first)}")
     elif kind == "no_control":
         first = conds[0]

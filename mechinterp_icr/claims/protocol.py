@@ -49,6 +49,7 @@ __all__ = [
     "ControlResult",
     "ControlSpec",
     "compare",
+    "control_ok",
     "decide",
     "decisive",
     "evaluate_condition",
@@ -56,6 +57,7 @@ __all__ = [
     "evaluate_control",
     "rule_words",
     "spec_controls",
+    "stored_control_ok",
 ]
 
 HOLDS, NOT_HOLD, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -153,6 +155,9 @@ class ControlSpec:
     def __post_init__(self):
         if self.kind not in ("negative", "positive"):
             raise ValueError(f"control {self.name}: kind {self.kind!r} not negative/positive")
+        if self.condition.rule == "pooled":  # a control is read per seed (evaluate_control)
+            raise ValueError(f"control {self.name}: rule 'pooled' is for conditions only; "
+                             "a control's rule is every_seed, mean or fraction")
 
 
 @dataclass(frozen=True)
@@ -300,6 +305,22 @@ def unreadable_reason(cond: Mapping[str, Any]) -> str:
     return f"{what} cannot be read ({'; '.join(parts) or 'no value'})"
 
 
+def control_ok(kind: str, meets_rule: bool | None) -> bool:
+    """Whether a control behaved as expected: a negative one does not meet the condition it
+    names, a positive one does; one that could not be measured (None) misbehaves. Every
+    reader of a stored control (report, claim table, ``icr check``) asks this, not the
+    stored ``as_expected``."""
+    if meets_rule is None:
+        return False
+    return (not meets_rule) if kind == "negative" else bool(meets_rule)
+
+
+def stored_control_ok(entry: Mapping[str, Any]) -> bool:
+    """:func:`control_ok` of a control stored in ``summary.json`` (its ``kind``,
+    ``meets_rule``)."""
+    return control_ok(str(entry.get("kind")), entry.get("meets_rule"))
+
+
 @dataclass
 class ControlResult:
     """A control measured in this run; ``ok`` says whether it behaved as expected."""
@@ -315,9 +336,7 @@ class ControlResult:
 
     @property
     def ok(self) -> bool:
-        if self.meets_rule is None:
-            return False
-        return (not self.meets_rule) if self.kind == "negative" else bool(self.meets_rule)
+        return control_ok(self.kind, self.meets_rule)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "kind": self.kind, "condition": self.condition,
@@ -400,7 +419,7 @@ def decisive(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
         return INCONCLUSIVE, "not_measurable", "; ".join(
             x for x in [not_measurable, *failed, *unread] if x)
     seeds = sorted({str(s) for s in (seeds or [])})
-    if len(seeds) < min_seeds:
+    if len(seeds) < max(min_seeds, MIN_SEEDS):  # a claim may ask for more seeds, never fewer
         return INCONCLUSIVE, "seeds", len(seeds)
     if not controls:
         return INCONCLUSIVE, "no_control", None
@@ -432,7 +451,8 @@ def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
             c["condition"] for c in conditions if c["met"] is False)
     seeds = sorted({str(s) for s in (seeds or [])})
     if kind == "seeds":
-        return verdict, f"rule met on {len(seeds)} seeds; at least {min_seeds} needed"
+        return verdict, (f"rule met on {len(seeds)} seeds; at least "
+                         f"{max(min_seeds, MIN_SEEDS)} needed")
     if kind == "no_control":
         return verdict, "no control measured in this run"
     if kind in ("control", "uncovered"):

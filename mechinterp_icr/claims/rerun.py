@@ -36,7 +36,8 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     threshold: the pooled value (``pooled``), the mean (``mean``), the worst seed under
     ``every_seed`` (for a negative control, which misbehaves when *any* seed meets it, the
     seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
-    turns on (with 5 seeds and 80%, the 4th best). None when it cannot be read."""
+    turns on (with 5 seeds and 80%, the 4th best; the fraction is of every seed, readable or
+    not). None when it cannot be read."""
     if entry.get("met", True) is None or entry.get("meets_rule", True) is None:
         return None  # the rule could not be read: no number decided it
     rule = str(entry.get("rule") or "every_seed")
@@ -53,10 +54,11 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     if entry.get("kind") == "negative" and rule != "fraction":
         high_good = not high_good  # the best seed decides "any seed meets it"
     ordered = sorted(vals, reverse=high_good)  # best first
-    if rule == "fraction":
+    if rule == "fraction":  # the fraction is of every seed, readable or not (evaluate_condition)
         frac = as_number(entry.get("min_fraction"))
-        need = math.ceil((1.0 if frac is None else min(max(frac, 0.0), 1.0)) * len(vals) - 1e-9)
-        return ordered[max(need, 1) - 1]
+        need = math.ceil((1.0 if frac is None else min(max(frac, 0.0), 1.0)) * len(per_seed)
+                         - 1e-9)
+        return ordered[max(need, 1) - 1] if need <= len(ordered) else None
     return ordered[-1]
 
 

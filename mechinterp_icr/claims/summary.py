@@ -28,6 +28,7 @@ from mechinterp_icr.claims.protocol import (
     ControlResult,
     decide,
     evaluate_condition,
+    stored_control_ok,
 )
 from mechinterp_icr.store.io import atomic_write_json
 from mechinterp_icr.store.provenance import (
@@ -285,7 +286,7 @@ def format_claim_table(claims: dict[str, dict]) -> str:
         main = (cid, verdict, str(c.get("n_seeds", "")), claim_headline(cid, c).text)
         checks = [f"    [{'ok' if ok else 'FAILED'}] {name}"
                   for name, ok in c.get("extra_checks", {}).items()]
-        checks += [f"    [{'ok' if k.get('as_expected') else 'MISBEHAVED'}] "
+        checks += [f"    [{'ok' if stored_control_ok(k) else 'MISBEHAVED'}] "
                    + control_phrase(str(k.get("kind")), str(k.get("name")),
                                     stored_condition(k), k.get("per_seed") or {},
                                     k.get("meets_rule"), str(k.get("note") or ""))

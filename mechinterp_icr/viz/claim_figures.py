@@ -6,9 +6,10 @@ one, so that every claim in a reproduction has a figure that shows what decided 
 per condition (dots = seeds, dashed line = the registered threshold, title "met" / "NOT met")
 and one per control (title "as expected" / "MISBEHAVES" / "not measured"). A seed without a
 number is drawn as an open marker at the panel's floor (hover: "no value"), never left out
-silently. Under a rule over all seeds (mean, fraction) the dots take the panel's colour: one
-seed decides nothing there. Extra checks and a "not measurable" reason are not drawn; the
-report shows them beside the figure.
+silently; a seed the rule cannot read (no headroom, unsolved) is grey. Under a rule over all
+seeds (mean, fraction) the dots take the panel's colour: one seed decides nothing there.
+Extra checks and a "not measurable" reason are not drawn; the report shows them beside the
+figure.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def verdict_panels(claim: Claim, seeds: list | None = None) -> list[dict[str, An
             values = {"pooled": _num(ev.get("pooled_value"))}
         panels.append({"title": c.text or c.metric, "metric": c.metric, "op": c.op,
                        "threshold": c.threshold, "rule": c.rule, "kind": "condition",
-                       "ok": ev["met"], "values": values})
+                       "ok": ev["met"], "values": values,
+                       "unreadable": {str(k): str(r) for k, r in ev["unreadable"].items()
+                                      if r != "no value"}})
     for cr in claim.controls:
         cs = cr.spec  # the registered condition the control was evaluated against
         if cs is None:
@@ -60,12 +63,14 @@ def _status(p: dict[str, Any]) -> str:
     return "as expected" if p["ok"] else "MISBEHAVES"
 
 
-def _seed_color(p: dict[str, Any], v: float | None) -> str:
+def _seed_color(p: dict[str, Any], v: float | None, seed: str | None = None) -> str:
     """Green where the seed meets the condition (a positive control: passes; a negative
-    control: fails the condition it names, as expected), red elsewhere, grey without a value.
+    control: fails the condition it names, as expected), red elsewhere, grey without a value
+    or where the rule cannot read it (``unreadable``: the rule reads neither side of it).
     Under a rule over all seeds (mean, fraction) a single seed decides nothing: every dot takes
     the panel's colour."""
-    if v is None:
+    bad = p.get("unreadable") or {}
+    if v is None or seed in bad or "*" in bad:
         return "#7f7f7f"
     if p.get("rule", "every_seed") != "every_seed":
         return {True: "#2ca02c", False: "#d62728", None: "#7f7f7f"}[p["ok"]]
@@ -113,13 +118,16 @@ def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
         lo = min(got + [p["threshold"]])
         hi = max(got + [p["threshold"]])
         pad = 0.1 * (hi - lo) if hi > lo else max(0.05, 0.1 * abs(hi))
-        color = [_seed_color(p, v) for v in p["values"].values()]
+        bad = p.get("unreadable") or {}
+        color = [_seed_color(p, v, s) for s, v in p["values"].items()]
         fig.add_trace(go.Scatter(
             x=[f"seed {s}" for s in seeds],
             y=[v if v is not None else lo - pad for v in p["values"].values()],
             mode="markers", showlegend=False,
-            customdata=[f"{v:.4g}" if v is not None else "no value"
-                        for v in p["values"].values()],
+            customdata=[("no value" if v is None else f"{v:.4g}")
+                        + (f" (cannot be read: {bad.get(s, bad.get('*'))})"
+                           if s in bad or "*" in bad else "")
+                        for s, v in p["values"].items()],
             marker={"size": 11, "color": color,
                     "symbol": ["circle" if v is not None else "circle-open"
                                for v in p["values"].values()]},
@@ -133,7 +141,8 @@ def verdict_figure(claim: Claim, cols: int = 3, seeds: list | None = None):
     fig.update_layout(title=f"{claim.id}: {verdict} ({seeds_caption(shown)})<br><sup>dots = "
                             "seeds; dashed = "
                             "registered threshold; green = the seed meets the condition, "
-                            "or the control behaves as expected there</sup>",
+                            "or the control behaves as expected there; grey = not read"
+                            "</sup>",
                       margin={"t": 150 if rows == 1 else 130}, height=170 + 300 * rows)
     fig.update_annotations(font_size=11)
     return fig

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mechinterp_icr.claims import claim_key
 from mechinterp_icr.claims.document import md_cell
@@ -56,9 +56,15 @@ def _num(v: Any) -> str:
     return "—" if v is None else f"{float(v):.4g}"
 
 
-def _worst(e: dict[str, Any]) -> str:
+def _readable(e: Mapping[str, Any]) -> dict[str, float]:
+    """The seeds a stored entry's rule reads: a value, and not stored as unreadable."""
+    bad = e.get("unreadable") if isinstance(e.get("unreadable"), Mapping) else {}
+    return {str(k): float(v) for k, v in (e.get("per_seed") or {}).items()
+            if v is not None and str(k) not in bad}
+
+
+def _worst(e: Mapping[str, Any], vals: dict[str, float]) -> str:
     """Under the every-seed rule, the seed furthest on the failing side of the threshold."""
-    vals = {str(k): float(v) for k, v in (e.get("per_seed") or {}).items() if v is not None}
     if not vals or e.get("rule", "every_seed") != "every_seed":
         return ""
     high_fails = e.get("op") in ("<=", "<")
@@ -87,11 +93,12 @@ def claim_row(cid: str, c: dict[str, Any]) -> tuple[str, str, str, str]:
     e = deciding_entry(c, h)
     if e is None:
         return cid, verdict, "—", _short(h.text)
-    vals = [float(v) for v in (e.get("per_seed") or {}).values() if v is not None]
+    read = _readable(e)  # the seeds the rule reads, as the headline and the rerun column do
+    vals = list(read.values())
     number = "—"
     if vals:
         lo, hi, _ = interval(vals, metric_range(str(e.get("metric"))))
-        number = f"{_num(sum(vals) / len(vals))} [{_num(lo)}, {_num(hi)}]{_worst(e)}"
+        number = f"{_num(sum(vals) / len(vals))} [{_num(lo)}, {_num(hi)}]{_worst(e, read)}"
     return cid, verdict, number, _short(_rule(e, h.kind))
 
 

@@ -47,7 +47,7 @@ from mechinterp_icr.claims.headline import (
     stored_condition,
 )
 from mechinterp_icr.claims.intervals import clip_interval, interval
-from mechinterp_icr.claims.protocol import unreadable_reason
+from mechinterp_icr.claims.protocol import stored_control_ok, unreadable_reason
 from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.claims.rerun import rerun_cell, shown_verdict
 from mechinterp_icr.store.io import atomic_write_text
@@ -369,7 +369,7 @@ def _claim_table(items, heads, rerun: Any = None) -> str:
     for cid, c in items:
         verdict, cls = _verdict(c)
         eid = html.escape(str(cid))
-        n_ok = sum(1 for k in c.get("controls", []) if k.get("as_expected"))
+        n_ok = sum(1 for k in c.get("controls", []) if stored_control_ok(k))
         cell = f'<td>{html.escape(rerun_cell(c))}</td>' if rerun else ""
         rows.append(
             f'<tr><td><a href="#{eid}">{eid}</a></td><td class="{cls}">'
@@ -434,8 +434,8 @@ def _claim_section(cid: str, c: dict[str, Any], head: str, out_dir: Path,
                       f'<td>{html.escape(str(k.get("condition", "")))}</td>'
                       f'<td>{html.escape(_control_line(k))}</td>'
                       f'<td>{_f(k.get("meets_rule"))}</td><td class="'
-                      f'{"holds" if k.get("as_expected") else "fails"}">'
-                      f'{"yes" if k.get("as_expected") else "no"}</td></tr>'
+                      f'{"holds" if stored_control_ok(k) else "fails"}">'
+                      f'{"yes" if stored_control_ok(k) else "no"}</td></tr>'
                       for k in ctrls) + "</table>" if ctrls else
                   '<p class="fails">No control was measured for this claim.</p>')
     reason = c.get("verdict_reason") or ""
