@@ -94,27 +94,35 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
 def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = None):
     """IR-8: per seed ``ir8[seed]["token_dependent"]`` and ``["control"]`` with
     ``mean_probe_pattern`` (L x L, the mean over probes of one shape) and ``probe_shape``
-    (offset, period); the first seed's two heatmaps side by side, titled with every seed's
-    baseline-subtracted scores."""
+    (offset, period); two heatmaps side by side of the first seed whose token-dependent model
+    solves the task (``solved``: the seeds IR-8's rule reads; the first seed when none does),
+    titled with the baseline-subtracted scores of those seeds."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     ks = [k for k in ir8 if ir8[k].get("token_dependent", {}).get("mean_probe_pattern")]
     if not ks:
         return None
-    k0 = ks[0]
+    solved = [k for k in ks if ir8[k]["token_dependent"].get("solved", 1.0) == 1.0]
+    unsolved = [k for k in ks if k not in solved]
+    k0 = (solved or ks)[0]
     tok, ctrl = ir8[k0]["token_dependent"], ir8[k0]["control"]
     o, p = tok.get("probe_shape", (0, 3))
 
-    def scores(key):
-        v = [ir8[k][key]["project"]["score_minus_baseline"] for k in ks
+    def scores(key, among):
+        v = [ir8[k][key]["project"]["score_minus_baseline"] for k in among
              if ir8[k].get(key, {}).get("project")]
         return f"{min(v):.3f}..{max(v):.3f}" if v else "n/a"
 
+    caption = seeds_caption([k0], seeds, "heatmaps: one seed drawn")
+    if unsolved:  # IR-8's rule does not read them (claims.derive.ir8_unreadable)
+        caption += (f"; not solved, so not read by the rule: seed{'s' if len(unsolved) > 1 else ''}"
+                    f" {', '.join(map(str, unsolved))}")
+
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
-        f"token-dependent IR head (score - baseline {scores('token_dependent')})",
+        f"token-dependent IR head (score - baseline {scores('token_dependent', solved or ks)})",
         f"induction-head control, layer {ctrl.get('layer')} (score - baseline "
-        f"{scores('control')})"])
+        f"{scores('control', ks)})"])
     for j, pat in enumerate((tok["mean_probe_pattern"], ctrl.get("mean_probe_pattern"))):
         if pat is None:
             continue
@@ -131,8 +139,7 @@ def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = 
         fig.update_yaxes(autorange="reversed", title_text="destination", row=1, col=j + 1)
         fig.update_xaxes(title_text="source", row=1, col=j + 1)
     fig.update_layout(title=f"IR-8: mean attention on repeated-token probes (offset {o}, "
-                            f"period {p})<br><sub>"
-                            f"{seeds_caption([k0], seeds, 'heatmaps: one seed drawn')}</sub>",
+                            f"period {p})<br><sub>{caption}</sub>",
                       # the legend below the panels: at the right it covers the colour bar
                       legend={"orientation": "h", "y": -0.22, "x": 0.0})
     return fig

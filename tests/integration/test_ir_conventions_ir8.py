@@ -171,3 +171,28 @@ def test_what_the_prefix_matching_score_gives_fixed_offset_heads():
         scores[off] = prefix_matching_score(pat, toks)["score_minus_baseline"]
     assert max(scores[1], scores[3], scores[4]) <= 0.1
     assert scores[2] >= 0.5
+
+
+def test_the_ir8_heatmap_draws_a_seed_the_rule_reads():
+    """A seed whose token-dependent model does not solve the task is not read by IR-8's rule
+    (claims.derive.ir8_unreadable): the heatmap draws the first solved seed, the title's score
+    range is over the solved seeds, and the caption names the unsolved one."""
+    from mechinterp_icr.viz.ir_figures import probe_attention_figure
+
+    uni = [[1.0 / (t + 1) if j <= t else 0.0 for j in range(6)] for t in range(6)]
+    pat = [[1.0 if j == max(0, t - 2) else 0.0 for j in range(6)] for t in range(6)]
+
+    def seed(solved, score, fill):
+        return {"token_dependent": {"mean_probe_pattern": [[fill] * 6] * 6 if fill else uni,
+                                    "probe_shape": [0, 3], "solved": solved,
+                                    "project": {"score_minus_baseline": score}},
+                "control": {"mean_probe_pattern": pat, "layer": 1,
+                            "project": {"score_minus_baseline": 0.8}}}
+
+    ir8 = {"0": seed(0.0, 0.5, 0.9), "1": seed(1.0, -0.02, None), "2": seed(1.0, 0.01, None)}
+    fig = probe_attention_figure(ir8, ["0", "1", "2"])
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert [list(r) for r in heat[0].z] == uni  # seed 1's pattern, not the unsolved seed 0's
+    assert "-0.020..0.010" in fig.layout.annotations[0].text
+    assert "seed 1 of the claim's" in fig.layout.title.text
+    assert "not read by the rule: seed 0" in fig.layout.title.text
