@@ -79,9 +79,14 @@ def write_cr123_figures(icl_by_k: dict[str, list[list[float]]], ks, n_seeds: int
                                  error_y={"type": "data", "symmetric": False,
                                           "array": his, "arrayminus": los}))
     cr2 = threshold("CR-2", "heldout_icl_exact")
-    cr2_ctrl = threshold("CR-2", "pt_heldout_icl_exact", control=True)
     fig.add_hline(y=cr2, line_dash="dot", annotation_text=f"CR-2 {cr2:.2f}")
-    fig.add_hline(y=cr2_ctrl, line_dash="dot", annotation_text=f"CR-2 controls <= {cr2_ctrl:g}")
+    ctrl = {m: threshold("CR-2", m, control=True)  # one line per registered control bound
+            for m in ("pt_heldout_icl_exact", "mixed_heldout_icl_exact")}
+    for bound in sorted(set(ctrl.values())):
+        which = [m for m, b in ctrl.items() if b == bound]
+        fig.add_hline(y=bound, line_dash="dot", annotation_text=(
+            f"CR-2 controls <= {bound:g}" if len(which) == len(ctrl)
+            else f"CR-2 control {', '.join(which)} <= {bound:g}"))
     over = seeds_caption(seeds) if seeds else f"{n_seeds} seeds"
     fig.update_layout(title="CR: held-out plain-ICL exact accuracy by number of demos K "
                             f"(mean, 95% CI over {over})",

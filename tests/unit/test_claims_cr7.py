@@ -165,6 +165,12 @@ def test_cr7_notes_say_whether_the_verdict_flips_under_each_onset_level():
     assert "the arm conditions read at the 50% onset levels would not be met (unlike the " \
            "registered level: the verdict flips under this convention)" in notes
     assert notes.index("at 5%") < notes.index("at 20%") < notes.index("at 50%")
+    # an arm that cannot be read at 20% on two seeds (nan: no rise): not read, not "not met"
+    for s in SEEDS[:2]:
+        per[s]["ov_preset_kq_speedup_at_20_lr_3e-3"] = math.nan
+    notes = cr7_claim_from_metrics(per).to_dict()["notes"]
+    assert "the arm conditions read at the 20% onset levels would not be readable (unlike " \
+           "the registered level" in notes
 
 
 STEPS = list(range(21))

@@ -295,3 +295,14 @@ def test_default_configs_are_the_registered_ones(target):
                 want = list(value) if isinstance(value, tuple) else value
                 got = values[key]
                 assert (list(got) if isinstance(got, tuple) else got) == want, (cid, key)
+
+
+def test_conditions_are_named_by_metric_and_controls_by_name():
+    """A stored condition is found by its metric and a control by its name (icr check, the
+    README row, the rerun column, the machine-noise table): within a claim both must be
+    unique. Two controls may read one metric (CR-5's pooled and every-seed bounds)."""
+    for cid, sp in REGISTRY.items():
+        metrics = [c.metric for c in sp.conditions]
+        names = [k.name for k in sp.controls]
+        assert len(set(metrics)) == len(metrics), (cid, metrics)
+        assert len(set(names)) == len(names), (cid, names)

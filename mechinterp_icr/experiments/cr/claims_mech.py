@@ -207,11 +207,11 @@ def cr7_convention_notes(per_seed: dict[str, dict[str, Any]]) -> str:
             f"{sum(1 for m in per_seed.values() if m.get(metric_of(lr)) == 1.0)}/{len(seeds)} "
             f"at lr {lr}" for lr in CR7_LRS)
 
-    def arms_met(at: str) -> bool:
-        conds = spec("CR-7").conditions
-        return all(evaluate_condition(condition(
+    def arms_met(at: str) -> bool | None:  # None: some arm condition cannot be read there
+        met = [evaluate_condition(condition(
             c.metric.replace("_lr_", f"_{at}lr_"), c.op, c.threshold, c.rule,
-            min_fraction=c.min_fraction), per_seed)["met"] for c in conds)
+            min_fraction=c.min_fraction), per_seed)["met"] for c in spec("CR-7").conditions]
+        return False if False in met else (None if None in met else True)
 
     base = arms_met("")
     out = [f"onset order (reported, not deciding): OV first at 10% of the gain on "
@@ -220,9 +220,9 @@ def cr7_convention_notes(per_seed: dict[str, dict[str, Any]]) -> str:
         met = arms_met(f"at_{p}_")
         same = "as at the registered level" if met == base else (
             "unlike the registered level: the verdict flips under this convention")
+        would = {True: "be met", False: "not be met", None: "not be readable"}[met]
         out.append(f"at {p}%: OV first on {first(lambda lr, p=p: f'ov_first_at_{p}_lr_{lr}')}"
-                   f"; the arm conditions read at the {p}% onset levels would "
-                   f"{'' if met else 'not '}be met ({same})")
+                   f"; the arm conditions read at the {p}% onset levels would {would} ({same})")
     return "Conventions: " + "; ".join(out) + "."
 
 
