@@ -271,7 +271,8 @@ CR_SPECS = (
         ),
         hyperparameters={**MAIN_RUN, **TASKVEC},
         derive=lambda cid, per_seed: cr9_derive(cid, per_seed, TASKVEC["taskvec.lams"],
-                                                CR9_LAM_SD),
+                                                CR9_LAM_SD,
+                                                CR_METRIC_RANGES["ft_rise_from_lam_s"]),
         unreadable=lambda cid, per_seed: cr9_unreadable(cid, per_seed, TASKVEC["taskvec.lams"]),
     ),
     ClaimSpec(

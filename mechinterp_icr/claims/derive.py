@@ -219,8 +219,8 @@ def cr9_lam_s(per_seed: Mapping[str, Any], lams) -> float:
     return float("nan")
 
 
-def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
-               ) -> tuple[dict, dict]:
+def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float,
+               rise_range: tuple[float, float] | None = None) -> tuple[dict, dict]:
     """CR-9's statistics (SPEC 1, CR-9) from the stored per-lam curves of every seed, over
     the registered ``lams`` and retraining standard deviation ``sd``:
 
@@ -228,7 +228,8 @@ def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
       :func:`cr9_lam_s`), the same for the mixed-type finetune (``mixed_rise_from_lam_s``,
       the negative control) and ``ft_rise_from_lam0`` (from the smallest lam, reported);
     - pooled: ``cr9_lam_s``; ``ft_rise_from_lam_s_lo95``, the lower end of the 95% Student-t
-      interval of the seed-mean rise; ``cr9_drop_tolerance`` (:func:`cr9_tolerance`); and
+      interval of the seed-mean rise (clipped to the rise's declared ``rise_range``, as every
+      interval shown); ``cr9_drop_tolerance`` (:func:`cr9_tolerance`); and
       ``mean_curve_drop_over_tol_lam``, the seed-mean eta^2 curve's largest drop between
       consecutive lam (over every registered lam, as SPEC words it), minus the tolerance.
 
@@ -254,14 +255,11 @@ def cr9_derive(claim_id: str, per_seed: Mapping[str, Any], lams, sd: float
         per[s]["ft_rise_from_lam_s"] = c[top] - c[lam_s]
         if mixed:
             per[s]["mixed_rise_from_lam_s"] = mixed[s][top] - mixed[s][lam_s]
-    from mechinterp_icr.claims.registry import metric_range  # the registry imports this module
-
     tol = cr9_tolerance(sd, len(ft))
     mean_curve = [float(np.mean([c[x] for c in ft.values()])) for x in want]
     pooled.update({"cr9_lam_s": lam_s, "cr9_drop_tolerance": tol,
                    "ft_rise_from_lam_s_lo95": interval(  # clipped as every interval shown
-                       [per[s]["ft_rise_from_lam_s"] for s in ft],
-                       metric_range("ft_rise_from_lam_s"))[0],
+                       [per[s]["ft_rise_from_lam_s"] for s in ft], rise_range)[0],
                    "mean_curve_drop_over_tol_lam": max_drop(want, mean_curve) - tol})
     return per, pooled
 

@@ -37,7 +37,8 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     ``every_seed`` (for a negative control, which misbehaves when *any* seed meets it, the
     seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
     turns on (with 5 seeds and 80%, the 4th best; the fraction is of every seed, readable or
-    not). None when it cannot be read."""
+    not, and a rule not met is not met even with every unread seed passing, so it turns on
+    the seed that many places higher). None when it cannot be read."""
     if entry.get("met", True) is None or entry.get("meets_rule", True) is None:
         return None  # the rule could not be read: no number decided it
     rule = str(entry.get("rule") or "every_seed")
@@ -58,6 +59,8 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
         frac = as_number(entry.get("min_fraction"))
         need = math.ceil((1.0 if frac is None else min(max(frac, 0.0), 1.0)) * len(per_seed)
                          - 1e-9)
+        if entry.get("met", entry.get("meets_rule")) is False:
+            need -= len(per_seed) - len(vals)  # not met even with every unread seed passing
         return ordered[max(need, 1) - 1] if need <= len(ordered) else None
     return ordered[-1]
 

@@ -94,17 +94,23 @@ def gap_vs_n_figure(gap_rows: list[dict[str, Any]], seeds: list[int]):
 def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = None):
     """IR-8: per seed ``ir8[seed]["token_dependent"]`` and ``["control"]`` with
     ``mean_probe_pattern`` (L x L, the mean over probes of one shape) and ``probe_shape``
-    (offset, period); two heatmaps side by side of the first seed whose token-dependent model
-    solves the task (``solved``: the seeds IR-8's rule reads; the first seed when none does),
-    titled with the baseline-subtracted scores of those seeds."""
+    (offset, period); two heatmaps side by side of the first seed IR-8's rule reads (its
+    token-dependent model solves the task and no query token occurs earlier in the context:
+    ``claims.derive.ir8_unreadable``; the first seed when none is read), titled with the
+    baseline-subtracted scores of the seeds read."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     ks = [k for k in ir8 if ir8[k].get("token_dependent", {}).get("mean_probe_pattern")]
     if not ks:
         return None
-    solved = [k for k in ks if ir8[k]["token_dependent"].get("solved", 1.0) == 1.0]
-    unsolved = [k for k in ks if k not in solved]
+    from mechinterp_icr.claims.derive import ir8_unreadable  # the rule's own test
+
+    bad = ir8_unreadable("IR-8", {k: {"tok_solved": ir8[k]["token_dependent"].get("solved"),
+                                      "tok_query_seen_before": ir8[k]["token_dependent"].get(
+                                          "query_seen_before")} for k in ks})
+    bad = next(iter(bad.values()), {})
+    solved = [k for k in ks if k not in bad]
     k0 = (solved or ks)[0]
     tok, ctrl = ir8[k0]["token_dependent"], ir8[k0]["control"]
     o, p = tok.get("probe_shape", (0, 3))
@@ -115,9 +121,9 @@ def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = 
         return f"{min(v):.3f}..{max(v):.3f}" if v else "n/a"
 
     caption = seeds_caption([k0], seeds, "heatmaps: one seed drawn")
-    if unsolved:  # IR-8's rule does not read them (claims.derive.ir8_unreadable)
-        caption += (f"; not solved, so not read by the rule: seed{'s' if len(unsolved) > 1 else ''}"
-                    f" {', '.join(map(str, unsolved))}")
+    if bad:  # IR-8's rule does not read them (claims.derive.ir8_unreadable)
+        caption += "; not read by the rule: " + "; ".join(
+            f"seed {k} ({why})" for k, why in bad.items())
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         f"token-dependent IR head (score - baseline {scores('token_dependent', solved or ks)})",

@@ -185,6 +185,7 @@ def test_the_ir8_heatmap_draws_a_seed_the_rule_reads():
     def seed(solved, score, fill):
         return {"token_dependent": {"mean_probe_pattern": [[fill] * 6] * 6 if fill else uni,
                                     "probe_shape": [0, 3], "solved": solved,
+                                    "query_seen_before": 0.0,
                                     "project": {"score_minus_baseline": score}},
                 "control": {"mean_probe_pattern": pat, "layer": 1,
                             "project": {"score_minus_baseline": 0.8}}}
@@ -195,4 +196,9 @@ def test_the_ir8_heatmap_draws_a_seed_the_rule_reads():
     assert [list(r) for r in heat[0].z] == uni  # seed 1's pattern, not the unsolved seed 0's
     assert "-0.020..0.010" in fig.layout.annotations[0].text
     assert "seed 1 of the claim's" in fig.layout.title.text
-    assert "not read by the rule: seed 0" in fig.layout.title.text
+    assert "not read by the rule: seed 0 (the token-dependent model does not solve the " \
+        "task)" in fig.layout.title.text
+    ir8["1"]["token_dependent"]["query_seen_before"] = 0.2  # solved, but not read either
+    fig = probe_attention_figure(ir8, ["0", "1", "2"])
+    assert "seed 2 of the claim's" in fig.layout.title.text
+    assert "0.010..0.010" in fig.layout.annotations[0].text

@@ -140,10 +140,12 @@ def test_a_control_cannot_be_registered_with_a_pooled_rule():
         ControlSpec("c", "negative", Condition("m", ">", 0.5, "pooled"))
 
 
-def test_the_figure_summary_rules_agree_with_the_stored_values():
-    """A whole summary built through the protocol: every reader names the same deciding
-    number as the rule (no seed is unreadable there, so all of them agree exactly)."""
+def test_the_headline_the_readme_row_and_the_rerun_statistic_name_one_number():
+    """A whole summary built through the protocol: for every claim decided by an every-seed
+    or mean rule, the headline and the README row show the number the rerun column compares
+    (a fraction's headline counts seeds instead)."""
     summary = json.loads(json.dumps(registry_summary()))
+    checked = 0
     for cid, c in summary["claims"].items():
         h = claim_headline(cid, c)
         e = deciding_entry(c, h)
@@ -151,3 +153,35 @@ def test_the_figure_summary_rules_agree_with_the_stored_values():
             continue
         stat = decision_statistic(e)
         assert stat is not None and math.isfinite(stat), cid
+        if e.get("rule") != "fraction":
+            assert f"{stat:.4g}" in h.text, (cid, stat, h.text)
+        if e.get("rule") == "every_seed":
+            assert f"worst {stat:.4g} (seed " in rd.claim_row(cid, c)[2], cid
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_fraction_not_met_turns_on_the_seed_that_would_make_it_readable():
+    """80% of 10 seeds with 4 unreadable: 3 of the 6 read pass, so even with all 4 unread
+    seeds passing 7 < 8 (not met). The rule turns on the 4th best read seed (1.9): were it to
+    pass, the rule could no longer be decided."""
+    cond = Condition("speedup", ">=", 2.0, "fraction", 0.8)
+    per = {str(s): v for s, v in enumerate([9, 8, 7, 1.9, 1.0, 0.5, 5, 5, 5, 5])}
+    ev = evaluate_condition(cond, per, {str(s): "no headroom" for s in (6, 7, 8, 9)})
+    assert ev["met"] is False
+    assert decision_statistic(ev) == 1.9
+
+
+def test_cr9_lower_bound_is_clipped_to_the_rise_range_like_every_interval_shown():
+    """Two seeds rising by +0.9 and three falling by -0.9: the Student-t lower end is below
+    -1, outside the range of a difference of two eta^2; it is stored clipped at -1."""
+    from helpers import DERIVE_INPUTS
+
+    per = {}
+    for i, s in enumerate(map(str, SEEDS)):
+        m = json.loads(json.dumps(DERIVE_INPUTS["CR-9"]))
+        lo, top = (0.05, 0.95) if i < 2 else (0.95, 0.05)
+        m["ft_eta2_by_lam"] = {"0": lo, "0.1": lo, "0.2": lo, "0.3": lo, "0.9": top}
+        per[s] = m
+    _, pooled = spec("CR-9").derive("CR-9", per)
+    assert pooled["ft_rise_from_lam_s_lo95"] == -1.0
