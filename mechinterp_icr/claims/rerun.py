@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 from mechinterp_icr.claims.headline import claim_headline, deciding_entry
 from mechinterp_icr.claims.protocol import as_number
+from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.config import ConfigError
 
 __all__ = ["RERUN_DIR", "NoiseRow", "attach_rerun", "decision_statistic", "machine_noise",
@@ -33,9 +34,10 @@ RERUN_DIR = "rerun"  # a published folder keeps its rerun's summary in rerun/sum
 
 def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     """The one number a stored condition's (or control's) seed rule compares with its
-    threshold: the pooled value (``pooled``), the mean (``mean``), the worst seed under
-    ``every_seed`` (for a negative control, which misbehaves when *any* seed meets it, the
-    seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
+    threshold: the pooled value (``pooled``), the mean (``mean``; a mean not met with unread
+    seeds, the mean with those at the declared range's favourable end, which decided it), the
+    worst seed under ``every_seed`` (for a negative control, which misbehaves when *any* seed
+    meets it, the seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
     turns on (with 5 seeds and 80%, the 4th best; the fraction is of every seed, readable or
     not, and a rule not met is not met even with every unread seed passing, so it turns on
     the seed that many places higher). None when it cannot be read."""
@@ -49,9 +51,14 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     vals = [as_number(v) for s, v in per_seed.items() if str(s) not in bad]
     if not vals or any(v is None for v in vals):
         return None
-    if rule == "mean":
-        return sum(vals) / len(vals)
     high_good = entry.get("op") in (">=", ">")
+    if rule == "mean":
+        unread = len(per_seed) - len(vals)
+        span = metric_range(str(entry.get("metric")))
+        if unread and span is not None and entry.get("met") is False:
+            # not met even with every unread seed at the range's favourable end (as decided)
+            vals = vals + [span[1] if high_good else span[0]] * unread
+        return sum(vals) / len(vals)
     if entry.get("kind") == "negative" and rule != "fraction":
         high_good = not high_good  # the best seed decides "any seed meets it"
     ordered = sorted(vals, reverse=high_good)  # best first

@@ -185,3 +185,14 @@ def test_cr9_lower_bound_is_clipped_to_the_rise_range_like_every_interval_shown(
         per[s] = m
     _, pooled = spec("CR-9").derive("CR-9", per)
     assert pooled["ft_rise_from_lam_s_lo95"] == -1.0
+
+
+def test_a_mean_not_met_with_unread_seeds_is_judged_at_the_mean_that_decided_it():
+    """heldout_icl_exact (range [0, 1]) >= 0.9 by the mean, seed 4 unreadable: 0.5, 0.55,
+    0.6, 0.5 with seed 4 at 1 still give 0.63 < 0.9 (not met). The statistic is that 0.63,
+    not the readable mean 0.5375: its margin to the bar is the one that decided."""
+    cond = Condition("heldout_icl_exact", ">=", 0.9, "mean")
+    ev = evaluate_condition(cond, {"0": 0.5, "1": 0.55, "2": 0.6, "3": 0.5, "4": 0.99},
+                            {"4": "diverged"}, value_range=(0.0, 1.0))
+    assert ev["met"] is False
+    assert decision_statistic(ev) == pytest.approx((0.5 + 0.55 + 0.6 + 0.5 + 1.0) / 5)
