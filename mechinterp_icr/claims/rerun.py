@@ -37,10 +37,10 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     threshold: the pooled value (``pooled``), the mean (``mean``; a mean not met with unread
     seeds, the mean with those at the declared range's favourable end, which decided it), the
     worst seed under ``every_seed`` (for a negative control, which misbehaves when *any* seed
-    meets it, the seed furthest on the meeting side) and under ``fraction`` the seed value the fraction
-    turns on (with 5 seeds and 80%, the 4th best; the fraction is of every seed, readable or
-    not, and a rule not met is not met even with every unread seed passing, so it turns on
-    the seed that many places higher). None when it cannot be read."""
+    meets it, the seed furthest on the meeting side) and under ``fraction`` the seed value the
+    fraction turns on (with 5 seeds and 80%, the 4th best; the fraction is of every seed,
+    readable or not, and a rule not met is not met even with every unread seed passing, so it
+    turns on the seed that many places higher). None when it cannot be read."""
     if entry.get("met", True) is None or entry.get("meets_rule", True) is None:
         return None  # the rule could not be read: no number decided it
     rule = str(entry.get("rule") or "every_seed")
