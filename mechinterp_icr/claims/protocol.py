@@ -108,10 +108,11 @@ def compare(value: Any, op: str, threshold: float) -> bool:
 
 
 def rule_words(rule: str, min_fraction: float = 1.0) -> str:
-    """A seed rule in words: ``every seed``, ``mean over seeds``, ``on >= 0.8 of seeds``."""
+    """A seed rule in words: ``every seed``, ``mean over seeds``, ``on >= 0.8 of seeds``; a
+    rule that is none of them (a hand-edited summary) as it is written."""
     return {"every_seed": "every seed", "mean": "mean over seeds",
             "fraction": f"on >= {min_fraction:g} of seeds",
-            "pooled": "over the seeds together"}[rule]
+            "pooled": "over the seeds together"}.get(rule, str(rule))
 
 
 @dataclass(frozen=True)

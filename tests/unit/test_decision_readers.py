@@ -196,3 +196,9 @@ def test_a_mean_not_met_with_unread_seeds_is_judged_at_the_mean_that_decided_it(
                             {"4": "diverged"}, value_range=(0.0, 1.0))
     assert ev["met"] is False
     assert decision_statistic(ev) == pytest.approx((0.5 + 0.55 + 0.6 + 0.5 + 1.0) / 5)
+
+
+def test_a_hand_edited_rule_is_shown_not_a_traceback():
+    c = _ir7([0.054, 0.001, 0.002, 0.003, 0.017])
+    c["conditions"][0]["rule"] = "all_seeds"
+    assert "all_seeds" in rd.claim_row("IR-7", c)[3]
