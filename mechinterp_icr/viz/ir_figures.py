@@ -122,8 +122,12 @@ def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = 
 
     caption = seeds_caption([k0], seeds, "heatmaps: one seed drawn")
     if bad:  # IR-8's rule does not read them (claims.derive.ir8_unreadable)
-        caption += "; not read by the rule: " + "; ".join(
-            f"seed {k} ({why})" for k, why in bad.items())
+        by_why: dict[str, list[str]] = {}
+        for k, why in bad.items():
+            by_why.setdefault(why, []).append(str(k))
+        caption += "<br>not read by the rule: " + "; ".join(
+            f"seed{'s' if len(ks) > 1 else ''} {', '.join(ks)} ({why})"
+            for why, ks in by_why.items())
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         f"token-dependent IR head (score - baseline {scores('token_dependent', solved or ks)})",
@@ -147,7 +151,8 @@ def probe_attention_figure(ir8: dict[str, dict[str, Any]], seeds: list | None = 
     fig.update_layout(title=f"IR-8: mean attention on repeated-token probes (offset {o}, "
                             f"period {p})<br><sub>{caption}</sub>",
                       # the legend below the panels: at the right it covers the colour bar
-                      legend={"orientation": "h", "y": -0.22, "x": 0.0})
+                      legend={"orientation": "h", "y": -0.22, "x": 0.0},
+                      margin={"t": 150 if bad else 110})  # room for the caption's lines
     return fig
 
 
