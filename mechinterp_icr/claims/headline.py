@@ -153,6 +153,16 @@ def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bo
         met = compare(mean, op, thr)
         shown = op if met else _NEG_OP[op]
         tail = "" if met else f" (needs {op} {thr:g})"
+        unread = (n_seeds or n) - n
+        if unread and not met:  # decided at the unread seeds' best (protocol.evaluate_condition)
+            from mechinterp_icr.claims.registry import metric_range
+
+            span = metric_range(cond.metric)
+            best = None if span is None else span[1] if op in (">=", ">") else span[0]
+            if best is not None:
+                bound = (sum(got.values()) + best * unread) / (n + unread)
+                tail += (f"; {_f(bound)} even with the unread seed{'s' if unread > 1 else ''}"
+                         f" at {best:g}")
         return f"mean over {n} seeds {_f(mean)} [{_f(lo)}, {_f(hi)}] {shown} {thr:g}{tail}"
     if cond.rule == "fraction":
         k, n = sum(ok.values()), max(n, n_seeds or 0)

@@ -202,3 +202,11 @@ def test_a_hand_edited_rule_is_shown_not_a_traceback():
     c = _ir7([0.054, 0.001, 0.002, 0.003, 0.017])
     c["conditions"][0]["rule"] = "all_seeds"
     assert "all_seeds" in rd.claim_row("IR-7", c)[3]
+
+
+def test_the_headline_of_a_mean_not_met_with_unread_seeds_names_the_deciding_mean():
+    cond = Condition("heldout_icl_exact", ">=", 0.9, "mean")
+    ev = evaluate_condition(cond, {"0": 0.5, "1": 0.55, "2": 0.6, "3": 0.5, "4": 0.99},
+                            {"4": "diverged"}, value_range=(0.0, 1.0))
+    text = condition_phrase(cond, ev["per_seed"], unreadable=ev["unreadable"])
+    assert f"{decision_statistic(ev):.4g} even with the unread seed at 1" in text, text
