@@ -39,8 +39,11 @@ from mechinterp_icr.claims.protocol import (
     NOT_HOLD,
     Condition,
     ControlResult,
+    bound_mean,
     compare,
     decisive,
+    favourable_end,
+    required_seeds,
 )
 from mechinterp_icr.claims.protocol import as_number as _num
 
@@ -158,11 +161,10 @@ def _seed_rule_phrase(cond: Condition, per_seed: Mapping[str, Any], negative: bo
             from mechinterp_icr.claims.registry import metric_range
 
             span = metric_range(cond.metric)
-            best = None if span is None else span[1] if op in (">=", ">") else span[0]
-            if best is not None:
-                bound = (sum(got.values()) + best * unread) / (n + unread)
+            bound = bound_mean(list(got.values()), unread, op, span)
+            if bound is not None:
                 tail += (f"; {_f(bound)} even with the unread seed{'s' if unread > 1 else ''}"
-                         f" at {best:g}")
+                         f" at {favourable_end(op, span):g}")
         return f"mean over {n} seeds {_f(mean)} [{_f(lo)}, {_f(hi)}] {shown} {thr:g}{tail}"
     if cond.rule == "fraction":
         k, n = sum(ok.values()), max(n, n_seeds or 0)
@@ -277,7 +279,7 @@ def claim_headline(claim_id: str, claim: Mapping[str, Any]) -> Headline:
                                        str(k.get("note") or "")), k))
     # the stored claim-level reason (the reasons of unreadable conditions are added by decisive)
     not_measurable = str(claim.get("not_measurable") or "")
-    min_seeds = max(MIN_SEEDS, int(claim.get("min_seeds", MIN_SEEDS)))  # never fewer (SPEC 0)
+    min_seeds = required_seeds(claim.get("min_seeds", MIN_SEEDS))
     seeds = sorted({str(s) for c in conds for s in (c.get("per_seed") or {})} |
                    {str(s) for s in (claim.get("per_seed") or {})})
     verdict, kind, item = decisive(

@@ -48,6 +48,7 @@ __all__ = [
     "Condition",
     "ControlResult",
     "ControlSpec",
+    "bound_mean",
     "compare",
     "control_ok",
     "decide",
@@ -55,6 +56,8 @@ __all__ = [
     "evaluate_condition",
     "unreadable_reason",
     "evaluate_control",
+    "favourable_end",
+    "required_seeds",
     "rule_words",
     "spec_controls",
     "stored_control_ok",
@@ -239,6 +242,26 @@ def _unreadable_seeds(unreadable: Mapping[str, str] | None, seeds) -> dict[str, 
     return {str(s): str(r) for s, r in u.items() if str(s) in set(seeds)}
 
 
+def favourable_end(op: str, value_range: tuple[float, float]) -> float:
+    """The end of a metric's declared range that best meets ``op`` (the top for ``>=``)."""
+    return value_range[1] if op in (">=", ">") else value_range[0]
+
+
+def bound_mean(readable: list[float], unread: int, op: str,
+               value_range: tuple[float, float] | None) -> float | None:
+    """The mean over seeds with the ``unread`` seeds at :func:`favourable_end`: a mean rule
+    with unreadable seeds is not met when even this misses it (:func:`evaluate_condition`).
+    None without a declared range or a readable seed."""
+    if value_range is None or not readable:
+        return None
+    return (sum(readable) + favourable_end(op, value_range) * unread) / (len(readable) + unread)
+
+
+def required_seeds(min_seeds: int = MIN_SEEDS) -> int:
+    """The seeds a claim needs to hold: its ``min_seeds``, never fewer than ``MIN_SEEDS``."""
+    return max(int(min_seeds), MIN_SEEDS)
+
+
 def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
                        unreadable: Mapping[str, str] | None = None,
                        pooled: Any = None,
@@ -281,11 +304,10 @@ def evaluate_condition(cond: Condition, per_seed: Mapping[str, Any],
                                                else None)
     elif cond.rule == "mean":
         met = None if bad else compare(mean, cond.op, cond.threshold)
-        if bad and readable and value_range is not None:
-            best = value_range[1] if cond.op in (">=", ">") else value_range[0]
-            vals_best = [float(v) for v in readable.values()] + [best] * len(bad)
-            if not compare(sum(vals_best) / len(vals_best), cond.op, cond.threshold):
-                met = False  # no value of the unreadable seeds could rescue the mean
+        bound = bound_mean([float(v) for v in readable.values()], len(bad), cond.op,
+                           value_range) if bad else None
+        if bound is not None and not compare(bound, cond.op, cond.threshold):
+            met = False  # no value of the unreadable seeds could rescue the mean
     else:
         met = False if not all(ok.values()) else (None if bad else True)
     out = {"condition": cond.describe(), "value": mean, "met": met,
@@ -420,7 +442,7 @@ def decisive(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
         return INCONCLUSIVE, "not_measurable", "; ".join(
             x for x in [not_measurable, *failed, *unread] if x)
     seeds = sorted({str(s) for s in (seeds or [])})
-    if len(seeds) < max(min_seeds, MIN_SEEDS):  # a claim may ask for more seeds, never fewer
+    if len(seeds) < required_seeds(min_seeds):  # a claim may ask for more seeds, never fewer
         return INCONCLUSIVE, "seeds", len(seeds)
     if not controls:
         return INCONCLUSIVE, "no_control", None
@@ -453,7 +475,7 @@ def decide(conditions: list[dict[str, Any]], extra_checks: Mapping[str, bool],
     seeds = sorted({str(s) for s in (seeds or [])})
     if kind == "seeds":
         return verdict, (f"rule met on {len(seeds)} seeds; at least "
-                         f"{max(min_seeds, MIN_SEEDS)} needed")
+                         f"{required_seeds(min_seeds)} needed")
     if kind == "no_control":
         return verdict, "no control measured in this run"
     if kind in ("control", "uncovered"):

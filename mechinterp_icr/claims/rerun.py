@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mechinterp_icr.claims.headline import claim_headline, deciding_entry
-from mechinterp_icr.claims.protocol import as_number
+from mechinterp_icr.claims.protocol import as_number, bound_mean
 from mechinterp_icr.claims.registry import metric_range
 from mechinterp_icr.config import ConfigError
 
@@ -51,14 +51,13 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
     vals = [as_number(v) for s, v in per_seed.items() if str(s) not in bad]
     if not vals or any(v is None for v in vals):
         return None
+    unread = len(per_seed) - len(vals)
+    not_met = entry.get("met", entry.get("meets_rule")) is False
+    if rule == "mean":  # not met with unread seeds: decided with them at their best
+        bound = bound_mean(vals, unread, str(entry.get("op")),
+                           metric_range(str(entry.get("metric")))) if unread and not_met else None
+        return sum(vals) / len(vals) if bound is None else bound
     high_good = entry.get("op") in (">=", ">")
-    if rule == "mean":
-        unread = len(per_seed) - len(vals)
-        span = metric_range(str(entry.get("metric")))
-        if unread and span is not None and entry.get("met") is False:
-            # not met even with every unread seed at the range's favourable end (as decided)
-            vals = vals + [span[1] if high_good else span[0]] * unread
-        return sum(vals) / len(vals)
     if entry.get("kind") == "negative" and rule != "fraction":
         high_good = not high_good  # the best seed decides "any seed meets it"
     ordered = sorted(vals, reverse=high_good)  # best first
@@ -66,8 +65,8 @@ def decision_statistic(entry: Mapping[str, Any]) -> float | None:
         frac = as_number(entry.get("min_fraction"))
         need = math.ceil((1.0 if frac is None else min(max(frac, 0.0), 1.0)) * len(per_seed)
                          - 1e-9)
-        if entry.get("met", entry.get("meets_rule")) is False:
-            need -= len(per_seed) - len(vals)  # not met even with every unread seed passing
+        if not_met:
+            need -= unread  # not met even with every unread seed passing
         return ordered[max(need, 1) - 1] if need <= len(ordered) else None
     return ordered[-1]
 
