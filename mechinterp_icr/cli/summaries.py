@@ -70,9 +70,13 @@ def redecide(out: str, check: bool, readme: str | None, rerun: str | None) -> No
     A rounding rerun attached to OUT (--rerun) is redecided with it, and each claim's
     `fragile` flag recomputed. Prints each verdict that changes; exits 0, or 1 with --check
     when anything is stale."""
+    import time
+
     from mechinterp_icr.viz.redecide import redecide_outputs
 
+    t0 = time.perf_counter()
     res = redecide_outputs(out, check=check, readme=readme, rerun=rerun)
+    took = f"{time.perf_counter() - t0:.1f} s"  # the issue's bar: seconds, not a rerun
     for cid, missing in res.unmeasured.items():
         click.echo(f"warning: {cid}: not measured in this run (a rerun is needed): "
                    + ", ".join(missing), err=True)
@@ -82,12 +86,12 @@ def redecide(out: str, check: bool, readme: str | None, rerun: str | None) -> No
         for line in res.problems:
             click.echo(line)
         click.echo(f"{len(res.problems)} stale decisions over {len(res.after)} claims in "
-                   f"{res.summary}")
+                   f"{res.summary} ({took})")
         if res.problems:
             raise SystemExit(1)
         return
-    click.echo(f"{len(res.after)} claims redecided ({len(res.changed)} verdicts changed); "
-               f"wrote " + ", ".join(str(p) for p in res.written))
+    click.echo(f"{len(res.after)} claims redecided ({len(res.changed)} verdicts changed) in "
+               f"{took}; wrote " + ", ".join(str(p) for p in res.written))
 
 
 @main.command("compare")
